@@ -1,0 +1,1 @@
+"""Metrics, benchmark runners and plots."""

@@ -1,0 +1,1 @@
+"""Text → vectors → relational query vectors: the encoder, relation operators and model bundles."""

@@ -1,0 +1,117 @@
+"""Model bundle on disk: encoder reference + named relation operators.
+
+Layout of a bundle folder::
+
+    bundle.json            manifest: format, encoder identity, operators (name, kind, description,
+                           training data, metrics) — names are explicit, order never matters
+    operators.safetensors  tensors named "<operator>/<param>"
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from .model import DEFAULT_MODEL
+from .relations import IDENTITY, Operator
+
+FORMAT = "relsearch-bundle/1"
+MANIFEST = "bundle.json"
+TENSORS = "operators.safetensors"
+
+
+@dataclass(kw_only=True)
+class Bundle:
+    """Encoder reference (``encoder``: model, pooling, max_length, dim) + operators by name."""
+
+    encoder: dict
+    operators: dict[str, Operator] = field(default_factory=dict)
+    path: str | None = None
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.operators.setdefault("identity", IDENTITY)
+        dim = self.encoder.get("dim")
+        for op in self.operators.values():
+            if dim is not None and op.dim is not None and op.dim != dim:
+                raise ValueError(f"operator {op.name!r} has dimension {op.dim}, encoder has {dim}")
+
+    @property
+    def fingerprint(self) -> str:
+        digest = hashlib.sha256(json.dumps(self.encoder, sort_keys=True).encode())
+        for name in sorted(self.operators):
+            digest.update(name.encode())
+            for key in sorted(self.operators[name].params):
+                digest.update(np.ascontiguousarray(self.operators[name].params[key]).tobytes())
+        return digest.hexdigest()[:16]
+
+    def save(self, path: str | os.PathLike) -> Path:
+        from safetensors.numpy import save_file
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {f"{op.name}/{k}": np.ascontiguousarray(v, dtype=np.float32)
+                   for op in self.operators.values() for k, v in op.params.items()}
+        manifest = {
+            "format": FORMAT,
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "encoder": self.encoder,
+            "info": self.info,
+            "operators": [
+                {"name": op.name, "kind": op.kind, "description": op.description, **op.info}
+                for op in sorted(self.operators.values(), key=lambda o: o.name)
+            ],
+        }
+        save_file(tensors, str(path / TENSORS))
+        (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+        self.path = str(path)
+        return path
+
+
+def is_bundle(path: str | os.PathLike) -> bool:
+    return (Path(path) / MANIFEST).is_file()
+
+
+def default_bundle_path() -> str:
+    """The relation pack shipped inside the package (relsearch/pack)."""
+    return str(resources.files("relsearch") / "pack")
+
+
+def load_bundle(ref: str | None = None, *, dim: int | None = None) -> Bundle:
+    """Load a bundle folder, or wrap a plain model id/path as a bundle with only ``identity``.
+
+    ``ref=None`` → the default relation pack (falls back to the bare default encoder if the pack
+    is missing). ``dim`` (the encoder's) is checked against every operator.
+    """
+    if ref is None:
+        ref = default_bundle_path()
+        if not is_bundle(ref):
+            ref = DEFAULT_MODEL
+    if not is_bundle(ref):
+        return Bundle(encoder={"model": ref, "dim": dim})
+    from safetensors.numpy import load_file
+
+    root = Path(ref)
+    manifest = json.loads((root / MANIFEST).read_text())
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{root}: unsupported bundle format {manifest.get('format')!r} (expected {FORMAT})")
+    tensors = load_file(str(root / TENSORS)) if (root / TENSORS).is_file() else {}
+    operators = {}
+    for entry in manifest["operators"]:
+        entry = dict(entry)
+        name, kind, desc = entry.pop("name"), entry.pop("kind"), entry.pop("description", "")
+        params = {k.split("/", 1)[1]: v for k, v in tensors.items() if k.split("/", 1)[0] == name}
+        operators[name] = Operator(name=name, kind=kind, description=desc, params=params, info=entry)
+    encoder = dict(manifest["encoder"])
+    if encoder.get("path"):  # fine-tuned weights stored inside the bundle (joint training)
+        encoder["model"] = str(root / encoder["path"])
+    bundle = Bundle(encoder=encoder, operators=operators, path=str(root), info=manifest.get("info", {}))
+    if dim is not None and encoder.get("dim") not in (None, dim):
+        raise ValueError(f"bundle {root} expects a {encoder['dim']}-d encoder, got {dim}-d")
+    return bundle

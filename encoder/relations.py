@@ -1,0 +1,94 @@
+"""Relation operators: raw query vectors h (n, d) → relational query vectors (design.md §3).
+
+Operators act on the *raw* pooled vector and return unit vectors, so an inner-product search over
+unit document vectors scores ``cos(op(h), t)``. They are stateless apart from their parameters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+KINDS = ("identity", "translation", "linear")
+
+
+def normalize(x: np.ndarray) -> np.ndarray:
+    """Row-normalise (n, d) float32; zero rows stay zero."""
+    norms = np.linalg.norm(x, axis=-1, keepdims=True)
+    return (x / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+@dataclass(kw_only=True)
+class Operator:
+    """A named relation operator.
+
+    kind ``identity``: q = ĥ;  ``translation``: q = normalize(h + r);
+    ``linear``: q = normalize(h Wᵀ + b).  ``params`` holds ``r`` or ``W``/``b`` as float32 arrays.
+    """
+
+    name: str
+    kind: str
+    description: str = ""
+    params: dict[str, np.ndarray] = field(default_factory=dict)
+    info: dict = field(default_factory=dict)  # training data, hyperparameters, metrics
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"operator {self.name!r}: unknown kind {self.kind!r}; choose one of {', '.join(KINDS)}")
+        needed = {"identity": set(), "translation": {"r"}, "linear": {"W", "b"}}[self.kind]
+        missing = needed - set(self.params)
+        if missing:
+            raise ValueError(f"operator {self.name!r} ({self.kind}) lacks parameters {sorted(missing)}")
+
+    @property
+    def dim(self) -> int | None:
+        if self.kind == "translation":
+            return int(self.params["r"].shape[0])
+        if self.kind == "linear":
+            return int(self.params["W"].shape[1])
+        return None
+
+    def apply(self, h: np.ndarray) -> np.ndarray:
+        """(n, d) raw vectors → (n, d) unit query vectors."""
+        h = np.asarray(h, dtype=np.float32)
+        if self.kind == "translation":
+            h = h + self.params["r"]
+        elif self.kind == "linear":
+            h = h @ self.params["W"].T + self.params["b"]
+        return normalize(h)
+
+
+IDENTITY = Operator(name="identity", kind="identity", description="plain cosine similarity (no relation)")
+
+
+def parse_relation_args(specs: list[str] | tuple[str, ...]) -> dict[str, float]:
+    """``["a=0.7", "b=0.3"]`` or ``["a"]`` → ``{"a": 0.7, "b": 0.3}``; empty → identity."""
+    weights: dict[str, float] = {}
+    for spec in specs:
+        name, sep, w = spec.partition("=")
+        name = name.strip()
+        if not name:
+            raise ValueError(f"empty relation name in {spec!r}")
+        try:
+            weights[name] = weights.get(name, 0.0) + (float(w) if sep else 1.0)
+        except ValueError as e:
+            raise ValueError(f"relation weight in {spec!r} is not a number") from e
+    return weights or {"identity": 1.0}
+
+
+def mixture_query(operators: dict[str, Operator], h: np.ndarray, weights: dict[str, float]) -> np.ndarray:
+    """Σ_k w_k · op_k(h): one query vector whose inner product with t̂ is Σ_k w_k cos(op_k(h), t).
+
+    Not renormalised, so scores stay the exact weighted sum of per-relation cosines.
+    """
+    q = np.zeros_like(np.asarray(h, dtype=np.float32))
+    for name, w in weights.items():
+        q += np.float32(w) * lookup(operators, name).apply(h)
+    return q
+
+
+def lookup(operators: dict[str, Operator], name: str) -> Operator:
+    try:
+        return operators[name]
+    except KeyError:
+        raise KeyError(f"unknown relation {name!r}; available: {', '.join(sorted(operators))}") from None

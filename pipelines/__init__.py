@@ -1,0 +1,1 @@
+"""Apache Beam jobs (index, lookup) composed from encoder/ and indexer/."""

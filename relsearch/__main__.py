@@ -1,0 +1,3 @@
+from relsearch.cli import main
+
+main()

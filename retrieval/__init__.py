@@ -1,0 +1,1 @@
+"""Query planning: encode, apply relations, ANN search, filters, explanations."""
