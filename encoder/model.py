@@ -130,6 +130,9 @@ class Encoder:
             config.device, config.precision,
             cuda_available=torch.cuda.is_available(), amx=cpu_has_bf16_matrix_units(),
         )
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # one bar per worker process is noise, not progress
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path)
             self.model = AutoModel.from_pretrained(self.path, dtype=self.dtype)

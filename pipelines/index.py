@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import threading
 import time
 import uuid
@@ -127,7 +128,9 @@ class EncodeShards:
                 self._shared = shared.Shared()
 
             def setup(self):
-                self._encoder = self._shared.acquire(lambda: _Holder(Encoder(encoder_config)), tag=repr(encoder_config)).value
+                # keep the holder: Shared only weakly references it, and dropping it reloads the model
+                self._holder = self._shared.acquire(lambda: _Holder(Encoder(encoder_config)), tag=repr(encoder_config))
+                self._encoder = self._holder.value
                 identity = Path(shard_dir) / ENCODER_FILE
                 if not identity.exists():  # tells the driver exactly which encoder wrote the shards
                     _write_atomically(identity, lambda p: p.write_text(json.dumps(self._encoder.identity)))
@@ -258,23 +261,35 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     options = pipeline_options(list(beam_args))
     try:
         workers = options.get_all_options().get("direct_num_workers") or 1
-        with beam.Pipeline(options=options) as p:
-            build_pipeline(p, job, encoder_config, str(shard_dir), reshuffle=workers != 1)
-    finally:
-        stop.set()
-        watcher.join()
-    report = _assemble(gen, job, bundle, encoder_config, total_lines)
-    report.seconds = time.perf_counter() - started
-    if report.indexed == 0:
-        raise IndexInputError(f"no valid records in {job.input}: {report.summary()}")
-    if job.strict and report.rejected:
-        raise IndexInputError(f"--strict: {report.summary()}; see {gen / store.REJECTED_FILE}")
+        try:
+            with beam.Pipeline(options=options) as p:
+                build_pipeline(p, job, encoder_config, str(shard_dir), reshuffle=workers != 1)
+        finally:
+            stop.set()
+            watcher.join()
+        report = _assemble(gen, job, bundle, total_lines)
+        report.seconds = time.perf_counter() - started
+        if report.indexed == 0:
+            raise IndexInputError(f"no valid records in {job.input}: {report.summary()}")
+        if job.strict and report.rejected:
+            raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
+                                  f"rejected lines in {_keep_rejections(gen, job.index)}")
+    except BaseException:
+        shutil.rmtree(gen, ignore_errors=True)  # the published index, if any, is untouched
+        raise
     store.publish(job.index, gen)
     report.published = True
     return report
 
 
-def _assemble(gen: Path, job: IndexJob, bundle: Bundle, encoder_config: EncoderConfig, total_lines: int) -> IndexReport:
+def _keep_rejections(gen: Path, target: str) -> str:
+    """Copy a refused run's rejected.jsonl beside the index so the user can read it."""
+    dest = f"{os.path.abspath(target)}.rejected.jsonl"
+    shutil.copyfile(gen / store.REJECTED_FILE, dest)
+    return dest
+
+
+def _assemble(gen: Path, job: IndexJob, bundle: Bundle, total_lines: int) -> IndexReport:
     """Merge shards in input-line order into vectors.npy, index.faiss, docstore and manifest."""
     shard_dir = gen / SHARDS
     docs, vector_parts, truncated = [], [], 0
@@ -322,7 +337,5 @@ def _assemble(gen: Path, job: IndexJob, bundle: Bundle, encoder_config: EncoderC
         "input": {"path": os.path.abspath(job.input), "sha256": file_sha256(job.input)},
         "dim": int(unit.shape[1]),
     })
-    import shutil
-
     shutil.rmtree(shard_dir)
     return report

@@ -146,6 +146,10 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
         searcher.check(weights, filt)
         if queries_file:
             queries, errors = _read_queries(queries_file, weights)
+            unknown = searcher.unknown_ids(queries)
+            errors += [{"line": q.query_id, "error": f"doc_id {q.doc_id!r} is not in the index"}
+                       for q in queries if q.doc_id in unknown]
+            queries = [q for q in queries if q.doc_id not in unknown]
         else:
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
         results = searcher.search(queries, k=k, filters=filt, explain=explain) if queries else []

@@ -96,6 +96,11 @@ class Searcher:
             if f not in self.metadata_fields:
                 raise QueryError(f"unknown filter field {f!r}; metadata fields: {', '.join(self.metadata_fields) or '(none)'}")
 
+    def unknown_ids(self, queries: list[Query]) -> set[str]:
+        """doc_ids among ``queries`` that are not in the index."""
+        wanted = [q.doc_id for q in queries if q.doc_id is not None]
+        return set(wanted) - set(self.files.docstore.positions(wanted))
+
     def raw_vectors(self, queries: list[Query]) -> np.ndarray:
         """(n, d) raw query vectors: encoded text, or stored t̂·‖h‖ for doc_id queries."""
         out = np.zeros((len(queries), self.files.manifest["dim"]), dtype=np.float32)

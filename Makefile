@@ -1,0 +1,37 @@
+# Set-up and everyday commands. `make demo` and `make test` work on a fresh clone.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+RELSEARCH := HF_HUB_OFFLINE=1 $(VENV)/bin/relsearch
+DEMO_INDEX ?= demo-index
+
+.PHONY: demo test test-slow pack bench-speed clean
+
+# torch==2.13.0 first: it is the CPU build on this machine's disk; a bare `torch` would pull CUDA wheels.
+$(VENV)/.installed: setup.cfg pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check torch==2.13.0
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[test,bench]'
+	touch $@
+
+demo: $(VENV)/.installed
+	$(RELSEARCH) index relsearch/data/sp500_2017.jsonl --index $(DEMO_INDEX)
+	$(RELSEARCH) relations
+	@echo; echo '# Competitors of Microsoft (similar-company), from the stored document:'
+	$(RELSEARCH) query --id MSFT --index $(DEMO_INDEX) --relation similar-company -k 5
+	@echo; echo '# Free text, plain cosine vs similar-company:'
+	$(RELSEARCH) query "operates hospitals and outpatient surgery centers" --index $(DEMO_INDEX) -k 3
+	$(RELSEARCH) query "operates hospitals and outpatient surgery centers" --index $(DEMO_INDEX) --relation similar-company -k 3
+	@echo; echo '# Banks similar to JPMorgan, only within the Financials sector, with per-relation scores:'
+	$(RELSEARCH) query --id JPM --index $(DEMO_INDEX) --relation similar-company --filter gics_sector=Financials -k 3 --explain
+
+test: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+test-slow: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
+
+pack: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --out relsearch/pack
+
+clean:
+	rm -rf $(DEMO_INDEX) .$(DEMO_INDEX).generations build dist *.egg-info

@@ -1,0 +1,54 @@
+"""Shared fixtures: a real encoder and a small real index, built once per test session."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+DEMO_CORPUS = REPO / "relsearch" / "data" / "sp500_2017.jsonl"
+
+
+def shared(*parts: str) -> Path:
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared dataset {path} not available")
+    return path
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    from relsearch.encoder.model import Encoder, EncoderConfig
+
+    return Encoder(EncoderConfig())
+
+
+@pytest.fixture(scope="session")
+def small_corpus(tmp_path_factory) -> Path:
+    """The first 120 demo companies, real text and metadata."""
+    path = tmp_path_factory.mktemp("corpus") / "companies.jsonl"
+    lines = DEMO_CORPUS.read_text().splitlines()[:120]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.fixture(scope="session")
+def small_index(tmp_path_factory, small_corpus) -> Path:
+    """A published index of ``small_corpus`` built by the real Beam pipeline (in-process)."""
+    from relsearch.pipelines.index import IndexJob, run_index
+
+    target = tmp_path_factory.mktemp("idx") / "companies"
+    report = run_index(IndexJob(input=str(small_corpus), index=str(target), progress=False))
+    assert report.indexed == 120 and report.published
+    return target
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path

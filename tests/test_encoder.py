@@ -1,0 +1,60 @@
+"""The real default encoder: pooling, ordering, truncation, device/precision choice."""
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from relsearch.encoder.model import Encoder, EncoderConfig, choose_device_and_dtype, resolve_model_path
+from conftest import DEMO_CORPUS
+
+
+def texts(n=40):
+    return [json.loads(line)["text"] for line in DEMO_CORPUS.read_text().splitlines()[:n]]
+
+
+def cos(a, b):
+    a = a / np.linalg.norm(a, axis=1, keepdims=True)
+    b = b / np.linalg.norm(b, axis=1, keepdims=True)
+    return (a * b).sum(1)
+
+
+def test_matches_sentence_transformers_and_keeps_input_order(encoder):
+    st = pytest.importorskip("sentence_transformers")
+    sample = texts(24) + ["short one", "a b"]
+    ours = encoder.encode(sample).vectors
+    ref = st.SentenceTransformer(resolve_model_path("all-MiniLM-L6-v2"), device="cpu").encode(sample)
+    assert cos(ours, ref).min() > 0.999  # bf16 on AMX CPUs, fp32 elsewhere
+    # raw vectors, not unit: relation operators need ‖h‖
+    assert not np.allclose(np.linalg.norm(ours, axis=1), 1.0)
+
+
+def test_counts_truncated_texts(encoder):
+    result = encoder.encode(["word " * 400, "short"])
+    assert result.truncated == 1 and result.vectors.shape == (2, 384)
+
+
+def test_pooling_read_from_sentence_transformers_folder(tmp_path):
+    folder = tmp_path / "cls-model"
+    shutil.copytree(resolve_model_path("all-MiniLM-L6-v2"), folder)
+    cfg = json.loads((folder / "1_Pooling" / "config.json").read_text())
+    cfg.update(pooling_mode_mean_tokens=False, pooling_mode_cls_token=True)
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(cfg))
+    enc = Encoder(EncoderConfig(model=str(folder), max_length=64, precision="fp32"))
+    assert (enc.pooling, enc.max_length) == ("cls", 64)
+    assert Encoder(EncoderConfig(model=str(folder), pooling="mean", precision="fp32")).pooling == "mean"
+
+
+def test_device_and_precision_dispatch():
+    assert choose_device_and_dtype("auto", "auto", cuda_available=True, amx=False) == ("cuda", torch.float16)
+    assert choose_device_and_dtype("auto", "auto", cuda_available=False, amx=True) == ("cpu", torch.bfloat16)
+    assert choose_device_and_dtype("auto", "auto", cuda_available=False, amx=False) == ("cpu", torch.float32)
+    assert choose_device_and_dtype("cpu", "fp32", cuda_available=True, amx=True) == ("cpu", torch.float32)
+    with pytest.raises(ValueError, match="unknown precision"):
+        choose_device_and_dtype("cpu", "int4", cuda_available=False, amx=False)
+
+
+def test_unreachable_model_gives_clear_error():
+    with pytest.raises(RuntimeError, match="cannot load encoder"):
+        Encoder(EncoderConfig(model="no-such-org/no-such-model"))

@@ -1,0 +1,90 @@
+"""The Beam index job on real data: reconciliation, rejections, atomic publish."""
+import json
+import os
+
+import numpy as np
+import pytest
+
+from relsearch.indexer import records as rec
+from relsearch.indexer.store import open_index
+from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
+from conftest import DEMO_CORPUS, write_jsonl
+
+GOOD = [json.loads(line) for line in DEMO_CORPUS.read_text().splitlines()[:30]]
+
+
+def job(corpus, target, **kw):
+    return IndexJob(input=str(corpus), index=str(target), progress=False, **kw)
+
+
+def test_index_matches_direct_encoding(small_index, small_corpus, encoder):
+    files = open_index(small_index)
+    texts = [json.loads(line)["text"] for line in small_corpus.read_text().splitlines()]
+    encoded = encoder.encode(texts)
+    h = encoded.vectors
+    assert files.manifest["counts"] == {"read": 120, "indexed": 120, "rejected": 0, "truncated": encoded.truncated}
+    assert files.faiss.ntotal == 120 and files.vectors.shape == (120, 384)
+    # positions follow input order; stored vector · stored norm gives back the raw h
+    docs = files.docstore.get(list(range(120)))
+    raw = np.asarray(files.vectors) * np.array([docs[i]["norm"] for i in range(120)])[:, None]
+    assert [docs[i]["id"] for i in range(3)] == ["MMM", "ABT", "ABBV"]
+    np.testing.assert_allclose(raw, h, atol=2e-3)
+    assert docs[0]["metadata"]["gics_sector"] == "Industrials"
+
+
+def test_broken_lines_reconcile_with_one_rejection_each(tmp_path):
+    lines = [json.dumps(GOOD[0]), b"\xff\xfe".decode("latin-1"), "{oops", "[1, 2]", json.dumps({"text": "x"}),
+             json.dumps({"id": "", "text": "x"}), json.dumps({"id": "z"}), json.dumps({"id": "y", "text": ""}),
+             json.dumps({"id": "w", "text": ["list"]}), json.dumps(GOOD[0]), "", json.dumps(GOOD[1])]
+    corpus = tmp_path / "mixed.jsonl"
+    corpus.write_bytes(b"\n".join(line.encode("utf-8") if i != 1 else b"\xff\xfe"
+                                  for i, line in enumerate(lines)) + b"\n")
+    report = run_index(job(corpus, tmp_path / "idx"))
+    assert (report.read, report.indexed, report.rejected) == (12, 2, 10)
+    rejected = [json.loads(line) for line in (tmp_path / "idx" / "rejected.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["reason"]) for r in rejected] == [
+        (2, rec.UNDECODABLE), (3, rec.INVALID_JSON), (4, rec.NOT_OBJECT), (5, rec.MISSING_ID), (6, rec.EMPTY_ID),
+        (7, rec.MISSING_TEXT), (8, rec.EMPTY_TEXT), (9, rec.NON_STRING_TEXT), (10, rec.DUPLICATE_ID),
+        (11, rec.EMPTY_LINE)]
+    assert report.summary().startswith("read 12, indexed 2, rejected 10")
+
+
+def test_strict_refuses_and_keeps_previous_index(tmp_path):
+    target = tmp_path / "idx"
+    run_index(job(write_jsonl(tmp_path / "a.jsonl", GOOD[:5]), target))
+    before = os.path.realpath(target)
+    with pytest.raises(IndexInputError, match="--strict"):
+        run_index(job(write_jsonl(tmp_path / "b.jsonl", GOOD[:5] + ["{bad"]), target, strict=True))
+    assert os.path.realpath(target) == before and open_index(target).docstore.count() == 5
+    assert len(os.listdir(tmp_path / ".idx.generations")) == 1  # the failed generation is gone
+
+
+@pytest.mark.parametrize("content, message", [(None, "does not exist"), (b"", "is empty"),
+                                              (b"{bad\n[]\n", "no valid records")])
+def test_unusable_input_writes_no_index(tmp_path, content, message):
+    corpus = tmp_path / "in.jsonl"
+    if content is not None:
+        corpus.write_bytes(content)
+    with pytest.raises(IndexInputError, match=message):
+        run_index(job(corpus, tmp_path / "idx"))
+    assert not (tmp_path / "idx").exists()
+
+
+def test_rebuild_replaces_atomically_and_custom_fields(tmp_path):
+    target = tmp_path / "idx"
+    rows = [{"ticker": g["id"], "desc": g["text"], "sector": g["gics_sector"]} for g in GOOD[:6]]
+    run_index(job(write_jsonl(tmp_path / "a.jsonl", rows), target, id_field="ticker", text_field="desc",
+                  faiss_factory="HNSW16"))
+    files = open_index(target)
+    assert files.manifest["fields"] == {"id": "ticker", "text": "desc", "metadata": ["sector"]}
+    assert files.manifest["faiss"]["factory"] == "HNSW16"
+    run_index(job(write_jsonl(tmp_path / "b.jsonl", rows[:3]), target, id_field="ticker", text_field="desc"))
+    assert open_index(target).docstore.count() == 3
+    assert files.docstore.count() == 6  # a reader opened before the swap keeps its generation
+    assert len(os.listdir(tmp_path / ".idx.generations")) == 1
+
+
+def test_bad_faiss_factory_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="index-factory"):
+        run_index(job(write_jsonl(tmp_path / "a.jsonl", GOOD[:3]), tmp_path / "idx", faiss_factory="Nonsense42"))
+    assert not (tmp_path / "idx").exists()

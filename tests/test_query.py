@@ -1,0 +1,107 @@
+"""Queries against a real small index: oracle against exact numpy search, ids, filters, errors."""
+import json
+
+import numpy as np
+import pytest
+
+from relsearch.encoder.bundle import Bundle
+from relsearch.encoder.relations import Operator, normalize
+from relsearch.indexer.store import open_index
+from relsearch.retrieval.search import Query, QueryError, Searcher
+
+
+@pytest.fixture(scope="module")
+def bundle_dir(tmp_path_factory, encoder):
+    """A bundle on the index's encoder with one translation and one linear operator."""
+    rng = np.random.default_rng(1)
+    ops = {
+        "shift": Operator(name="shift", kind="translation", description="test",
+                          params={"r": rng.normal(scale=0.3, size=384).astype(np.float32)}),
+        "mix": Operator(name="mix", kind="linear", params={
+            "W": (np.eye(384) + rng.normal(scale=0.05, size=(384, 384))).astype(np.float32),
+            "b": np.zeros(384, np.float32)}),
+    }
+    path = tmp_path_factory.mktemp("bundle") / "b"
+    Bundle(encoder=encoder.identity, operators=ops).save(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def searcher(small_index, bundle_dir):
+    return Searcher(str(small_index), bundle_dir)
+
+
+def exact_top(searcher, q, k, exclude=None):
+    sims = np.asarray(searcher.files.vectors) @ q
+    docs = searcher.files.docstore.get(list(range(len(sims))))
+    order = [int(i) for i in np.argsort(-sims) if docs[int(i)]["id"] != exclude]
+    return [docs[i]["id"] for i in order[:k]], sims[order[:k]]
+
+
+def test_text_query_equals_exact_search_for_each_relation(searcher, encoder):
+    text = "designs and sells semiconductors and microchips"
+    h = encoder.encode([text]).vectors
+    for name in ("identity", "shift", "mix"):
+        hits = searcher.search([Query(text=text, relations={name: 1.0})], k=5)[0]
+        ids, scores = exact_top(searcher, searcher.operators[name].apply(h)[0], 5)
+        assert [hit.id for hit in hits] == ids
+        np.testing.assert_allclose([hit.score for hit in hits], scores, atol=1e-5)
+
+
+def test_id_query_uses_raw_vector_and_never_returns_itself(searcher):
+    files = searcher.files
+    pos = files.docstore.positions(["ADBE"])["ADBE"]
+    raw = files.vectors[pos] * files.docstore.get([pos])[pos]["norm"]
+    hits = searcher.search([Query(doc_id="ADBE", relations={"shift": 1.0})], k=5)[0]
+    ids, _ = exact_top(searcher, searcher.operators["shift"].apply(raw[None])[0], 5, exclude="ADBE")
+    assert [h.id for h in hits] == ids and len(hits) == 5
+
+
+def test_mixture_scores_are_weighted_sums_and_explain_shows_each(searcher):
+    hits = searcher.search([Query(doc_id="AAPL", relations={"shift": 0.7, "identity": 0.3})], k=3, explain=True)[0]
+    for hit in hits:
+        assert set(hit.explain) == {"identity", "shift", "mix"}
+        assert hit.score == pytest.approx(0.7 * hit.explain["shift"] + 0.3 * hit.explain["identity"], abs=1e-5)
+
+
+def test_filter_returns_k_whenever_k_match(searcher):
+    # few matching documents, far from the query: an over-fetching ANN would return fewer than k
+    sector = "Utilities"
+    matching = searcher.files.docstore.matching({"gics_sector": sector})
+    assert 3 <= len(matching) < 10
+    hits = searcher.search([Query(text="video games", relations={"identity": 1.0})], k=len(matching),
+                           filters={"gics_sector": sector})[0]
+    assert len(hits) == len(matching) and all(h.metadata["gics_sector"] == sector for h in hits)
+    more = searcher.search([Query(text="video games")], k=50, filters={"gics_sector": sector})[0]
+    assert len(more) == len(matching)  # never padded with non-matching documents
+
+
+def test_batched_queries_match_single_queries(searcher):
+    qs = [Query(text="oil and gas exploration", relations={"mix": 1.0}, query_id="a"),
+          Query(doc_id="BAC", relations={"identity": 1.0}, query_id="b"),
+          Query(text="retail pharmacy", relations={"shift": 0.5, "mix": 0.5}, query_id="c")]
+    batched = searcher.search(qs, k=4)
+    for q, hits in zip(qs, batched):
+        assert [h.id for h in hits] == [h.id for h in searcher.search([q], k=4)[0]]
+
+
+def test_errors_name_the_valid_choices(searcher):
+    with pytest.raises(KeyError, match="available: identity, mix, shift"):
+        searcher.search([Query(text="x", relations={"nope": 1.0})])
+    with pytest.raises(QueryError, match="metadata fields: .*gics_sector"):
+        searcher.search([Query(text="x")], filters={"colour": "red"})
+    with pytest.raises(QueryError, match="not in the index: NOPE"):
+        searcher.search([Query(doc_id="NOPE")])
+
+
+def test_index_built_with_another_encoder_is_refused(small_index, tmp_path):
+    Bundle(encoder={"model": "other", "dim": 384, "weights_sha256": "0" * 16, "pooling": "mean"}).save(tmp_path / "b")
+    with pytest.raises(QueryError, match="re-index"):
+        Searcher(str(small_index), str(tmp_path / "b"))
+
+
+def test_json_output_shape(searcher):
+    hit = searcher.search([Query(doc_id="ADBE")], k=1)[0][0]
+    row = hit.to_json(rank=1)
+    assert list(row)[:4] == ["rank", "id", "score", "text"] and "gics_sector" in row and row["id"] != "ADBE"
+    json.dumps(row)
