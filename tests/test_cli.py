@@ -1,0 +1,72 @@
+"""The installed console script, run as a user would (subprocesses: a few, they are slow)."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DEMO_CORPUS, shared
+
+RELSEARCH = shutil.which("relsearch") or str(Path(sys.executable).with_name("relsearch"))
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
+
+
+def run(*args, check=True):
+    proc = subprocess.run([RELSEARCH, *map(str, args)], capture_output=True, text=True, env=ENV, timeout=600)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"relsearch {' '.join(map(str, args))} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def test_index_then_query_json_from_console_script(tmp_path, small_corpus):
+    out = run("index", small_corpus, "--index", tmp_path / "idx", "--quiet")
+    assert "read 120, indexed 120, rejected 0" in out.stdout
+    lines = run("query", "--id", "ADBE", "--index", tmp_path / "idx", "-k", "5", "--json").stdout.splitlines()
+    hits = [json.loads(line) for line in lines]
+    assert [h["rank"] for h in hits] == [1, 2, 3, 4, 5] and "ADBE" not in {h["id"] for h in hits}
+    table = run("query", "video game publisher", "--index", tmp_path / "idx", "-k", "2").stdout
+    assert "ATVI" in table and "rank" in table
+    bad = run("query", "x", "--index", tmp_path / "idx", "--relation", "no-such-relation", check=False)
+    assert bad.returncode != 0 and "available:" in bad.stderr
+    bad = run("query", "x", "--index", tmp_path / "idx", "--filter", "colour=red", check=False)
+    assert bad.returncode != 0 and "gics_sector" in bad.stderr
+    missing = run("index", tmp_path / "nope.jsonl", "--index", tmp_path / "idx2", check=False)
+    assert missing.returncode != 0 and "does not exist" in missing.stderr and not (tmp_path / "idx2").exists()
+
+
+def test_sigkill_mid_run_leaves_previous_index_answering(tmp_path, small_index):
+    """Kill `relsearch index` while it is encoding; the old index still answers queries."""
+    target = tmp_path / "idx"
+    shutil.copytree(os.path.realpath(small_index), tmp_path / "gen-old")
+    os.symlink(tmp_path / "gen-old", target)
+    before = run("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").stdout
+    corpus = shared("russell3000_companies", "corpus.jsonl")
+    proc = subprocess.Popen([RELSEARCH, "index", str(corpus), "--index", str(target), "--batch-size", "64",
+                             "--text-field", "text_bloomberg", "--quiet"],
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    gens = tmp_path / ".idx.generations"
+    deadline = time.time() + 300
+    while time.time() < deadline and not list(gens.glob("*/shards/*.npz")):
+        time.sleep(0.2)  # wait until it has really started encoding
+    assert proc.poll() is None, "indexing finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert run("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").stdout == before
+    assert os.path.realpath(target) == str(tmp_path / "gen-old")
+
+
+def test_relations_and_score_commands():
+    rel = run("relations").stdout
+    assert "identity" in rel
+    scores = json.loads(run("score", "Who wrote Hamlet?", "Shakespeare wrote Hamlet.", "--json").stdout)
+    assert "identity" in scores and -1.0 <= scores["identity"] <= 1.0
+
+
+def test_demo_corpus_is_the_attributed_copy():
+    assert sum(1 for _ in DEMO_CORPUS.open()) == 500
+    assert "MIT" in (DEMO_CORPUS.parent / "README.md").read_text()
