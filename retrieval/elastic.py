@@ -10,7 +10,6 @@ cosine and only orders the hits of one query.
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,8 +17,6 @@ from typing import Any
 import numpy as np
 
 from relsearch.indexer.elastic import ID_FIELD, METADATA_FIELD, NORM_FIELD, TEXT_FIELD, VECTOR_FIELD
-
-log = logging.getLogger(__name__)
 
 FUSIONS = ("server", "client")
 MAX_NUM_CANDIDATES = 10_000  # Elasticsearch's limit on num_candidates
