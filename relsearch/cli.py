@@ -243,12 +243,11 @@ def score(text_a, text_b, model, as_json):
         click.echo(f"{value:8.4f}  {name}")
 
 
-try:  # the training command lives in its own module
-    from relsearch.cli_train import train
+from relsearch.cli_lookup import lookup  # noqa: E402  (commands with many options live in their own module)
+from relsearch.cli_train import train  # noqa: E402
 
-    cli.add_command(train)
-except ImportError:  # pragma: no cover
-    pass
+cli.add_command(lookup)
+cli.add_command(train)
 
 
 def main() -> None:

@@ -137,14 +137,13 @@ class Searcher:
         subset = np.asarray(self.files.docstore.matching(filters), dtype=np.int64) if filters else None
         # one extra candidate per query so that dropping the query document still leaves k
         positions, scores = self._ann(qv, k + 1, subset)
+        docs = self.files.docstore.get(sorted({int(p) for p in positions.ravel() if p >= 0}))  # one fetch per batch
         results = []
         for i, q in enumerate(queries):
-            pairs = [(p, s) for p, s in zip(positions[i], scores[i]) if p >= 0]
-            docs = self.files.docstore.get([p for p, _ in pairs])
-            hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in pairs
-                    if docs[p]["id"] != q.doc_id][:k]
+            kept = [(p, s) for p, s in zip(positions[i], scores[i]) if p >= 0 and docs[p]["id"] != q.doc_id][:k]
+            hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in kept]
             if explain:
-                hits = self._explain(h[i], hits, [p for p, _ in pairs if docs[p]["id"] != q.doc_id][:k])
+                hits = self._explain(h[i], hits, [p for p, _ in kept])
             results.append(hits)
         return results
 

@@ -1,0 +1,423 @@
+"""The lookup job: JSONL of document ids or new texts → Beam → one result line per answered input.
+
+Graph (Beam does the parallel part; the driver merges and publishes)::
+
+    read lines ─► parse ─► batch ─► resolve ids (docstore) ─► batch ─► search ─► result shards
+                    │                   │         (--same: group by the query's value, then chunk)
+                    └───────────────────┴──► rejected shards
+
+One ``Searcher`` (index + bundle) is opened per worker process through Beam ``Shared`` and used by
+the resolve and search stages; each search batch is one ``Searcher.search`` call (matrix queries).
+Workers write line-numbered shards into a work folder beside ``--out``; the driver merges them in
+input-line order into temporary files and renames them into place only when the counts reconcile,
+so a failed run never leaves a half-written results file.
+"""
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import shutil
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+
+from ..indexer import records as rec
+from .index import IndexInputError, _check_input, pipeline_options, read_numbered_lines
+
+# Rejection reasons beyond indexer/records.py's (stable strings: they appear in the rejected file).
+UNKNOWN_ID = "unknown-id"
+MISSING_SAME_FIELD = "missing-same-field"
+
+RESULTS_SUFFIX = ".results"
+REJECTED_SUFFIX = ".rejected"
+STATS_SUFFIX = ".stats.json"
+MERGE_FAN_IN = 128  # shards merged at once (open files)
+
+
+class LookupInputError(ValueError):
+    """The job cannot run at all (missing input, unknown relation or field, bad options)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookupJob:
+    """What to look up. ``relations``: name → weight (a mixture is one query vector);
+    ``filters``: exact metadata matches for every query; ``same``: metadata fields whose value must
+    equal the query document's own value."""
+
+    input: str
+    index: str
+    out: str
+    relations: Mapping[str, float] = field(default_factory=lambda: {"identity": 1.0})
+    k: int = 20
+    filters: Mapping[str, str] = field(default_factory=dict)
+    same: tuple[str, ...] = ()
+    model: str | None = None  # None: the bundle recorded in the index manifest
+    with_text: bool = False
+    batch_size: int = 256  # queries per Searcher.search call
+    id_field: str = "id"
+    text_field: str = "text"
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise LookupInputError(f"k must be at least 1, got {self.k}")
+        if self.batch_size < 1:
+            raise LookupInputError(f"batch_size must be at least 1, got {self.batch_size}")
+        both = sorted(set(self.same) & set(self.filters))
+        if both:
+            raise LookupInputError(f"--filter and --same both name {', '.join(both)}; use one of them per field")
+
+
+def rejected_path(out: str) -> str:
+    """``RESULTS.jsonl`` → ``RESULTS.rejected.jsonl`` (any other name: ``NAME.rejected.jsonl``)."""
+    return (out[:-len(".jsonl")] if out.endswith(".jsonl") else out) + ".rejected.jsonl"
+
+
+@dataclass
+class LookupReport:
+    out: str
+    rejected_path: str
+    read: int
+    answered: int
+    rejected: int
+    reasons: Counter = field(default_factory=Counter)
+    seconds: float = 0.0  # the whole run, wall clock (Beam start-up, parse, merge, write included)
+    id_lookups: int = 0
+    id_search_seconds: float = 0.0  # inside Searcher.search for id inputs, summed over batches and workers
+    text_lookups: int = 0
+    text_search_seconds: float = 0.0  # the same for new-text inputs: includes encoding the texts
+
+    def summary(self) -> str:
+        line = f"read {self.read}, answered {self.answered}, rejected {self.rejected}"
+        if self.reasons:
+            line += " (" + ", ".join(f"{r}: {n}" for r, n in self.reasons.most_common()) + ")"
+        return line
+
+    def throughput(self) -> str:
+        parts = []
+        if self.id_lookups:
+            parts.append(f"{self.id_lookups / max(self.id_search_seconds, 1e-9):,.0f} id lookups/s "
+                         f"({self.id_lookups} in {self.id_search_seconds:.3f} s of search, summed over workers)")
+        if self.text_lookups:
+            parts.append(f"{self.text_lookups / max(self.text_search_seconds, 1e-9):,.0f} new-text lookups/s "
+                         f"({self.text_lookups} in {self.text_search_seconds:.3f} s, encoding included)")
+        parts.append(f"end to end {self.answered / max(self.seconds, 1e-9):,.0f} lookups/s "
+                     f"({self.answered} in {self.seconds:.2f} s wall, Beam start-up and I/O included)")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class LookupInput:
+    """One parsed input line. ``text`` None: look up the indexed document ``id``.
+    ``same``: ((field, value), ...) for --same, from the line (new text) or the docstore (ids)."""
+
+    line: int
+    id: str
+    text: str | None = None
+    same: tuple[tuple[str, str], ...] = ()
+
+
+# ---------------------------------------------------------------- pure per-element functions
+
+def parse_lookup_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: str = "text",
+                      same: tuple[str, ...] = ()) -> LookupInput | rec.Rejection:
+    """One input line → LookupInput or Rejection; a line without text (or text null) names an indexed id."""
+    parsed = rec.parse_line(line_no, raw, id_field=id_field, text_field=text_field)
+    if isinstance(parsed, rec.Record):
+        values = same_values(parsed.metadata, same)
+        if isinstance(values, str):
+            return rec.Rejection(line_no, MISSING_SAME_FIELD, f"the line (new text) has {values}",
+                                 raw[:500].decode("utf-8", "replace"))
+        return LookupInput(line_no, parsed.id, parsed.text, values)
+    if parsed.reason == rec.MISSING_TEXT:  # id and JSON already validated by parse_line
+        return LookupInput(line_no, str(json.loads(raw)[id_field]).strip())
+    return parsed
+
+
+def same_values(metadata: dict, fields: tuple[str, ...]) -> tuple[tuple[str, str], ...] | str:
+    """((field, value-as-filter-string), ...), or a message naming the first unusable field."""
+    out = []
+    for f in fields:
+        v = metadata.get(f)
+        if v is None:
+            return f"no value for {f!r} (--same {f})"
+        if isinstance(v, (dict, list)):
+            return f"a {type(v).__name__} for {f!r}, not a single value (--same {f})"
+        out.append((f, v if isinstance(v, str) else json.dumps(v)))  # docstore.matching also tries the literal
+    return tuple(out)
+
+
+def resolve_batch(batch: list[LookupInput], searcher, same: tuple[str, ...]):
+    """Reject unknown ids; fill ``same`` of id inputs from the docstore. Yields inputs or tagged rejections."""
+    import apache_beam as beam
+
+    ids = [x.id for x in batch if x.text is None]
+    positions = searcher.files.docstore.positions(ids) if ids else {}
+    docs = searcher.files.docstore.get(list(positions.values())) if same and positions else {}
+    for x in batch:
+        if x.text is None:
+            if x.id not in positions:
+                yield beam.pvalue.TaggedOutput("rejected", rec.Rejection(
+                    x.line, UNKNOWN_ID, f"id {x.id!r} is not in the index; give a 'text' to look up new text"))
+                continue
+            if same:
+                values = same_values(docs[positions[x.id]]["metadata"], same)
+                if isinstance(values, str):
+                    yield beam.pvalue.TaggedOutput("rejected", rec.Rejection(
+                        x.line, MISSING_SAME_FIELD, f"indexed document {x.id!r} has {values}"))
+                    continue
+                x = replace(x, same=values)
+        yield x
+
+
+def search_batch(batch: list[LookupInput], searcher, job: LookupJob, work_dir: str, clock=time.perf_counter) -> None:
+    """Answer a batch whose inputs share ``same`` values: one Searcher.search call for the id inputs, one
+    for the new texts; write a line-numbered result shard and a stats file into ``work_dir``."""
+    from ..retrieval.search import Query
+
+    filters = {**job.filters, **dict(batch[0].same)}
+    relations = dict(job.relations)
+    by_id = [x for x in batch if x.text is None]
+    by_text = [x for x in batch if x.text is not None]
+    stats = {"id_lookups": len(by_id), "id_seconds": 0.0, "text_lookups": len(by_text), "text_seconds": 0.0}
+    rows = []
+    if by_id:
+        started = clock()
+        hits = searcher.search([Query(doc_id=x.id, relations=relations, query_id=x.id) for x in by_id],
+                               k=job.k, filters=filters)
+        stats["id_seconds"] = clock() - started
+        rows += zip(by_id, hits)
+    if by_text:
+        searcher.encoder  # load the transformer (once per process) outside the timed search
+        started = clock()
+        # one extra: new text sent under an indexed id must not get that document back
+        hits = searcher.search([Query(text=x.text, relations=relations, query_id=x.id) for x in by_text],
+                               k=job.k + 1, filters=filters)
+        stats["text_seconds"] = clock() - started
+        rows += ((x, [h for h in hs if h.id != x.id][:job.k]) for x, hs in zip(by_text, hits))
+    _write_shard(work_dir, RESULTS_SUFFIX, [
+        (x.line, json.dumps({"query_id": x.id, "results": [_hit_json(h, job.with_text) for h in hits]},
+                            ensure_ascii=False)) for x, hits in rows])
+    _write_atomically(Path(work_dir) / f"{uuid.uuid4().hex}{STATS_SUFFIX}", json.dumps(stats))
+
+
+def _hit_json(hit, with_text: bool) -> dict:
+    out = hit.to_json()
+    if not with_text:
+        out.pop("text", None)
+    return out
+
+
+def chunked(item, size: int) -> Iterator[list[LookupInput]]:
+    """(same-key, inputs) → lists of at most ``size`` inputs, in line order."""
+    _, inputs = item
+    inputs = sorted(inputs, key=lambda x: x.line)
+    for i in range(0, len(inputs), size):
+        yield inputs[i:i + size]
+
+
+def _split(result):
+    import apache_beam as beam
+
+    yield beam.pvalue.TaggedOutput("rejected", result) if isinstance(result, rec.Rejection) else result
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _write_shard(work_dir: str, suffix: str, rows: list[tuple[int, str]]) -> None:
+    """Rows (line number, one JSON line) sorted by line, as ``LINE<TAB>JSON`` (JSON escapes tabs)."""
+    if rows:
+        rows.sort(key=lambda r: r[0])
+        _write_atomically(Path(work_dir) / f"{uuid.uuid4().hex}{suffix}", "".join(f"{n}\t{s}\n" for n, s in rows))
+
+
+def _write_rejections(batch: list[rec.Rejection], work_dir: str) -> None:
+    _write_shard(work_dir, REJECTED_SUFFIX, [(r.line, json.dumps(r.to_json(), ensure_ascii=False)) for r in batch])
+
+
+def open_searcher(index: str, model: str | None, *, warm_faiss: bool):
+    """A Searcher on one index generation; ``warm_faiss`` loads FAISS now rather than in the first search."""
+    from ..retrieval.search import Searcher
+
+    searcher = Searcher(index, model)
+    if warm_faiss:
+        searcher.files.faiss  # noqa: B018 (a lazy property)
+    return searcher
+
+
+class _Holder:  # Shared keeps only a weak reference: the DoFn holds this object strongly
+    def __init__(self, value):
+        self.value = value
+
+
+def _searcher_dofn(handle, opener, tag: str, fn):
+    """A DoFn running ``fn(batch, searcher)`` with one Searcher per worker process (Beam ``Shared``)."""
+    import apache_beam as beam
+
+    class _WithSearcher(beam.DoFn):
+        def setup(self):
+            self._holder = handle.acquire(lambda: _Holder(opener()), tag=tag)
+
+        def process(self, batch):
+            yield from fn(batch, self._holder.value) or ()
+
+    return _WithSearcher()
+
+
+def build_pipeline(p, job: LookupJob, work_dir: str, *, handle, opener, tag: str, reshuffle: bool) -> None:
+    """Wire the Beam graph onto ``p``; outputs are shard files in ``work_dir``."""
+    import apache_beam as beam
+
+    size = job.batch_size
+    lines = p | "Input" >> beam.Create([job.input]) | "ReadLines" >> beam.FlatMap(read_numbered_lines)
+    if reshuffle:  # spread one input file across workers
+        lines = lines | "SpreadLines" >> beam.Reshuffle()
+    parsed = (
+        lines
+        | "Parse" >> beam.MapTuple(partial(parse_lookup_line, id_field=job.id_field, text_field=job.text_field,
+                                           same=job.same))
+        | "Split" >> beam.FlatMap(_split).with_outputs("rejected", main="inputs")
+    )
+    resolved = (
+        parsed.inputs
+        | "BatchResolve" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)
+        | "Resolve" >> beam.ParDo(_searcher_dofn(handle, opener, tag, partial(resolve_batch, same=job.same)))
+        .with_outputs("rejected", main="inputs")
+    )
+    if job.same:  # each batch holds one value, searched exactly within the matching subset
+        batches = (
+            resolved.inputs
+            | "KeyBySame" >> beam.Map(lambda x: (x.same, x))
+            | "GroupBySame" >> beam.GroupByKey()
+            | "Chunk" >> beam.FlatMap(chunked, size)
+        )
+        if reshuffle:
+            batches = batches | "SpreadBatches" >> beam.Reshuffle()
+    else:
+        batches = resolved.inputs | "BatchSearch" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)
+    batches | "Search" >> beam.ParDo(_searcher_dofn(handle, opener, tag,
+                                                     partial(search_batch, job=job, work_dir=work_dir)))
+    (
+        (parsed.rejected, resolved.rejected)
+        | "AllRejected" >> beam.Flatten()
+        | "BatchRejected" >> beam.BatchElements(min_batch_size=1000, max_batch_size=10000)
+        | "WriteRejected" >> beam.Map(_write_rejections, work_dir)
+    )
+
+
+# ---------------------------------------------------------------- driver
+
+def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf_counter) -> LookupReport:
+    """Run the lookup job; write ``job.out`` and its rejected file atomically, in input-line order.
+
+    ``beam_args`` pass through to Beam (``--runner``, ``--direct_num_workers``, ...); without ``--runner``
+    the in-process FnApiRunner runs it. Raises LookupInputError (nothing written) when the job cannot run:
+    missing/empty input, no index, unknown relation, unknown --filter/--same field.
+    """
+    import apache_beam as beam
+    from apache_beam.utils import shared
+
+    from ..retrieval.search import QueryError
+
+    started = clock()
+    try:
+        total = _check_input(job.input)
+    except IndexInputError as e:
+        raise LookupInputError(str(e)) from e
+    if not os.path.exists(job.index):
+        raise LookupInputError(f"no index at {job.index}; build one with `relsearch index CORPUS.jsonl --index {job.index}`")
+    generation = os.path.realpath(job.index)  # every worker reads this generation, even if the index is rebuilt meanwhile
+    opener = partial(open_searcher, generation, job.model, warm_faiss=not (job.filters or job.same))
+    try:
+        searcher = opener()
+        searcher.check(dict(job.relations), dict(job.filters))
+        unknown = [f for f in job.same if f not in searcher.metadata_fields]
+        if unknown:
+            raise QueryError(f"unknown --same field {unknown[0]!r}; metadata fields: "
+                             f"{', '.join(searcher.metadata_fields) or '(none)'}")
+    except KeyError as e:
+        raise LookupInputError(e.args[0]) from e
+    except (QueryError, FileNotFoundError, ValueError) as e:
+        raise LookupInputError(str(e)) from e
+    handle, tag = shared.Shared(), repr((generation, job.model))
+    # in-process runners find this Searcher in the Shared cache instead of opening another
+    holder = handle.acquire(lambda: _Holder(searcher), tag=tag)
+
+    out = Path(job.out).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    work = out.parent / f".{out.name}.work-{uuid.uuid4().hex[:8]}"
+    work.mkdir()
+    try:
+        options = pipeline_options(list(beam_args))
+        workers = options.get_all_options().get("direct_num_workers") or 1
+        with beam.Pipeline(options=options) as p:
+            build_pipeline(p, job, str(work), handle=handle, opener=opener, tag=tag,
+                           reshuffle=workers != 1)
+        report = _assemble(work, job, total)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        del holder
+    report.seconds = clock() - started
+    return report
+
+
+def _assemble(work: Path, job: LookupJob, total: int) -> LookupReport:
+    """Merge shards by line number into temp files in ``work``; rename into place if counts reconcile."""
+    report = LookupReport(out=job.out, rejected_path=rejected_path(job.out), read=total, answered=0, rejected=0)
+    with open(work / "rejected.jsonl", "w", encoding="utf-8", newline="\n") as f:
+        for _, row in _merged(_fan_in(sorted(work.glob(f"*{REJECTED_SUFFIX}")), work)):
+            f.write(row + "\n")
+            report.rejected += 1
+            report.reasons[json.loads(row)["reason"]] += 1
+    with open(work / "results.jsonl", "w", encoding="utf-8", newline="\n") as f:
+        for _, row in _merged(_fan_in(sorted(work.glob(f"*{RESULTS_SUFFIX}")), work)):
+            f.write(row + "\n")
+            report.answered += 1
+    for p in work.glob(f"*{STATS_SUFFIX}"):
+        stats = json.loads(p.read_text())
+        report.id_lookups += stats["id_lookups"]
+        report.id_search_seconds += stats["id_seconds"]
+        report.text_lookups += stats["text_lookups"]
+        report.text_search_seconds += stats["text_seconds"]
+    if report.answered + report.rejected != report.read:  # a bug, never user error: write nothing
+        raise RuntimeError(f"counts do not reconcile: {report.summary()}")
+    os.replace(work / "rejected.jsonl", report.rejected_path)
+    os.replace(work / "results.jsonl", job.out)
+    return report
+
+
+def _read_shard(path: Path) -> Iterator[tuple[int, str]]:
+    with open(path, encoding="utf-8", newline="\n") as f:
+        for line in f:
+            n, _, row = line.rstrip("\n").partition("\t")
+            yield int(n), row
+
+
+def _merged(paths: list[Path]) -> Iterator[tuple[int, str]]:
+    """Line-sorted shards → one stream in line order; a line written twice (a retried bundle) counts once."""
+    last = None
+    for n, row in heapq.merge(*(_read_shard(p) for p in paths), key=lambda r: r[0]):
+        if n != last:
+            yield n, row
+            last = n
+
+
+def _fan_in(paths: list[Path], work: Path) -> list[Path]:
+    """Pre-merge groups of shards until at most MERGE_FAN_IN remain (bounded open files)."""
+    while len(paths) > MERGE_FAN_IN:
+        merged = []
+        for i in range(0, len(paths), MERGE_FAN_IN):
+            dest = work / f"merge-{uuid.uuid4().hex}"
+            with open(dest, "w", encoding="utf-8", newline="\n") as f:
+                f.writelines(f"{n}\t{row}\n" for n, row in _merged(paths[i:i + MERGE_FAN_IN]))
+            merged.append(dest)
+        paths = merged
+    return paths

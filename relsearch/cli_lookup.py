@@ -1,0 +1,62 @@
+"""``relsearch lookup``: the batch lookup job (pipelines/lookup.py) as a command.
+
+Registered in :mod:`relsearch.cli` with ``cli.add_command(lookup)``. Kept free of imports from
+``relsearch.cli`` so that importing either module first works.
+"""
+from __future__ import annotations
+
+import click
+
+
+def _parse_filters(specs) -> dict[str, str]:
+    out = {}
+    for spec in specs:
+        field, sep, value = spec.partition("=")
+        if not sep or not field:
+            raise click.BadParameter(f"expects FIELD=VALUE, got {spec!r}", param_hint="--filter")
+        out[field] = value
+    return out
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("input_file", metavar="INPUT.jsonl", type=click.Path(dir_okay=False))
+@click.option("--index", "index_dir", required=True, type=click.Path(), help="Published index to search.")
+@click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
+@click.option("-k", default=20, show_default=True, type=click.IntRange(min=1), help="Results per input.")
+@click.option("--filter", "filters", multiple=True, help="FIELD=VALUE exact metadata match; repeat = AND.")
+@click.option("--same", "same", multiple=True,
+              help="Keep only results whose FIELD equals the query document's; repeat = AND.")
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSONL (written atomically).")
+@click.option("--with-text", is_flag=True, help="Include each result's text.")
+@click.option("--model", default=None, help="Relation bundle folder (default: the bundle the index was built with).")
+@click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Queries per search call.")
+@click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
+@click.pass_context
+def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_text, model, batch_size, workers):
+    """Answer every line of INPUT.jsonl with a Beam job: its top-k documents in --relation.
+
+    A line is {"id": ...} (an indexed document) or {"id": ..., "text": ...} (new text; with --same it
+    must carry the --same fields). The query document itself is never returned. Results go to --out
+    in input order, one {"query_id", "results"} line per answered input; lines that cannot be
+    answered go to OUT's .rejected.jsonl with line number and reason. Unknown options (--runner,
+    --direct_num_workers, ...) pass through to Apache Beam.
+    """
+    from relsearch.encoder.relations import parse_relation_args
+    from relsearch.pipelines.lookup import LookupInputError, LookupJob, run_lookup
+
+    beam_args = list(ctx.args)
+    if workers and workers > 1:
+        beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+    try:
+        job = LookupJob(input=input_file, index=index_dir, out=out, relations=parse_relation_args(relations), k=k,
+                        filters=_parse_filters(filters), same=tuple(dict.fromkeys(same)), model=model,
+                        with_text=with_text, batch_size=batch_size)
+        report = run_lookup(job, beam_args)
+    except (LookupInputError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(report.summary())
+    click.echo(f"results: {report.out}")
+    if report.rejected:
+        click.echo(f"rejected lines: {report.rejected_path}")
+    click.echo(f"throughput: {report.throughput()}")

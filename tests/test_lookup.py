@@ -1,0 +1,154 @@
+"""The Beam lookup job on the small real index: oracle against Searcher.search, --same, --filter,
+rejections with reasons, new text, atomic output, and the click command."""
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+
+from relsearch.cli_lookup import lookup
+from relsearch.indexer import records as rec
+from relsearch.pipelines import lookup as lk
+from relsearch.pipelines.lookup import LookupInputError, LookupJob, run_lookup
+from relsearch.retrieval.search import Query, Searcher
+from conftest import write_jsonl
+
+SECTOR = "gics_sector"
+
+
+@pytest.fixture(scope="module")
+def searcher(small_index):
+    return Searcher(str(small_index))
+
+
+@pytest.fixture(scope="module")
+def docs(searcher):
+    """id → metadata of every indexed document."""
+    n = searcher.files.docstore.count()
+    return {d["id"]: d["metadata"] for d in searcher.files.docstore.get(list(range(n))).values()}
+
+
+def run(tmp_path, small_index, rows, **kw):
+    inp = write_jsonl(tmp_path / "in.jsonl", rows)
+    report = run_lookup(LookupJob(input=str(inp), index=str(small_index), out=str(tmp_path / "out.jsonl"), **kw))
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    rejected = [json.loads(line) for line in (tmp_path / "out.rejected.jsonl").read_text().splitlines()]
+    return report, out, rejected
+
+
+def pairs(results):
+    return [(r["id"], r["score"]) for r in results]
+
+
+def test_id_inputs_equal_searcher_search_in_input_order_without_self(tmp_path, small_index, searcher, docs):
+    ids = list(docs)[::3][:40]  # 40 inputs, two batches of 32 and a remainder
+    report, out, rejected = run(tmp_path, small_index, [{"id": i} for i in ids], k=7, batch_size=32)
+    assert (report.read, report.answered, report.rejected) == (40, 40, 0) and rejected == []
+    assert [o["query_id"] for o in out] == ids
+    expected = searcher.search([Query(doc_id=i) for i in ids], k=7)
+    for o, hits in zip(out, expected):
+        assert o["query_id"] not in {r["id"] for r in o["results"]} and len(o["results"]) == 7
+        assert pairs(o["results"]) == [(h.id, round(float(h.score), 6)) for h in hits]
+        assert "text" not in o["results"][0] and o["results"][0][SECTOR] == docs[o["results"][0]["id"]][SECTOR]
+    assert report.id_lookups == 40 and report.id_search_seconds > 0 and "id lookups/s" in report.throughput()
+
+
+def test_same_field_gives_k_results_from_the_query_group(tmp_path, small_index, searcher, docs):
+    sectors = {i: m.get(SECTOR) for i, m in docs.items()}
+    ids = [i for i, s in sectors.items() if s][:30] + [next(i for i, s in sectors.items() if s is None)]
+    it = "Information Technology"
+    rows = [{"id": i} for i in ids] + [
+        {"id": "new-chip", "text": "designs and sells semiconductors", SECTOR: it},
+        {"id": "new-bank", "text": "a retail bank"}]  # new text without the --same field
+    report, out, rejected = run(tmp_path, small_index, rows, k=5, same=(SECTOR,), batch_size=8, with_text=True)
+    assert (report.read, report.answered, report.rejected) == (33, 31, 2)
+    assert [(r["line"], r["reason"]) for r in rejected] == [(31, lk.MISSING_SAME_FIELD), (33, lk.MISSING_SAME_FIELD)]
+    assert [o["query_id"] for o in out] == ids[:30] + ["new-chip"]
+    for o in out:
+        value = it if o["query_id"] == "new-chip" else sectors[o["query_id"]]
+        group = sum(s == value for i, s in sectors.items() if i != o["query_id"])
+        assert len(o["results"]) == min(5, group) and {r[SECTOR] for r in o["results"]} == {value}
+        assert o["query_id"] not in {r["id"] for r in o["results"]} and o["results"][0]["text"]
+    first = out[0]  # equal to an exact search within the query's own group
+    hits = searcher.search([Query(doc_id=first["query_id"])], k=5, filters={SECTOR: sectors[first["query_id"]]})[0]
+    assert pairs(first["results"]) == [(h.id, round(float(h.score), 6)) for h in hits]
+
+
+def test_filter_is_an_exact_metadata_match(tmp_path, small_index, searcher, docs):
+    ids = list(docs)[:12]
+    flt = {SECTOR: "Health Care"}
+    report, out, _ = run(tmp_path, small_index, [{"id": i} for i in ids], k=4, filters=flt)
+    assert report.answered == 12
+    expected = searcher.search([Query(doc_id=i) for i in ids], k=4, filters=flt)
+    for o, hits in zip(out, expected):
+        assert {r[SECTOR] for r in o["results"]} == {"Health Care"} and len(o["results"]) == 4
+        assert pairs(o["results"]) == [(h.id, round(float(h.score), 6)) for h in hits]
+
+
+def test_unanswerable_lines_are_rejected_with_reasons_and_counts_reconcile(tmp_path, small_index):
+    rows = [{"id": "ADBE"}, "{oops", "[1, 2]", {"text": "no id"}, {"id": "NO-SUCH-ID"}, {"id": "z", "text": "  "},
+            "", {"id": "", "text": "x"}, {"id": "w", "text": ["list"]}, {"id": 7, "text": "a video game publisher"},
+            {"id": "MMM"}]
+    report, out, rejected = run(tmp_path, small_index, rows, k=3)
+    assert (report.read, report.answered, report.rejected) == (11, 3, 8)
+    assert report.summary().startswith("read 11, answered 3, rejected 8 (")
+    assert [o["query_id"] for o in out] == ["ADBE", "7", "MMM"]
+    assert [(r["line"], r["reason"]) for r in rejected] == [
+        (2, rec.INVALID_JSON), (3, rec.NOT_OBJECT), (4, rec.MISSING_ID), (5, lk.UNKNOWN_ID), (6, rec.EMPTY_TEXT),
+        (7, rec.EMPTY_LINE), (8, rec.EMPTY_ID), (9, rec.NON_STRING_TEXT)]
+    assert "NO-SUCH-ID" in rejected[3]["detail"]
+
+
+def test_new_text_equals_text_search_and_drops_its_own_id(tmp_path, small_index, searcher):
+    adbe = searcher.files.docstore.get([searcher.files.docstore.positions(["ADBE"])["ADBE"]])
+    adbe_text = next(iter(adbe.values()))["text"]
+    text = "operates hospitals and outpatient surgery centers"
+    report, out, _ = run(tmp_path, small_index, [{"id": "q1", "text": text}, {"id": "ADBE", "text": adbe_text}], k=5)
+    assert report.answered == 2 and report.text_lookups == 2
+    hits = searcher.search([Query(text=text)], k=5)[0]
+    # encoded in another batch (other padding), so scores agree to ~1e-4, not bit for bit
+    assert [r["id"] for r in out[0]["results"]] == [h.id for h in hits]
+    assert [r["score"] for r in out[0]["results"]] == pytest.approx([h.score for h in hits], abs=2e-3)
+    as_text = searcher.search([Query(text=adbe_text)], k=6)[0]
+    assert as_text[0].id == "ADBE"  # the same text finds itself first; the job leaves it out
+    assert [r["id"] for r in out[1]["results"]] == [h.id for h in as_text[1:]]
+
+
+def test_a_failed_run_leaves_the_previous_results_untouched(tmp_path, small_index, monkeypatch):
+    (tmp_path / "out.jsonl").write_text("previous\n")
+
+    def broken(*a, **kw):
+        raise RuntimeError("search failed")
+
+    monkeypatch.setattr(lk, "search_batch", broken)
+    with pytest.raises(Exception, match="search failed"):
+        run(tmp_path, small_index, [{"id": "ADBE"}])
+    assert (tmp_path / "out.jsonl").read_text() == "previous\n"
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl", "out.jsonl"]  # no work folder or temp file left
+
+
+def test_job_errors_name_the_bad_value(tmp_path, small_index):
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "ADBE"}])
+    base = dict(input=str(inp), index=str(small_index), out=str(tmp_path / "o.jsonl"))
+    with pytest.raises(LookupInputError, match="available:"):
+        run_lookup(LookupJob(**base, relations={"no-such-relation": 1.0}))
+    with pytest.raises(LookupInputError, match=SECTOR):
+        run_lookup(LookupJob(**base, same=("colour",)))
+    with pytest.raises(LookupInputError, match="does not exist"):
+        run_lookup(LookupJob(**{**base, "input": str(tmp_path / "nope.jsonl")}))
+    with pytest.raises(LookupInputError, match="both name"):
+        LookupJob(**base, same=(SECTOR,), filters={SECTOR: "x"})
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_cli_command_prints_counts_and_throughput(tmp_path, small_index):
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "ADBE"}, {"id": "nope"}, {"id": "MMM"}])
+    out = tmp_path / "res.jsonl"
+    result = CliRunner().invoke(lookup, [str(inp), "--index", str(small_index), "--relation", "identity", "-k", "3",
+                                         "--filter", f"{SECTOR}=Industrials", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "read 3, answered 2, rejected 1 (unknown-id: 1)" in result.output and "lookups/s" in result.output
+    assert "res.rejected.jsonl" in result.output
+    assert [json.loads(line)["query_id"] for line in out.read_text().splitlines()] == ["ADBE", "MMM"]
+    bad = CliRunner().invoke(lookup, [str(inp), "--index", str(small_index), "--relation", "nope", "--out", str(out)])
+    assert bad.exit_code != 0 and "available:" in bad.output
