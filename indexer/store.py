@@ -54,7 +54,11 @@ def new_generation(target: str | os.PathLike) -> Path:
 
 
 def publish(target: str | os.PathLike, gen: Path) -> None:
-    """Atomically point ``target`` at ``gen``, then remove generations nobody points to."""
+    """Atomically point ``target`` at ``gen``, then remove generations nobody points to.
+
+    Shards of interrupted builds (``build-*``) go too: a build can be resumed until another build
+    of the same index succeeds.
+    """
     target = Path(target).absolute()
     tmp_link = target.parent / f".{target.name}.link-{uuid.uuid4().hex[:8]}"
     os.symlink(os.path.relpath(gen, target.parent), tmp_link)
@@ -69,6 +73,10 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
     for gen in gens.glob("*") if gens.is_dir() else []:
         if gen in (current, keep):
             continue
+        if gen.name.startswith("build-"):  # shards of an interrupted build: drop unless one is running
+            if _unlocked(gen / "lock"):
+                shutil.rmtree(gen, ignore_errors=True)
+            continue
         try:
             pid = int(gen.name.split("-")[1])
         except (IndexError, ValueError):
@@ -76,6 +84,19 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
         if pid != os.getpid() and _alive(pid):
             continue  # another build in progress
         shutil.rmtree(gen, ignore_errors=True)
+
+
+def _unlocked(lock: Path) -> bool:
+    import fcntl
+
+    try:
+        with open(lock, "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
 
 
 def _alive(pid: int) -> bool:

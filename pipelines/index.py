@@ -1,20 +1,24 @@
-"""The index job: JSONL corpus → Beam (read, validate, dedupe, encode) → FAISS + docstore.
+"""The index job: JSONL corpus → Beam (read, validate, encode) → FAISS + docstore.
 
-Beam does the parallel part and writes encoded shards into the new index generation; the driver
-then assembles them in input order (so positions are deterministic), builds FAISS and the docstore,
-writes the manifest and publishes the generation atomically (indexer/store.py).
+The driver cuts the input into chunks of whole lines (byte ranges). Beam spreads the chunks over
+workers; each worker parses its chunk, encodes the valid texts in token-sorted batches with one
+model per process, and writes one shard per chunk. Shards live in a build folder keyed by the
+job's inputs, so a killed run re-run with the same arguments skips the chunks already encoded.
+The driver then assembles the shards in input order (positions are deterministic; a later line
+with an already-seen id is rejected as a duplicate), builds FAISS and the docstore, writes the
+manifest and publishes the generation atomically (indexer/store.py).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import threading
 import time
-import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +30,6 @@ from ..indexer import store
 from ..indexer.docstore import DocStore
 from ..indexer.faiss_index import DEFAULT_FACTORY, build_faiss
 
-SHARDS = "shards"
 ENCODER_FILE = "encoder.json"
 
 
@@ -42,7 +45,7 @@ class IndexJob:
     id_field: str = "id"
     text_field: str = "text"
     faiss_factory: str = DEFAULT_FACTORY
-    batch_size: int = 1024  # records per Beam bundle handed to the encoder (sorted inside)
+    chunk_lines: int = 2048  # lines per chunk: the unit of work, of progress and of resumption
     precision: str = "auto"
     max_length: int | None = None
     strict: bool = False
@@ -58,6 +61,7 @@ class IndexReport:
     truncated: int
     reasons: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+    resumed_chunks: int = 0
     published: bool = False
 
     def summary(self) -> str:
@@ -67,36 +71,73 @@ class IndexReport:
         return line
 
 
-# ---------------------------------------------------------------- Beam transforms (pure, per element)
+@dataclass(frozen=True)
+class Chunk:
+    """Lines ``first_line`` … of the input, bytes [start, end)."""
 
-def read_numbered_lines(path: str):
-    """Yield (line_number, raw bytes without the newline); line numbers start at 1."""
+    number: int
+    start: int
+    end: int
+    first_line: int
+    lines: int
+
+
+# ---------------------------------------------------------------- reading
+
+def read_numbered_lines(path: str, start: int = 0, end: int | None = None, first_line: int = 1):
+    """Yield (line_number, raw bytes without the newline) for the lines in bytes [start, end)."""
     with open(path, "rb") as f:
-        for number, line in enumerate(f, 1):
+        f.seek(start)
+        number, pos = first_line, start
+        for line in f:
+            if end is not None and pos >= end:
+                return
+            pos += len(line)
             yield number, line.rstrip(b"\r\n")
+            number += 1
 
 
-def _keep_first_by_line(item, ):
-    """(id, [Record...]) → the earliest line wins; later lines with the same id are rejected."""
-    import apache_beam as beam
+def plan_chunks(path: str, chunk_lines: int) -> list[Chunk]:
+    """Split the file into chunks of ``chunk_lines`` whole lines (one pass over the bytes)."""
+    chunks, start, pos, line, count = [], 0, 0, 1, 0
+    with open(path, "rb") as f:
+        for raw in f:
+            pos += len(raw)
+            count += 1
+            if count == chunk_lines:
+                chunks.append(Chunk(len(chunks), start, pos, line, count))
+                start, line, count = pos, line + count, 0
+    if count:
+        chunks.append(Chunk(len(chunks), start, pos, line, count))
+    return chunks
 
-    _, group = item
-    group = sorted(group, key=lambda r: r.line)
-    yield group[0]
-    for dup in group[1:]:
-        yield beam.pvalue.TaggedOutput(
-            "rejected", rec.Rejection(dup.line, rec.DUPLICATE_ID, f"id {dup.id!r} first seen on line {group[0].line}",
-                                      dup.text[:200]))
+
+def check_input(path: str) -> int:
+    """Raise IndexInputError unless ``path`` is a readable, non-empty file; return its line count."""
+    if not os.path.exists(path):
+        raise IndexInputError(f"input {path} does not exist")
+    if not os.path.isfile(path):
+        raise IndexInputError(f"input {path} is not a file")
+    if not os.access(path, os.R_OK):
+        raise IndexInputError(f"input {path} is not readable")
+    if os.path.getsize(path) == 0:
+        raise IndexInputError(f"input {path} is empty")
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            n, last = n + block.count(b"\n"), block[-1:]
+    return n + (last != b"\n")
 
 
-def _split_parsed(result):
-    import apache_beam as beam
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
-    if isinstance(result, rec.Rejection):
-        yield beam.pvalue.TaggedOutput("rejected", result)
-    else:
-        yield result
 
+# ---------------------------------------------------------------- the per-chunk work (Beam DoFn body)
 
 def _write_atomically(path: Path, write) -> None:
     tmp = path.with_name(path.name + ".tmp")
@@ -104,81 +145,62 @@ def _write_atomically(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
-def _encode_and_write_shard(batch: list, encoder: Encoder, shard_dir: str) -> None:
-    texts = [r.text for r in batch]
-    result = encoder.encode(texts)
-    name = f"{uuid.uuid4().hex}-{len(batch)}"
-    shard = Path(shard_dir)
-    _write_atomically(shard / f"{name}.jsonl", lambda p: p.write_text(
-        "".join(json.dumps({"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata},
-                           ensure_ascii=False) + "\n" for r in batch)))
-    _write_atomically(shard / f"{name}.npz", lambda p: np.savez(
-        open(p, "wb"), vectors=result.vectors, truncated=np.int64(result.truncated)))
+def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, shard_dir: Path) -> None:
+    """Parse, validate and encode one chunk into ``NNNNNN.jsonl`` + ``NNNNNN.npz``.
+
+    The ``.npz`` is written last and atomically: its presence marks the chunk complete.
+    """
+    done = shard_dir / f"{chunk.number:06d}.npz"
+    if done.exists():
+        return
+    parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field)
+              for n, raw in read_numbered_lines(path, chunk.start, chunk.end, chunk.first_line)]
+    records = [r for r in parsed if isinstance(r, rec.Record)]
+    result = encoder.encode([r.text for r in records])
+    rows = [{"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata} for r in records]
+    rows += [{"rejected": r.to_json()} for r in parsed if isinstance(r, rec.Rejection)]
+    _write_atomically(shard_dir / f"{chunk.number:06d}.jsonl", lambda p: p.write_text(
+        "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)))
+    _write_atomically(done, lambda p: np.savez(open(p, "wb"), vectors=result.vectors,
+                                               truncated=np.int64(result.truncated), lines=np.int64(chunk.lines)))
 
 
-class EncodeShards:
-    """DoFn factory: one encoder per worker process (Beam ``Shared``), one shard per batch."""
-
-    def __new__(cls, encoder_config: EncoderConfig, shard_dir: str):
-        import apache_beam as beam
-        from apache_beam.utils import shared
-
-        class _EncodeShards(beam.DoFn):
-            def __init__(self):
-                self._shared = shared.Shared()
-
-            def setup(self):
-                # keep the holder: Shared only weakly references it, and dropping it reloads the model
-                self._holder = self._shared.acquire(lambda: _Holder(Encoder(encoder_config)), tag=repr(encoder_config))
-                self._encoder = self._holder.value
-                identity = Path(shard_dir) / ENCODER_FILE
-                if not identity.exists():  # tells the driver exactly which encoder wrote the shards
-                    _write_atomically(identity, lambda p: p.write_text(json.dumps(self._encoder.identity)))
-
-            def process(self, batch):
-                _encode_and_write_shard(batch, self._encoder, shard_dir)
-
-        return _EncodeShards()
-
-
-class _Holder:  # Shared needs a weak-referenceable object
+class _Holder:  # Beam's Shared keeps only a weak reference to what it caches
     def __init__(self, value):
         self.value = value
 
 
-def _write_rejections(batch: list, shard_dir: str) -> None:
-    path = Path(shard_dir) / f"{uuid.uuid4().hex}.rejected.jsonl"
-    _write_atomically(path, lambda p: p.write_text("".join(json.dumps(r.to_json(), ensure_ascii=False) + "\n" for r in batch)))
+def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig, shard_dir: str):
+    import apache_beam as beam
+    from apache_beam.utils import shared
+
+    class EncodeChunks(beam.DoFn):
+        """One encoder per worker process (Beam ``Shared``); one shard per chunk."""
+
+        def __init__(self):
+            self._shared = shared.Shared()
+
+        def setup(self):
+            self._holder = self._shared.acquire(lambda: _Holder(Encoder(encoder_config)), tag=repr(encoder_config))
+            identity = Path(shard_dir) / ENCODER_FILE  # tells the driver which encoder wrote the shards
+            if not identity.exists():
+                _write_atomically(identity, lambda p: p.write_text(json.dumps(self._holder.value.identity)))
+
+        def process(self, chunk):
+            encode_chunk(chunk, path=path, job=job, encoder=self._holder.value, shard_dir=Path(shard_dir))
+
+    return EncodeChunks()
 
 
-def build_pipeline(p, job: IndexJob, encoder_config: EncoderConfig, shard_dir: str, *, reshuffle: bool):
-    """Wire the Beam graph onto pipeline ``p``; outputs are shard files in ``shard_dir``."""
+def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: EncoderConfig, shard_dir: str):
+    """Wire the Beam graph onto pipeline ``p``; its output is the shard files in ``shard_dir``."""
     import apache_beam as beam
 
-    lines = p | "Input" >> beam.Create([job.input]) | "ReadLines" >> beam.FlatMap(read_numbered_lines)
-    if reshuffle:  # spread one input file across workers
-        lines = lines | beam.Reshuffle()
-    parsed = (
-        lines
-        | "Parse" >> beam.Map(lambda item, i=job.id_field, t=job.text_field: rec.parse_line(*item, id_field=i, text_field=t))
-        | "Split" >> beam.FlatMap(_split_parsed).with_outputs("rejected", main="records")
-    )
-    unique = (
-        parsed.records
-        | "KeyById" >> beam.Map(lambda r: (r.id, r))
-        | "GroupById" >> beam.GroupByKey()
-        | "Dedupe" >> beam.FlatMap(_keep_first_by_line).with_outputs("rejected", main="records")
-    )
     (
-        unique.records
-        | "Batch" >> beam.BatchElements(min_batch_size=job.batch_size, max_batch_size=job.batch_size)
-        | "Encode" >> beam.ParDo(EncodeShards(encoder_config, shard_dir))
-    )
-    (
-        (parsed.rejected, unique.rejected)
-        | "AllRejected" >> beam.Flatten()
-        | "BatchRejected" >> beam.BatchElements(min_batch_size=1000, max_batch_size=10000)
-        | "WriteRejected" >> beam.Map(_write_rejections, shard_dir)
+        p
+        | "Chunks" >> beam.Create(chunks)
+        | "Spread" >> beam.Reshuffle()  # one input file spreads over all workers
+        | "Encode" >> beam.ParDo(_encode_chunks_dofn(os.path.abspath(job.input), job, encoder_config, shard_dir))
     )
 
 
@@ -195,89 +217,89 @@ def pipeline_options(beam_args: list[str]):
 
 # ---------------------------------------------------------------- driver
 
-def count_lines(path: str) -> int:
-    n, last = 0, b"\n"
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            n += block.count(b"\n")
-            last = block[-1:]
-    return n + (last != b"\n")
+def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> Path:
+    """Where shards of this exact job live: same input and settings → same folder → resumable."""
+    key = hashlib.sha256(json.dumps({
+        "input": input_sha, "encoder": asdict(encoder_config), "id": job.id_field, "text": job.text_field,
+        "chunk_lines": job.chunk_lines}, sort_keys=True).encode()).hexdigest()[:16]
+    target = Path(job.index).absolute()
+    return store.generations_dir(target) / f"build-{key}"
 
 
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _check_input(path: str) -> int:
-    if not os.path.exists(path):
-        raise IndexInputError(f"input {path} does not exist")
-    if not os.path.isfile(path):
-        raise IndexInputError(f"input {path} is not a file")
-    if not os.access(path, os.R_OK):
-        raise IndexInputError(f"input {path} is not readable")
-    n = count_lines(path)
-    if n == 0:
-        raise IndexInputError(f"input {path} is empty")
-    return n
-
-
-def _watch_progress(shard_dir: Path, total: int, stop: threading.Event, enabled: bool) -> None:
-    """Show encoding progress by counting rows in finished shards (works for any local runner)."""
+def _watch_progress(shard_dir: Path, total: int, already: int, stop: threading.Event, enabled: bool) -> None:
+    """Show progress by counting lines in finished shards (works for any local runner)."""
     from tqdm import tqdm
 
-    with tqdm(total=total, unit="doc", desc="encoding", disable=not enabled, mininterval=1.0) as bar:
-        while True:
-            done = sum(int(p.stem.rsplit("-", 1)[1]) for p in shard_dir.glob("*.npz"))
-            bar.update(done - bar.n)
-            if stop.wait(0.5):
-                done = sum(int(p.stem.rsplit("-", 1)[1]) for p in shard_dir.glob("*.npz"))
-                bar.update(done - bar.n)
-                return
+    def done() -> int:
+        n = 0
+        for p in shard_dir.glob("*.npz"):
+            try:
+                with np.load(p) as data:
+                    n += int(data["lines"])
+            except (OSError, ValueError, KeyError):
+                pass
+        return n
+
+    with tqdm(total=total, initial=already, unit="line", desc="indexing", disable=not enabled,
+              mininterval=1.0, smoothing=0.1) as bar:
+        while not stop.wait(1.0):
+            bar.update(done() - bar.n)
+        bar.update(done() - bar.n)
 
 
 def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None = None) -> IndexReport:
     """Run the whole index job; publish the new index only if it is complete and valid.
 
-    Raises IndexInputError (nothing written) for missing/empty/unusable input.
+    Raises IndexInputError (nothing published) for missing/empty/unusable input.
     """
     import apache_beam as beam
 
     started = time.perf_counter()
-    total_lines = _check_input(job.input)
+    check_input(job.input)
     bundle = bundle or load_bundle(job.model)
     encoder_config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
                                    precision=job.precision)
-    gen = store.new_generation(job.index)
-    shard_dir = gen / SHARDS
-    shard_dir.mkdir()
-    stop = threading.Event()
-    watcher = threading.Thread(target=_watch_progress, args=(shard_dir, total_lines, stop, job.progress), daemon=True)
-    watcher.start()
-    options = pipeline_options(list(beam_args))
-    try:
-        workers = options.get_all_options().get("direct_num_workers") or 1
+    input_sha = file_sha256(job.input)
+    chunks = plan_chunks(job.input, job.chunk_lines)
+    if Path(job.index).exists() and not Path(job.index).is_symlink():
+        raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")
+    build = _build_dir(job, encoder_config, input_sha)
+    build.mkdir(parents=True, exist_ok=True)
+    with open(build / "lock", "w") as lock:
         try:
-            with beam.Pipeline(options=options) as p:
-                build_pipeline(p, job, encoder_config, str(shard_dir), reshuffle=workers != 1)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise IndexInputError(f"another `relsearch index` is building {job.index} from the same input") from None
+        resumed = [c for c in chunks if (build / f"{c.number:06d}.npz").exists()]
+        stop = threading.Event()
+        watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
+            build, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, job.progress))
+        watcher.start()
+        try:
+            with beam.Pipeline(options=pipeline_options(list(beam_args))) as p:
+                build_pipeline(p, job, [c for c in chunks if c not in resumed], encoder_config, str(build))
         finally:
             stop.set()
             watcher.join()
-        report = _assemble(gen, job, bundle, total_lines)
-        report.seconds = time.perf_counter() - started
-        if report.indexed == 0:
-            raise IndexInputError(f"no valid records in {job.input}: {report.summary()}")
-        if job.strict and report.rejected:
-            raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
-                                  f"rejected lines in {_keep_rejections(gen, job.index)}")
-    except BaseException:
-        shutil.rmtree(gen, ignore_errors=True)  # the published index, if any, is untouched
-        raise
-    store.publish(job.index, gen)
+        gen = store.new_generation(job.index)
+        try:
+            report = _assemble(gen, build, job, bundle, chunks, input_sha)
+            report.seconds, report.resumed_chunks = time.perf_counter() - started, len(resumed)
+            if report.indexed == 0:
+                raise IndexInputError(f"no valid records in {job.input}: {report.summary()}")
+            if job.strict and report.rejected:
+                raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
+                                      f"rejected lines in {_keep_rejections(gen, job.index)}")
+        except IndexInputError:  # the same input would fail the same way: nothing worth resuming
+            shutil.rmtree(gen, ignore_errors=True)
+            shutil.rmtree(build, ignore_errors=True)
+            raise
+        except BaseException:
+            shutil.rmtree(gen, ignore_errors=True)  # the published index, if any, is untouched
+            raise
+        store.publish(job.index, gen)
+    shutil.rmtree(build, ignore_errors=True)  # done: the shards are in the published index now
     report.published = True
     return report
 
@@ -289,28 +311,29 @@ def _keep_rejections(gen: Path, target: str) -> str:
     return dest
 
 
-def _assemble(gen: Path, job: IndexJob, bundle: Bundle, total_lines: int) -> IndexReport:
-    """Merge shards in input-line order into vectors.npy, index.faiss, docstore and manifest."""
-    shard_dir = gen / SHARDS
-    docs, vector_parts, truncated = [], [], 0
-    for npz in sorted(shard_dir.glob("*.npz")):
-        with np.load(npz) as data:
-            vector_parts.append(data["vectors"])
-            truncated += int(data["truncated"])
-        docs += [json.loads(line) for line in npz.with_suffix(".jsonl").read_text().splitlines()]
-    rejected = [json.loads(line) for p in sorted(shard_dir.glob("*.rejected.jsonl"))
-                for line in p.read_text().splitlines()]
+def _assemble(gen: Path, build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk],
+              input_sha: str) -> IndexReport:
+    """Merge shards in input order into vectors.npy, index.faiss, docstore, rejected.jsonl, manifest."""
+    docs, parts, rejected, truncated, seen = [], [], [], 0, {}
+    for chunk in chunks:
+        with np.load(build / f"{chunk.number:06d}.npz") as data:
+            vectors, truncated = data["vectors"], truncated + int(data["truncated"])
+        rows = [json.loads(line) for line in (build / f"{chunk.number:06d}.jsonl").read_text().splitlines()]
+        keep = []
+        for row in (r for r in rows if "rejected" not in r):
+            first = seen.setdefault(row["id"], row["line"])
+            keep.append(first == row["line"])
+            if not keep[-1]:
+                rejected.append(rec.Rejection(row["line"], rec.DUPLICATE_ID, f"id {row['id']!r} first seen on line "
+                                              f"{first}", row["text"][:200]).to_json())
+        docs += [row for row, k in zip((r for r in rows if "rejected" not in r), keep) if k]
+        parts.append(vectors[np.asarray(keep, dtype=bool)] if keep else vectors[:0])
+        rejected += [r["rejected"] for r in rows if "rejected" in r]
     rejected.sort(key=lambda r: r["line"])
     with open(gen / store.REJECTED_FILE, "w") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejected)
-
-    raw = np.concatenate(vector_parts) if vector_parts else np.zeros((0, bundle.encoder.get("dim") or 0), np.float32)
-    order = np.argsort([d["line"] for d in docs], kind="stable")
-    docs = [docs[i] for i in order]
-    raw = raw[order]
-    norms = np.linalg.norm(raw, axis=1)
-    unit = (raw / np.maximum(norms, 1e-12)[:, None]).astype(np.float32)
-    report = IndexReport(index=job.index, read=total_lines, indexed=len(docs), rejected=len(rejected),
+    read = sum(c.lines for c in chunks)
+    report = IndexReport(index=job.index, read=read, indexed=len(docs), rejected=len(rejected),
                          truncated=truncated, reasons=Counter(r["reason"] for r in rejected))
     if report.indexed + report.rejected != report.read:  # a bug, never user error: refuse to publish
         raise RuntimeError(f"counts do not reconcile: {report.summary()}")
@@ -319,23 +342,23 @@ def _assemble(gen: Path, job: IndexJob, bundle: Bundle, total_lines: int) -> Ind
 
     import faiss
 
+    raw = np.concatenate(parts)
+    norms = np.linalg.norm(raw, axis=1)
+    unit = (raw / np.maximum(norms, 1e-12)[:, None]).astype(np.float32)
     np.save(gen / store.VECTORS_FILE, unit)
     faiss.write_index(build_faiss(unit, job.faiss_factory), str(gen / store.FAISS_FILE))
     docstore = DocStore(str(gen / store.DOCSTORE_FILE), create=True)
     docstore.add((pos, d["id"], d["text"], d["metadata"], n) for pos, (d, n) in enumerate(zip(docs, norms)))
     docstore.close()
-    metadata_fields = sorted({k for d in docs for k in d["metadata"]})
-    encoder_identity = json.loads((shard_dir / ENCODER_FILE).read_text())
     store.write_manifest(gen, {
-        "encoder": encoder_identity,
+        "encoder": json.loads((build / ENCODER_FILE).read_text()),
         "bundle": {"path": os.path.abspath(bundle.path) if bundle.path else None, "fingerprint": bundle.fingerprint,
                    "operators": sorted(bundle.operators)},
         "counts": {"read": report.read, "indexed": report.indexed, "rejected": report.rejected,
                    "truncated": truncated},
         "faiss": {"factory": job.faiss_factory, "metric": "inner_product", "ntotal": len(docs)},
-        "fields": {"id": job.id_field, "text": job.text_field, "metadata": metadata_fields},
-        "input": {"path": os.path.abspath(job.input), "sha256": file_sha256(job.input)},
+        "fields": {"id": job.id_field, "text": job.text_field, "metadata": sorted({k for d in docs for k in d["metadata"]})},
+        "input": {"path": os.path.abspath(job.input), "sha256": input_sha},
         "dim": int(unit.shape[1]),
     })
-    shutil.rmtree(shard_dir)
     return report

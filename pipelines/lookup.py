@@ -27,7 +27,7 @@ from functools import partial
 from pathlib import Path
 
 from ..indexer import records as rec
-from .index import IndexInputError, _check_input, pipeline_options, read_numbered_lines
+from .index import IndexInputError, check_input, pipeline_options, read_numbered_lines
 
 # Rejection reasons beyond indexer/records.py's (stable strings: they appear in the rejected file).
 UNKNOWN_ID = "unknown-id"
@@ -329,7 +329,7 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
 
     started = clock()
     try:
-        total = _check_input(job.input)
+        total = check_input(job.input)
     except IndexInputError as e:
         raise LookupInputError(str(e)) from e
     if not os.path.exists(job.index):

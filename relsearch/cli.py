@@ -49,14 +49,15 @@ model_option = click.option(
 @click.option("--text-field", default="text", show_default=True)
 @click.option("--faiss-index", "faiss_factory", default="Flat", show_default=True,
               help="FAISS index-factory string, e.g. Flat, HNSW32, IVF1024,Flat.")
-@click.option("--batch-size", default=1024, show_default=True, help="Records per encoder bundle.")
+@click.option("--chunk-lines", default=2048, show_default=True,
+              help="Lines per chunk: the unit of parallel work, progress and resumption.")
 @click.option("--max-length", type=int, default=None, help="Token limit per text (default: the model's).")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
 @click.option("--strict", is_flag=True, help="Exit non-zero (and keep the old index) if any line is rejected.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @click.pass_context
-def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, batch_size, max_length, precision,
+def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, chunk_lines, max_length, precision,
           workers, strict, quiet):
     """Encode CORPUS (JSONL) with a Beam pipeline into a FAISS index + docstore at --index.
 
@@ -69,12 +70,14 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, ba
     if workers and workers > 1:
         beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     job = IndexJob(input=corpus, index=index_dir, model=model, id_field=id_field, text_field=text_field,
-                   faiss_factory=faiss_factory, batch_size=batch_size, max_length=max_length,
+                   faiss_factory=faiss_factory, chunk_lines=chunk_lines, max_length=max_length,
                    precision=precision, strict=strict, progress=not quiet)
     try:
         report = run_index(job, beam_args)
     except (IndexInputError, FileExistsError, ValueError) as e:
         _fail(str(e))
+    if report.resumed_chunks:
+        click.echo(f"resumed: {report.resumed_chunks} chunks were already encoded by an interrupted run")
     click.echo(report.summary())
     if report.truncated:
         click.echo(f"{report.truncated} texts were longer than the encoder's max length and were truncated")

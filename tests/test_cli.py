@@ -39,25 +39,31 @@ def test_index_then_query_json_from_console_script(tmp_path, small_corpus):
     assert missing.returncode != 0 and "does not exist" in missing.stderr and not (tmp_path / "idx2").exists()
 
 
-def test_sigkill_mid_run_leaves_previous_index_answering(tmp_path, small_index):
-    """Kill `relsearch index` while it is encoding; the old index still answers queries."""
+def test_sigkill_mid_run_keeps_previous_index_and_rerun_resumes(tmp_path, small_index):
+    """Kill `relsearch index` while it encodes: the old index still answers; the same command
+    again resumes from the finished chunks and publishes the complete index."""
     target = tmp_path / "idx"
     shutil.copytree(os.path.realpath(small_index), tmp_path / "gen-old")
     os.symlink(tmp_path / "gen-old", target)
     before = run("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").stdout
-    corpus = shared("russell3000_companies", "corpus.jsonl")
-    proc = subprocess.Popen([RELSEARCH, "index", str(corpus), "--index", str(target), "--batch-size", "64",
-                             "--text-field", "text_bloomberg", "--quiet"],
-                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    captions = shared("flickr8k_captions", "corpus.jsonl").read_text().splitlines()[:2000]
+    corpus = tmp_path / "captions.jsonl"
+    corpus.write_text("\n".join(captions) + "\n")
+    args = ["index", corpus, "--index", target, "--chunk-lines", "100", "--quiet"]
+    proc = subprocess.Popen([RELSEARCH, *map(str, args)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     gens = tmp_path / ".idx.generations"
     deadline = time.time() + 300
-    while time.time() < deadline and not list(gens.glob("*/shards/*.npz")):
-        time.sleep(0.2)  # wait until it has really started encoding
+    while time.time() < deadline and len(list(gens.glob("build-*/*.npz"))) < 2:
+        time.sleep(0.1)  # wait until it has really encoded something
     assert proc.poll() is None, "indexing finished before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    finished = len(list(gens.glob("build-*/*.npz")))
     assert run("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").stdout == before
     assert os.path.realpath(target) == str(tmp_path / "gen-old")
+    out = run(*args).stdout
+    assert f"resumed: {finished} chunks" in out and "read 2000, indexed 2000, rejected 0" in out
+    assert "image" in json.loads(run("query", "--index", target, "two dogs play", "-k", "1", "--json").stdout)
 
 
 def test_relations_and_score_commands():

@@ -88,3 +88,37 @@ def test_bad_faiss_factory_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="index-factory"):
         run_index(job(write_jsonl(tmp_path / "a.jsonl", GOOD[:3]), tmp_path / "idx", faiss_factory="Nonsense42"))
     assert not (tmp_path / "idx").exists()
+
+
+def test_interrupted_build_resumes_and_matches_an_uninterrupted_one(tmp_path, small_corpus, monkeypatch):
+    from relsearch.pipelines import index as index_job
+
+    clean = run_index(job(small_corpus, tmp_path / "clean", chunk_lines=25))
+    real, log = index_job.encode_chunk, tmp_path / "encoded.log"  # Beam pickles the DoFn: count in a file
+
+    def crash_after_two(chunk, **kw):
+        if chunk.number >= 2:
+            raise KeyboardInterrupt  # what Ctrl-C raises; SIGKILL is covered in test_cli.py
+        real(chunk, **kw)
+
+    def logged(chunk, **kw):
+        with open(log, "a") as f:
+            f.write(f"{chunk.number}\n")
+        real(chunk, **kw)
+
+    monkeypatch.setattr(index_job, "encode_chunk", crash_after_two)
+    with pytest.raises(Exception):
+        run_index(job(small_corpus, tmp_path / "idx", chunk_lines=25))
+    assert not (tmp_path / "idx").exists()
+    finished = {int(p.stem) for p in (tmp_path / ".idx.generations").glob("build-*/*.npz")}
+    assert finished <= {0, 1}  # chunk order after Reshuffle is not fixed; whatever finished is kept
+    monkeypatch.setattr(index_job, "encode_chunk", logged)
+    resumed = run_index(job(small_corpus, tmp_path / "idx", chunk_lines=25))
+    # 5 chunks of ≤ 25 lines: only the unfinished ones are encoded again
+    assert resumed.resumed_chunks == len(finished)
+    assert sorted(map(int, log.read_text().split())) == sorted({0, 1, 2, 3, 4} - finished)
+    a, b = open_index(tmp_path / "clean"), open_index(tmp_path / "idx")
+    assert (resumed.read, resumed.indexed) == (clean.read, clean.indexed) == (120, 120)
+    np.testing.assert_array_equal(np.asarray(a.vectors), np.asarray(b.vectors))
+    assert a.docstore.get(list(range(120))) == b.docstore.get(list(range(120)))
+    assert os.listdir(tmp_path / ".idx.generations") == [os.path.basename(os.path.realpath(tmp_path / "idx"))]
