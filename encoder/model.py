@@ -29,7 +29,8 @@ class EncoderConfig:
     max_length: int | None = None
     device: str = "auto"
     precision: str = "auto"
-    token_budget: int = 16384  # padded tokens per forward pass
+    token_budget: int | None = None  # padded tokens per forward pass; None = by device
+    threads: int | None = None  # torch intra-op threads; set per worker when several share a machine
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,17 @@ def choose_device_and_dtype(device: str, precision: str, *, cuda_available: bool
     return device, dtype
 
 
+def default_token_budget(device: str) -> int:
+    """Padded tokens per forward pass: big batches keep a GPU busy; on CPU, past ~16k tokens
+    bigger batches only cost memory (measured with all-MiniLM-L6-v2 on 2 cores)."""
+    return 131072 if device.startswith("cuda") else 16384
+
+
+# Widths are padded to a multiple of this: fewer distinct shapes means oneDNN/cuBLAS reuse their
+# kernels instead of preparing new ones per sequence length.
+WIDTH_MULTIPLE = 8
+
+
 class Encoder:
     """A Hugging Face transformer with mean or CLS pooling, batched by token count."""
 
@@ -143,6 +155,9 @@ class Encoder:
                 f"{DEFAULT_MODEL!r} or a local path."
             ) from e
         self.model.to(self.device).eval()
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.token_budget = config.token_budget or default_token_budget(self.device)
         limit = min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
         self.max_length = min(config.max_length or st_max_len or limit, limit)
         self.dim = int(self.model.config.hidden_size)
@@ -179,15 +194,16 @@ class Encoder:
         with torch.inference_mode():
             start = 0
             while start < n:
-                width = int(lengths[order[start]])
-                size = max(1, self.config.token_budget // max(width, 1))
+                longest = int(lengths[order[start]])
+                width = min(-(-longest // WIDTH_MULTIPLE) * WIDTH_MULTIPLE, self.max_length)
+                size = max(1, self.token_budget // width)
                 batch = order[start:start + size]
                 input_ids = np.full((len(batch), width), pad_id, dtype=np.int64)
                 mask = np.zeros((len(batch), width), dtype=np.int64)
                 for row, i in enumerate(batch):
                     seq = ids[i]
-                    if len(seq) > width:  # keep the final [SEP]-like token, as the tokenizer would
-                        seq = seq[: width - 1] + seq[-1:]
+                    if len(seq) > self.max_length:  # keep the final [SEP]-like token, as the tokenizer would
+                        seq = seq[: self.max_length - 1] + seq[-1:]
                     input_ids[row, : len(seq)] = seq
                     mask[row, : len(seq)] = 1
                 out[batch] = self._forward(torch.from_numpy(input_ids), torch.from_numpy(mask))
@@ -199,7 +215,11 @@ class Encoder:
     def _forward(self, input_ids, mask) -> np.ndarray:
         import torch
 
-        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        if self.device.startswith("cuda"):  # pinned host memory: asynchronous copies to the GPU
+            input_ids = input_ids.pin_memory().to(self.device, non_blocking=True)
+            mask = mask.pin_memory().to(self.device, non_blocking=True)
+        else:
+            input_ids, mask = input_ids.to(self.device), mask.to(self.device)
         hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()
         if self.pooling == "cls":
             pooled = hidden[:, 0]

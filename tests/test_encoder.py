@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from relsearch.encoder.model import Encoder, EncoderConfig, choose_device_and_dtype, resolve_model_path
+from relsearch.encoder.model import (Encoder, EncoderConfig, choose_device_and_dtype, default_token_budget,
+                                     resolve_model_path)
 from conftest import DEMO_CORPUS
 
 
@@ -51,6 +52,7 @@ def test_device_and_precision_dispatch():
     assert choose_device_and_dtype("auto", "auto", cuda_available=False, amx=True) == ("cpu", torch.bfloat16)
     assert choose_device_and_dtype("auto", "auto", cuda_available=False, amx=False) == ("cpu", torch.float32)
     assert choose_device_and_dtype("cpu", "fp32", cuda_available=True, amx=True) == ("cpu", torch.float32)
+    assert default_token_budget("cuda:0") > default_token_budget("cpu")
     with pytest.raises(ValueError, match="unknown precision"):
         choose_device_and_dtype("cpu", "int4", cuda_available=False, amx=False)
 
@@ -58,3 +60,10 @@ def test_device_and_precision_dispatch():
 def test_unreachable_model_gives_clear_error():
     with pytest.raises(RuntimeError, match="cannot load encoder"):
         Encoder(EncoderConfig(model="no-such-org/no-such-model"))
+
+
+def test_batching_by_token_budget_does_not_change_vectors(encoder):
+    sample = texts(30) + ["tiny"] * 3
+    small = Encoder(EncoderConfig(token_budget=300))
+    np.testing.assert_allclose(small.encode(sample).vectors, encoder.encode(sample).vectors, atol=0.05)
+    assert cos(small.encode(sample).vectors, encoder.encode(sample).vectors).min() > 0.9995
