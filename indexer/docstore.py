@@ -17,10 +17,14 @@ CREATE TABLE docs (
 
 
 class DocStore:
-    def __init__(self, path: str, *, create: bool = False):
+    """``create``: a new file; ``write``: open an unpublished copy for a mutation; else read-only."""
+
+    def __init__(self, path: str, *, create: bool = False, write: bool = False):
         if create:
             self.conn = sqlite3.connect(path)
             self.conn.executescript(SCHEMA)
+        elif write:
+            self.conn = sqlite3.connect(path)
         else:  # read-only: a reader never writes to a published index
             self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
 
@@ -40,13 +44,17 @@ class DocStore:
         return out
 
     def get(self, positions: list[int]) -> dict[int, dict]:
-        """pos → {"id", "text", "norm", "metadata"} for the given positions."""
-        out = {}
-        for chunk in _chunks([int(p) for p in positions], 500):
-            q = f"SELECT pos, id, text, meta, norm FROM docs WHERE pos IN ({','.join('?' * len(chunk))})"
-            for pos, doc_id, text, meta, norm in self.conn.execute(q, chunk):
-                out[pos] = {"id": doc_id, "text": text, "norm": norm, "metadata": json.loads(meta)}
-        return out
+        """pos → {"id", "text", "norm", "metadata"} for the given positions (absent ones are skipped).
+
+        One statement (the positions travel as one JSON array) and one JSON decode for all the
+        metadata: the per-row cost is what bounds a results page, so it is kept to the minimum.
+        """
+        wanted = json.dumps([int(p) for p in positions])
+        q = "SELECT pos, id, text, meta, norm FROM docs WHERE pos IN (SELECT value FROM json_each(?))"
+        rows = self.conn.execute(q, (wanted,)).fetchall()
+        metas = json.loads("[" + ",".join(r[3] for r in rows) + "]") if rows else []
+        return {pos: {"id": doc_id, "text": text, "norm": norm, "metadata": meta}
+                for (pos, doc_id, text, _, norm), meta in zip(rows, metas)}
 
     def matching(self, filters: dict[str, str]) -> list[int]:
         """Positions whose metadata equals every filter value (string or JSON-literal match)."""
@@ -64,6 +72,28 @@ class DocStore:
             args += [path, *alternatives]
         q = "SELECT pos FROM docs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY pos"
         return [p for (p,) in self.conn.execute(q, args)]
+
+    def delete(self, ids: list[str]) -> dict[str, int]:
+        """Remove documents by id; returns id → the position each one had (absent ids are skipped)."""
+        found = self.positions(ids)
+        for chunk in _chunks(list(found), 500):
+            self.conn.execute(f"DELETE FROM docs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+        self.conn.commit()
+        return found
+
+    def rows(self, batch: int = 10_000):
+        """Yield lists of (pos, id, text, metadata, norm) in position order."""
+        cur = self.conn.execute("SELECT pos, id, text, meta, norm FROM docs ORDER BY pos")
+        while rows := cur.fetchmany(batch):
+            yield [(p, i, t, json.loads(m), n) for p, i, t, m, n in rows]
+
+    def live_positions(self) -> list[int]:
+        return [p for (p,) in self.conn.execute("SELECT pos FROM docs ORDER BY pos")]
+
+    def metadata_fields(self) -> list[str]:
+        """Sorted union of metadata keys over all documents."""
+        q = "SELECT DISTINCT j.key FROM docs, json_each(docs.meta) AS j ORDER BY j.key"
+        return [k for (k,) in self.conn.execute(q)]
 
     def count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM docs").fetchone()[0]

@@ -1,32 +1,132 @@
-"""FAISS inner-product indexes over unit vectors, built from an index-factory string."""
+"""FAISS inner-product indexes over unit vectors: choose (``auto`` or a factory string), train on a
+sample, add in blocks (GPU when present), tune search parameters, describe it for the manifest.
+
+Memory during a build: the vectors are read block by block from ``vectors.npy`` (a memory map),
+so beyond the index itself a build holds one training sample (≤ ``train_cap`` rows), one add
+block and the tuning queries' exact search blocks (~64 MiB).
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 import numpy as np
 
-DEFAULT_FACTORY = "Flat"
+from . import gpu
+from .tuning import AutoPolicy, TuningConfig, choose_factory, exact_scores, tune
+
+DEFAULT_FACTORY = "auto"
 
 
-def build_faiss(vectors: np.ndarray, factory: str = DEFAULT_FACTORY, *, seed: int = 0,
-                train_sample: int = 200_000):
-    """(n, d) float32 unit vectors → a trained, filled FAISS index with inner-product metric.
+@dataclass(frozen=True, kw_only=True)
+class FaissSpec:
+    """How to build the FAISS index. ``factory``: ``auto`` or any FAISS index-factory string."""
 
-    ``factory`` is any FAISS index-factory string ("Flat", "HNSW32", "IVF1024,Flat", ...).
-    Indexes that need training are trained on a seeded sample of at most ``train_sample`` rows.
-    """
+    factory: str = DEFAULT_FACTORY
+    recall_target: float = 0.95
+    k: int = 10  # the k of the tuned recall@k
+    tune_queries: int = 500
+    seed: int = 0
+    device: str = "auto"  # "auto": GPU when faiss-gpu sees a CUDA device, else CPU; "cpu": never GPU
+    policy: AutoPolicy = field(default_factory=AutoPolicy)
+    add_block: int = 65_536
+    train_cap: int = 200_000
+
+    def __post_init__(self):
+        if not 0.0 < self.recall_target <= 1.0:
+            raise ValueError(f"recall target must be in (0, 1], got {self.recall_target}")
+        if self.device not in gpu.DEVICES:
+            raise ValueError(f"device {self.device!r} is unknown; choose one of {', '.join(gpu.DEVICES)}")
+
+
+def new_index(d: int, factory: str):
     import faiss
 
-    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    n, d = vectors.shape
     try:
         index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError as e:
         raise ValueError(f"invalid FAISS index-factory string {factory!r}: {e}") from e
-    if not index.is_trained:
-        rng = np.random.default_rng(seed)
-        sample = vectors if n <= train_sample else vectors[rng.choice(n, train_sample, replace=False)]
-        try:
-            index.train(sample)
-        except RuntimeError as e:
-            raise ValueError(f"cannot train FAISS index {factory!r} on {len(sample)} vectors: {e}") from e
-    index.add(vectors)
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None and isinstance(faiss.downcast_index(ivf), faiss.IndexIVFPQ):
+        ivf = faiss.downcast_index(ivf)
+        ivf.do_polysemous_training = False  # Hamming filtering is unused with inner products; it costs minutes
     return index
+
+
+def train_size(index, n: int, cap: int = 200_000) -> int:
+    """Rows to train on: ~64 per IVF list (FAISS k-means uses at most 256), ≥ 65536 for PQ/SQ codebooks."""
+    import faiss
+
+    ivf = faiss.try_extract_index_ivf(index)
+    wanted = max(64 * ivf.nlist, 65_536) if ivf is not None else 65_536
+    return min(n, cap, wanted)
+
+
+def _sample(vectors: np.ndarray, size: int, seed: int) -> np.ndarray:
+    n = len(vectors)
+    if size >= n:
+        return np.ascontiguousarray(vectors, dtype=np.float32)
+    rows = np.sort(np.random.default_rng(seed).choice(n, size, replace=False))  # sorted: sequential reads
+    return np.ascontiguousarray(vectors[rows], dtype=np.float32)
+
+
+def blocks_of(vectors: np.ndarray, block: int):
+    """A callable yielding contiguous float32 blocks of ``vectors`` (re-iterable, for GPU fallback)."""
+    def gen():
+        for start in range(0, len(vectors), block):
+            yield np.ascontiguousarray(vectors[start:start + block], dtype=np.float32)
+    return gen
+
+
+def build_faiss(vectors: np.ndarray, factory: str = "Flat", *, seed: int = 0, train_cap: int = 200_000,
+                block: int = 65_536, device: str = "auto", facts: gpu.GpuFacts | None = None):
+    """(n, d) float32 unit vectors → (trained, filled FAISS index, device used: "gpu"/"cpu").
+
+    ``factory`` is any FAISS index-factory string ("Flat", "HNSW32", "IVF1024,Flat", ...);
+    ids are positions 0..n-1. Indexes that need training are trained on a seeded sample.
+    """
+    n, d = vectors.shape
+    index = new_index(d, factory)
+    sample = None if index.is_trained else _sample(vectors, train_size(index, n, train_cap), seed)
+    try:
+        return gpu.train_and_add(index, sample, blocks_of(vectors, block), facts=facts or gpu.detect(), device=device)
+    except RuntimeError as e:
+        raise ValueError(f"cannot build FAISS index {factory!r} on {n} vectors: {e}") from e
+
+
+def supports_removal(index) -> bool:
+    """Whether ``remove_ids`` deletes without renumbering the others (IVF: ids are stored)."""
+    import faiss
+
+    if isinstance(index, faiss.IndexPreTransform):
+        return supports_removal(faiss.downcast_index(index.index))
+    return isinstance(index, faiss.IndexIVF)
+
+
+def build_index(vectors: np.ndarray, spec: FaissSpec = FaissSpec(), *, facts: gpu.GpuFacts | None = None):
+    """Resolve ``spec.factory`` (``auto``), build, tune; returns (index, manifest ``faiss`` section).
+
+    ``vectors`` (n, d) float32 unit vectors by position (a memory map is fine).
+    """
+    n, d = vectors.shape
+    if spec.factory == "auto":
+        choice = choose_factory(n, d, spec.policy)
+        factory, tier, reason = choice.factory, choice.tier, choice.reason
+    else:
+        factory, tier, reason = spec.factory, "explicit", "given with --faiss-index"
+    index, device = build_faiss(vectors, factory, seed=spec.seed, train_cap=spec.train_cap, block=spec.add_block,
+                                device=spec.device, facts=facts)
+    tuning = tune(index, vectors, TuningConfig(recall_target=spec.recall_target, k=spec.k, queries=spec.tune_queries,
+                                                seed=spec.seed))
+    return index, describe(index, spec, factory, tier, reason, tuning.params, tuning.to_json(), device)
+
+
+def describe(index, spec: FaissSpec, factory: str, tier: str, reason: str, params: dict, tuning: dict,
+             device: str) -> dict:
+    """The manifest's ``faiss`` section."""
+    return {"requested": spec.factory, "factory": factory, "tier": tier, "reason": reason,
+            "metric": "inner_product", "ntotal": int(index.ntotal), "exact_scores": exact_scores(index),
+            "removal": "remove_ids" if supports_removal(index) else "tombstones",
+            "search_params": params, "tuning": tuning, "device": {"build": device},
+            "spec": {"recall_target": spec.recall_target, "k": spec.k, "tune_queries": spec.tune_queries,
+                     "seed": spec.seed, "device": spec.device}}
+

@@ -6,21 +6,29 @@
     index.faiss     inner-product FAISS index of unit vectors t̂
     vectors.npy     the same unit vectors, float32 (n, d), memory-mapped for exact re-scoring,
                     --id queries and filtered search
-    docstore.sqlite id, text, metadata, ‖h‖ per position
-    rejected.jsonl  input lines that were not indexed, with line number and reason
+    docstore.sqlite id, text, metadata, ‖h‖ per live position
+    deleted.npy     positions of deleted / replaced documents (absent when none): rows of
+                    vectors.npy that no longer count; still in index.faiss as tombstones unless the
+                    FAISS type removes them (manifest ``counts.tombstones``)
+    rejected.jsonl  input lines of the last run that were not indexed, with line number and reason
 
-A build writes a new generation and then swaps the symlink with ``os.replace`` (atomic on POSIX):
-readers see the old index or the new one, never a half-written one, and a killed build leaves the
-previous index untouched.
+A build or a mutation (indexer/mutations.py) writes a new generation and then swaps the symlink
+with ``os.replace`` (atomic on POSIX): readers see the old index or the new one, never a
+half-written one, and a killed writer leaves the previous index untouched. Writers of one index
+take ``writer_lock`` so two mutations cannot both start from the same generation. A reader keeps
+every file of its generation open (the FAISS file by descriptor), so it keeps answering even
+after a later publish removes that generation's folder.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import fcntl
 import json
 import os
 import shutil
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +42,8 @@ FAISS_FILE = "index.faiss"
 VECTORS_FILE = "vectors.npy"
 DOCSTORE_FILE = "docstore.sqlite"
 REJECTED_FILE = "rejected.jsonl"
+DELETED_FILE = "deleted.npy"
+ES_REJECTED_FILE = "rejected-es.jsonl"
 
 
 def generations_dir(target: Path) -> Path:
@@ -71,7 +81,7 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
     gens = generations_dir(target)
     current = Path(os.path.realpath(target)) if target.is_symlink() else None
     for gen in gens.glob("*") if gens.is_dir() else []:
-        if gen in (current, keep):
+        if gen in (current, keep) or not gen.is_dir():
             continue
         if gen.name.startswith("build-"):  # shards of an interrupted build: drop unless one is running
             if _unlocked(gen / "lock"):
@@ -86,9 +96,29 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
         shutil.rmtree(gen, ignore_errors=True)
 
 
-def _unlocked(lock: Path) -> bool:
-    import fcntl
+@contextlib.contextmanager
+def writer_lock(target: str | os.PathLike):
+    """Exclusive lock for writers of ``target`` (blocks until the other writer publishes);
+    the lock file ``.NAME.lock`` sits beside the index."""
+    target = Path(target).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    """Hard-link an immutable file into a new generation (free); copy across file systems."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
+def _unlocked(lock: Path) -> bool:
     try:
         with open(lock, "a") as f:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -110,9 +140,37 @@ def _alive(pid: int) -> bool:
 
 
 def write_manifest(gen: Path, manifest: dict) -> None:
+    fixed = ("format", "version", "created_at")
     manifest = {"format": FORMAT, "version": __version__,
-                "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), **manifest}
+                "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                **{k: v for k, v in manifest.items() if k not in fixed}}
     (gen / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def read_manifest(gen: Path) -> dict:
+    return json.loads((Path(gen) / MANIFEST).read_text())
+
+
+def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=()) -> dict:
+    """Finish ``gen`` and make it the index: load each mirror (e.g. Elasticsearch) from ``gen``,
+    write the manifest with their counts, publish, then let each mirror switch (alias swap).
+
+    A mirror is any object with ``name``, ``load(gen, manifest) -> dict`` and ``publish()``.
+    Returns the manifest's ``backends``. A backend of the previous generation that is not
+    mirrored again is kept, marked ``"stale": true``: it still holds the older contents.
+    """
+    backends = {name: {**entry, "stale": True} for name, entry in manifest.get("backends", {}).items()}
+    for mirror in mirrors:
+        backends[mirror.name] = mirror.load(gen, manifest)
+    write_manifest(gen, {**manifest, "backends": backends})
+    publish(target, gen)
+    for mirror in mirrors:
+        mirror.publish()
+    return backends
 
 
 @dataclass
@@ -121,9 +179,12 @@ class IndexFiles:
 
     root: Path
     manifest: dict
-    vectors: np.ndarray  # (n, d) float32 unit vectors, memory-mapped
+    vectors: np.ndarray  # (positions, d) float32 unit vectors, memory-mapped
     docstore: DocStore
+    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted dead positions
     _faiss = None
+    _faiss_fd: int | None = None
+    _live = None
 
     @property
     def faiss(self):
@@ -131,13 +192,50 @@ class IndexFiles:
         if self._faiss is None:
             import faiss
 
-            self._faiss = faiss.read_index(str(self.root / FAISS_FILE))
+            path = str(self.root / FAISS_FILE)
+            if self._faiss_fd is not None and os.path.exists(f"/proc/self/fd/{self._faiss_fd}"):
+                path = f"/proc/self/fd/{self._faiss_fd}"  # the generation may be gone by now
+            self._faiss = faiss.read_index(path)
+            self.close_faiss_fd()
         return self._faiss
+
+    def close_faiss_fd(self) -> None:
+        if self._faiss_fd is not None:
+            os.close(self._faiss_fd)
+            self._faiss_fd = None
+
+    @property
+    def positions(self) -> int:
+        """Rows of vectors.npy (live and deleted)."""
+        return int(self.vectors.shape[0])
+
+    def live(self):
+        """An :class:`~relsearch.indexer.ann.Selection` of live positions, or None when all are live."""
+        if not len(self.deleted):
+            return None
+        if self._live is None:
+            from .ann import Selection
+
+            mask = np.ones(self.positions, dtype=bool)
+            mask[self.deleted] = False
+            self._live = Selection(mask, use_selector=self.manifest.get("counts", {}).get("tombstones", 1) > 0)
+        return self._live
 
 
 def open_index(path: str | os.PathLike) -> IndexFiles:
     """Open the generation ``path`` points to now; later swaps do not affect this reader."""
     path = Path(path)
+    for attempt in range(3):
+        try:
+            return _open(path)
+        except FileNotFoundError:
+            # a writer may have published and removed this generation between realpath and open
+            if attempt == 2 or not path.is_symlink():
+                raise
+    raise AssertionError("unreachable")
+
+
+def _open(path: Path) -> IndexFiles:
     if not path.exists():
         raise FileNotFoundError(f"no index at {path}; build one with `relsearch index CORPUS.jsonl --index {path}`")
     root = Path(os.path.realpath(path))
@@ -148,4 +246,8 @@ def open_index(path: str | os.PathLike) -> IndexFiles:
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: unsupported index format {manifest.get('format')!r} (expected {FORMAT})")
     vectors = np.load(root / VECTORS_FILE, mmap_mode="r")
-    return IndexFiles(root, manifest, vectors, DocStore(str(root / DOCSTORE_FILE)))
+    deleted = np.load(root / DELETED_FILE) if (root / DELETED_FILE).exists() else np.zeros(0, np.int64)
+    files = IndexFiles(root, manifest, vectors, DocStore(str(root / DOCSTORE_FILE)), np.asarray(deleted, np.int64))
+    if (root / FAISS_FILE).exists():
+        files._faiss_fd = os.open(root / FAISS_FILE, os.O_RDONLY)
+    return files

@@ -5,8 +5,11 @@ workers; each worker parses its chunk, encodes the valid texts in token-sorted b
 model per process, and writes one shard per chunk. Shards live in a build folder keyed by the
 job's inputs, so a killed run re-run with the same arguments skips the chunks already encoded.
 The driver then assembles the shards in input order (positions are deterministic; a later line
-with an already-seen id is rejected as a duplicate), builds FAISS and the docstore, writes the
-manifest and publishes the generation atomically (indexer/store.py).
+with an already-seen id is rejected as a duplicate; pipelines/assemble.py), streams them into
+vectors.npy and the docstore, builds and tunes FAISS (indexer/build.py), optionally mirrors the
+generation into Elasticsearch, writes the manifest and publishes the generation atomically
+(indexer/store.py). With ``append`` the documents are added to the published index instead
+(indexer/mutations.py): new ids are added, known ids replaced.
 """
 from __future__ import annotations
 
@@ -25,16 +28,15 @@ import numpy as np
 
 from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.model import Encoder, EncoderConfig
+from ..indexer import mutations, store
 from ..indexer import records as rec
-from ..indexer import store
-from ..indexer.docstore import DocStore
-from ..indexer.faiss_index import DEFAULT_FACTORY, build_faiss
+from ..indexer.build import write_generation
+from ..indexer.es_mirror import EsTarget, mirrors_for
+from ..indexer.faiss_index import DEFAULT_FACTORY, FaissSpec
+from ..indexer.tuning import AutoPolicy
+from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
 
 ENCODER_FILE = "encoder.json"
-
-
-class IndexInputError(ValueError):
-    """The input cannot be indexed at all (missing, unreadable, empty, nothing valid)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,12 +46,21 @@ class IndexJob:
     model: str | None = None  # bundle folder or encoder id/path; None = default relation pack
     id_field: str = "id"
     text_field: str = "text"
-    faiss_factory: str = DEFAULT_FACTORY
+    faiss_factory: str = DEFAULT_FACTORY  # "auto" or a FAISS index-factory string
+    recall_target: float = 0.95  # recall@10 against exact search that the tuned parameters must reach
+    faiss_device: str = "auto"  # "auto": GPU for FAISS when present; "cpu"
+    auto_policy: AutoPolicy = field(default_factory=AutoPolicy)
+    append: bool = False  # add to / replace in the published index instead of rebuilding it
+    es: EsTarget | None = None  # mirror the published corpus into Elasticsearch
     chunk_lines: int = 2048  # lines per chunk: the unit of work, of progress and of resumption
     precision: str = "auto"
     max_length: int | None = None
     strict: bool = False
     progress: bool = True
+
+    def faiss_spec(self) -> FaissSpec:
+        return FaissSpec(factory=self.faiss_factory, recall_target=self.recall_target, device=self.faiss_device,
+                         policy=self.auto_policy)
 
 
 @dataclass
@@ -63,6 +74,10 @@ class IndexReport:
     seconds: float = 0.0
     resumed_chunks: int = 0
     published: bool = False
+    replaced: int = 0  # --append: indexed documents whose id was already in the index
+    documents: int = 0  # live documents in the published index
+    faiss: dict = field(default_factory=dict)  # the manifest's faiss section
+    backends: dict = field(default_factory=dict)  # mirror counts, e.g. {"elasticsearch": {...}}
 
     def summary(self) -> str:
         line = f"read {self.read}, indexed {self.indexed}, rejected {self.rejected}"
@@ -256,6 +271,9 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
 
     started = time.perf_counter()
     check_input(job.input)
+    if bundle is None and job.model is None and job.append and Path(job.index).is_symlink():
+        recorded = store.read_manifest(Path(os.path.realpath(job.index))).get("bundle", {}).get("path")
+        bundle = load_bundle(recorded) if recorded and os.path.isdir(recorded) else None
     bundle = bundle or load_bundle(job.model)
     encoder_config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
@@ -282,83 +300,61 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         finally:
             stop.set()
             watcher.join()
-        gen = store.new_generation(job.index)
         try:
-            report = _assemble(gen, build, job, bundle, chunks, input_sha)
-            report.seconds, report.resumed_chunks = time.perf_counter() - started, len(resumed)
-            if report.indexed == 0:
-                raise IndexInputError(f"no valid records in {job.input}: {report.summary()}")
-            if job.strict and report.rejected:
-                raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
-                                      f"rejected lines in {_keep_rejections(gen, job.index)}")
+            report = _publish(build, job, bundle, chunks, input_sha)
         except IndexInputError:  # the same input would fail the same way: nothing worth resuming
-            shutil.rmtree(gen, ignore_errors=True)
             shutil.rmtree(build, ignore_errors=True)
             raise
-        except BaseException:
-            shutil.rmtree(gen, ignore_errors=True)  # the published index, if any, is untouched
-            raise
-        store.publish(job.index, gen)
+        report.seconds, report.resumed_chunks = time.perf_counter() - started, len(resumed)
     shutil.rmtree(build, ignore_errors=True)  # done: the shards are in the published index now
     report.published = True
     return report
 
 
-def _keep_rejections(gen: Path, target: str) -> str:
-    """Copy a refused run's rejected.jsonl beside the index so the user can read it."""
-    dest = f"{os.path.abspath(target)}.rejected.jsonl"
-    shutil.copyfile(gen / store.REJECTED_FILE, dest)
-    return dest
-
-
-def _assemble(gen: Path, build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk],
-              input_sha: str) -> IndexReport:
-    """Merge shards in input order into vectors.npy, index.faiss, docstore, rejected.jsonl, manifest."""
-    docs, parts, rejected, truncated, seen = [], [], [], 0, {}
-    for chunk in chunks:
-        with np.load(build / f"{chunk.number:06d}.npz") as data:
-            vectors, truncated = data["vectors"], truncated + int(data["truncated"])
-        rows = [json.loads(line) for line in (build / f"{chunk.number:06d}.jsonl").read_text().splitlines()]
-        keep = []
-        for row in (r for r in rows if "rejected" not in r):
-            first = seen.setdefault(row["id"], row["line"])
-            keep.append(first == row["line"])
-            if not keep[-1]:
-                rejected.append(rec.Rejection(row["line"], rec.DUPLICATE_ID, f"id {row['id']!r} first seen on line "
-                                              f"{first}", row["text"][:200]).to_json())
-        docs += [row for row, k in zip((r for r in rows if "rejected" not in r), keep) if k]
-        parts.append(vectors[np.asarray(keep, dtype=bool)] if keep else vectors[:0])
-        rejected += [r["rejected"] for r in rows if "rejected" in r]
-    rejected.sort(key=lambda r: r["line"])
-    with open(gen / store.REJECTED_FILE, "w") as f:
-        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejected)
-    read = sum(c.lines for c in chunks)
-    report = IndexReport(index=job.index, read=read, indexed=len(docs), rejected=len(rejected),
-                         truncated=truncated, reasons=Counter(r["reason"] for r in rejected))
+def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str) -> IndexReport:
+    """Check the shards' counts, then build a new generation (or append) and publish it."""
+    plan = plan_shards(build, chunks)
+    report = IndexReport(index=job.index, read=plan.read, indexed=plan.kept, rejected=len(plan.rejected),
+                         truncated=plan.truncated, reasons=Counter(r["reason"] for r in plan.rejected))
     if report.indexed + report.rejected != report.read:  # a bug, never user error: refuse to publish
         raise RuntimeError(f"counts do not reconcile: {report.summary()}")
-    if not docs:
+    if report.indexed == 0:
+        raise IndexInputError(f"no valid records in {job.input}: {report.summary()}")
+    if job.strict and report.rejected:
+        raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
+                              f"rejected lines in {keep_rejections(plan.rejected, job.index)}")
+    encoder = json.loads((build / ENCODER_FILE).read_text())
+    run = {"read": report.read, "indexed": report.indexed, "rejected": report.rejected, "truncated": report.truncated,
+           "input": {"path": os.path.abspath(job.input), "sha256": input_sha}}
+    mirrors = mirrors_for(job.es)
+    if job.append and Path(job.index).is_symlink():
+        check_same_encoder(job.index, encoder)
+        done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run,
+                                rejected=plan.rejected, mirrors=mirrors)
+        report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends
+        report.faiss = store.read_manifest(Path(os.path.realpath(job.index)))["faiss"]
         return report
-
-    import faiss
-
-    raw = np.concatenate(parts)
-    norms = np.linalg.norm(raw, axis=1)
-    unit = (raw / np.maximum(norms, 1e-12)[:, None]).astype(np.float32)
-    np.save(gen / store.VECTORS_FILE, unit)
-    faiss.write_index(build_faiss(unit, job.faiss_factory), str(gen / store.FAISS_FILE))
-    docstore = DocStore(str(gen / store.DOCSTORE_FILE), create=True)
-    docstore.add((pos, d["id"], d["text"], d["metadata"], n) for pos, (d, n) in enumerate(zip(docs, norms)))
-    docstore.close()
-    store.write_manifest(gen, {
-        "encoder": json.loads((build / ENCODER_FILE).read_text()),
-        "bundle": {"path": os.path.abspath(bundle.path) if bundle.path else None, "fingerprint": bundle.fingerprint,
-                   "operators": sorted(bundle.operators)},
-        "counts": {"read": report.read, "indexed": report.indexed, "rejected": report.rejected,
-                   "truncated": truncated},
-        "faiss": {"factory": job.faiss_factory, "metric": "inner_product", "ntotal": len(docs)},
-        "fields": {"id": job.id_field, "text": job.text_field, "metadata": sorted({k for d in docs for k in d["metadata"]})},
-        "input": {"path": os.path.abspath(job.input), "sha256": input_sha},
-        "dim": int(unit.shape[1]),
-    })
+    with store.writer_lock(job.index):
+        gen = store.new_generation(job.index)
+        try:
+            with open(gen / store.REJECTED_FILE, "w") as f:
+                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in plan.rejected)
+            parts = write_generation(gen, shard_blocks(build, chunks, plan), n=plan.kept, d=plan.dim,
+                                     spec=job.faiss_spec())
+            manifest = {
+                "encoder": encoder,
+                "bundle": {"path": os.path.abspath(bundle.path) if bundle.path else None,
+                           "fingerprint": bundle.fingerprint, "operators": sorted(bundle.operators)},
+                "counts": parts["counts"],
+                "runs": [{"op": "build", **run, "at": store.utc_now()}],
+                "faiss": parts["faiss"],
+                "fields": {"id": job.id_field, "text": job.text_field, "metadata": parts["metadata_fields"]},
+                "input": run["input"],
+                "dim": parts["dim"],
+            }
+            report.backends = store.commit(job.index, gen, manifest, mirrors)
+        except BaseException:
+            shutil.rmtree(gen, ignore_errors=True)  # the published index, if any, is untouched
+            raise
+    report.documents, report.faiss = plan.kept, parts["faiss"]
     return report

@@ -1,8 +1,10 @@
 """Answer relational queries against a published index.
 
 Plan per query: raw vector h (encode the text, or t̂·‖h‖ for an indexed document) → relation
-mixture q (encoder/relations.py) → FAISS search, or an exact search over the filtered subset →
-drop the query document → attach docstore fields → optional per-operator explanation.
+mixture q (encoder/relations.py) → FAISS search with the index's tuned parameters (or per-query
+overrides), or an exact search over a selective filter's subset → drop the query document →
+attach docstore fields → optional per-operator explanation. Deleted documents (tombstones) are
+excluded by an id selector and never come back.
 """
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ import numpy as np
 from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.model import Encoder, EncoderConfig, resolve_model_path, weights_fingerprint
 from ..encoder.relations import lookup, mixture_query
+from ..indexer import ann, gpu
+from ..indexer.ann import SearchResult
 from ..indexer.store import IndexFiles, open_index
+
+EXACT_SUBSET_MAX = 10_000  # a filter matching at most this many documents is searched exactly
 
 
 class QueryError(ValueError):
@@ -54,7 +60,9 @@ def _encoder_key(encoder: dict) -> tuple:
 class Searcher:
     """Opens one index generation and a bundle whose encoder matches the index's."""
 
-    def __init__(self, index_dir: str, model: str | None = None, *, precision: str = "auto"):
+    def __init__(self, index_dir: str, model: str | None = None, *, precision: str = "auto",
+                 search_params: dict | None = None, exact_subset_max: int = EXACT_SUBSET_MAX,
+                 gpu_facts: gpu.GpuFacts | None = None):
         self.files: IndexFiles = open_index(index_dir)
         manifest = self.files.manifest
         recorded = manifest.get("bundle", {}).get("path")
@@ -76,6 +84,13 @@ class Searcher:
         self.precision = precision
         self._encoder: Encoder | None = None
         self.metadata_fields: list[str] = manifest["fields"]["metadata"]
+        self.tuned_params: dict = dict(manifest.get("faiss", {}).get("search_params", {}))
+        self.params: dict = ann.parse_params(search_params or {})
+        if self.params:  # refuse a parameter this index type ignores, naming the valid ones
+            ann.parse_params(self.params, self.files.faiss)
+        self.exact_subset_max = exact_subset_max
+        self.gpu_facts = gpu_facts if gpu_facts is not None else gpu.detect()
+        self._gpu = None
 
     @property
     def encoder(self) -> Encoder:
@@ -119,9 +134,12 @@ class Searcher:
             out[by_text] = self.encoder.encode([queries[i].text for i in by_text]).vectors
         return out
 
-    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, str] | None = None,
-               explain: bool = False) -> list[list[Hit]]:
-        """Top-k hits per query; queries sharing a relation mixture are searched as one batch."""
+    def query_vectors(self, queries: list[Query], filters: dict[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Validate ``queries``; return (raw vectors h, relational query vectors q), each (n, d).
+
+        Queries sharing a relation mixture are transformed as one batch. q is not renormalised
+        (design.md §3: a mixture's inner product is the weighted sum of cosines).
+        """
         filters = filters or {}
         for q in queries:
             if (q.text is None) == (q.doc_id is None):
@@ -133,38 +151,75 @@ class Searcher:
         for i, q in enumerate(queries):
             groups.setdefault(tuple(sorted(q.relations.items())), []).append(i)
         for key, rows in groups.items():
-            qv[rows] = mixture_query(self.operators, h[rows], dict(key))
+            qv[rows] = self.transform(h[rows], dict(key))
+        return h, qv
+
+    def transform(self, h: np.ndarray, relations: dict[str, float]) -> np.ndarray:
+        """Relational query vectors (n, d) for raw vectors ``h`` (n, d) under one relation mixture."""
+        if len(relations) == 1 and next(iter(relations.values())) == 1.0:
+            return lookup(self.operators, next(iter(relations))).apply(h)  # = the mixture, minus its sum
+        return mixture_query(self.operators, h, relations)
+
+    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, str] | None = None,
+               explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
+        """Top-k hits per query (never the query document itself). ``params`` overrides the
+        index's tuned search parameters for this call (indexer/ann.py)."""
+        h, qv = self.query_vectors(queries, filters)
         subset = np.asarray(self.files.docstore.matching(filters), dtype=np.int64) if filters else None
         # one extra candidate per query so that dropping the query document still leaves k
-        positions, scores = self._ann(qv, k + 1, subset)
-        docs = self.files.docstore.get(sorted({int(p) for p in positions.ravel() if p >= 0}))  # one fetch per batch
+        result = self.ann(qv, k + 1, subset=subset, params=params)
+        return self.hits(result, queries, k, h if explain else None)
+
+    def hits(self, result: SearchResult, queries: list[Query], k: int, h: np.ndarray | None = None) -> list[list[Hit]]:
+        """Attach docstore fields to ``result`` (one fetch per batch); drop each query's own
+        document; keep k. ``h`` given: add every operator's score (``--explain``)."""
+        positions, scores = result.positions, result.scores
+        docs = self.files.docstore.get(np.unique(positions[positions >= 0]).tolist())
         results = []
         for i, q in enumerate(queries):
             kept = [(p, s) for p, s in zip(positions[i], scores[i]) if p >= 0 and docs[p]["id"] != q.doc_id][:k]
             hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in kept]
-            if explain:
+            if h is not None:
                 hits = self._explain(h[i], hits, [p for p, _ in kept])
             results.append(hits)
         return results
 
-    def _ann(self, qv: np.ndarray, k: int, subset: np.ndarray | None):
-        """(positions, scores), each (n, k); -1 positions pad when fewer than k documents qualify."""
-        if subset is None:
-            scores, positions = self.files.faiss.search(np.ascontiguousarray(qv, dtype=np.float32), k)
-            return positions, scores
-        # Filtered: exact scores over the matching subset, so k hits come back whenever k match.
-        n = len(qv)
-        positions = np.full((n, k), -1, dtype=np.int64)
-        scores = np.full((n, k), -np.inf, dtype=np.float32)
-        if len(subset):
-            sims = qv @ np.asarray(self.files.vectors[subset]).T  # (n, m)
-            top = min(k, len(subset))
-            idx = np.argpartition(-sims, top - 1, axis=1)[:, :top]
-            order = np.take_along_axis(sims, idx, 1).argsort(axis=1)[:, ::-1]
-            idx = np.take_along_axis(idx, order, 1)
-            positions[:, :top] = subset[idx]
-            scores[:, :top] = np.take_along_axis(sims, idx, 1)
-        return positions, scores
+    def effective_params(self, params: dict | None = None) -> dict:
+        """Tuned parameters from the manifest, then the Searcher's overrides, then ``params``."""
+        return {**self.tuned_params, **self.params, **(ann.parse_params(params) if params else {})}
+
+    def ann(self, qv: np.ndarray, k: int, *, subset: np.ndarray | None = None,
+            params: dict | None = None) -> SearchResult:
+        """Positions and scores (n, k) for query vectors ``qv`` (n, d); -1 pads.
+
+        ``subset``: the positions allowed (a docstore filter). A selective filter (at most
+        ``exact_subset_max`` matches) is searched exactly; a broad one through FAISS with an
+        IDSelector, widened and topped up exactly so k hits come back whenever k match.
+        Deleted positions never come back.
+        """
+        qv = np.ascontiguousarray(qv, dtype=np.float32)
+        if subset is not None and len(subset) <= self.exact_subset_max:
+            return ann.exact_search(self.files.vectors, qv, k, subset)
+        selection = self.files.live() if subset is None else ann.Selection.of(subset, self.files.positions)
+        index = self.files.faiss
+        filtered = selection is not None and selection.use_selector
+        if gpu.search_device(index, len(qv), self.gpu_facts, filtered=filtered) == "gpu":
+            result = self._gpu_search(qv, k, self.effective_params(params), selection)
+            if result is not None:
+                return result
+        return ann.search(index, qv, k, params=self.effective_params(params), vectors=self.files.vectors,
+                          selection=selection)
+
+    def _gpu_search(self, qv, k, params, selection) -> SearchResult | None:
+        """Search a GPU copy of the index; None (→ CPU) when the copy cannot be made."""
+        if self._gpu is None:
+            try:
+                self._gpu = gpu.GpuSearch(self.files.faiss)
+            except Exception as e:  # noqa: BLE001 - any GPU failure: stay on the CPU from now on
+                self.gpu_facts = gpu.GpuFacts(False, 0)
+                gpu.log.warning("FAISS GPU search unavailable (%s: %s); searching on the CPU", type(e).__name__, e)
+                return None
+        return self._gpu.search(qv, k, params, vectors=self.files.vectors, selection=selection)
 
     def _explain(self, h: np.ndarray, hits: list[Hit], positions: list[int]) -> list[Hit]:
         t = np.asarray(self.files.vectors[positions]) if positions else np.zeros((0, len(h)), np.float32)

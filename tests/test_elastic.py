@@ -380,6 +380,7 @@ def test_world_readable_credentials_file_warns(tmp_path, caplog):
     path = tmp_path / "es.json"
     path.write_text(json.dumps({"api_key": SECRET}))
     path.chmod(0o644)
+    caplog.set_level(logging.WARNING, logger="relsearch.indexer.elastic")  # importing the CLI raises the root level
     assert resolve_credentials(path, environ={}).kind == "api_key"
     assert "chmod 600" in caplog.text and SECRET not in caplog.text
 

@@ -22,7 +22,11 @@ def test_index_matches_direct_encoding(small_index, small_corpus, encoder):
     texts = [json.loads(line)["text"] for line in small_corpus.read_text().splitlines()]
     encoded = encoder.encode(texts)
     h = encoded.vectors
-    assert files.manifest["counts"] == {"read": 120, "indexed": 120, "rejected": 0, "truncated": encoded.truncated}
+    assert files.manifest["counts"] == {"documents": 120, "positions": 120, "deleted": 0, "tombstones": 0}
+    run = files.manifest["runs"][-1]
+    assert (run["op"], run["read"], run["indexed"], run["rejected"], run["truncated"]) == (
+        "build", 120, 120, 0, encoded.truncated)
+    assert files.manifest["faiss"]["requested"] == "auto" and files.manifest["faiss"]["factory"] == "Flat"
     assert files.faiss.ntotal == 120 and files.vectors.shape == (120, 384)
     # positions follow input order; stored vector · stored norm gives back the raw h
     docs = files.docstore.get(list(range(120)))
@@ -122,3 +126,23 @@ def test_interrupted_build_resumes_and_matches_an_uninterrupted_one(tmp_path, sm
     np.testing.assert_array_equal(np.asarray(a.vectors), np.asarray(b.vectors))
     assert a.docstore.get(list(range(120))) == b.docstore.get(list(range(120)))
     assert os.listdir(tmp_path / ".idx.generations") == [os.path.basename(os.path.realpath(tmp_path / "idx"))]
+
+
+def test_append_adds_replaces_and_reconciles(tmp_path):
+    from relsearch.retrieval.search import Query, Searcher
+
+    target = tmp_path / "idx"
+    run_index(job(write_jsonl(tmp_path / "a.jsonl", GOOD[:5]), target))
+    changed = dict(GOOD[1], text="A company that only makes garden gnomes and nothing else.")
+    report = run_index(job(write_jsonl(tmp_path / "b.jsonl", [changed, GOOD[5], GOOD[6], GOOD[6], "{bad"]), target,
+                           append=True))
+    assert (report.read, report.indexed, report.rejected, report.replaced, report.documents) == (5, 3, 2, 1, 7)
+    files = open_index(target)
+    assert files.manifest["counts"] == {"documents": 7, "positions": 8, "deleted": 1, "tombstones": 1}
+    assert [(r["op"], r["read"], r.get("replaced")) for r in files.manifest["runs"]] == [("build", 5, None),
+                                                                                        ("append", 5, 1)]
+    rejected = [json.loads(line) for line in (target / "rejected.jsonl").read_text().splitlines()]
+    assert [(r["line"], r["reason"]) for r in rejected] == [(4, rec.DUPLICATE_ID), (5, rec.INVALID_JSON)]
+    hits = Searcher(str(target)).search([Query(text="garden gnomes")], k=7)[0]
+    assert hits[0].id == GOOD[1]["id"] and "gnomes" in hits[0].text
+    assert sorted(h.id for h in hits) == sorted(g["id"] for g in GOOD[:7])  # the old version never comes back

@@ -105,3 +105,43 @@ def test_json_output_shape(searcher):
     row = hit.to_json(rank=1)
     assert list(row)[:4] == ["rank", "id", "score", "text"] and "gics_sector" in row and row["id"] != "ADBE"
     json.dumps(row)
+
+
+@pytest.fixture(scope="module")
+def graph_index(small_index, tmp_path_factory):
+    """The small index's own vectors and documents rebuilt as an HNSW graph through the indexer functions."""
+    from relsearch.indexer.build import Block, build_published
+    from relsearch.indexer.faiss_index import FaissSpec
+
+    files = open_index(small_index)
+    rows = [r for rows in files.docstore.rows() for r in rows]
+    raw = np.asarray(files.vectors) * np.array([r[4] for r in rows], dtype=np.float32)[:, None]
+    block = Block([{"id": r[1], "text": r[2], "metadata": r[3]} for r in rows], raw)
+    target = tmp_path_factory.mktemp("graph") / "idx"
+    build_published(str(target), [block], n=len(rows), d=raw.shape[1], encoder=files.manifest["encoder"],
+                    spec=FaissSpec(factory="HNSW8", tune_queries=50))
+    return target
+
+
+def test_tuned_parameters_are_used_and_can_be_overridden(graph_index, searcher):
+    graph = Searcher(str(graph_index))
+    assert set(graph.tuned_params) == {"efSearch"} and graph.effective_params({"efSearch": "99"})["efSearch"] == 99
+    hits = graph.search([Query(doc_id="ADBE")], k=5, params={"efSearch": 200})[0]
+    assert [h.id for h in hits] == exact_top(graph, graph.files.vectors[graph.files.docstore.positions(["ADBE"])["ADBE"]],
+                                             5, exclude="ADBE")[0]
+    with pytest.raises(ValueError, match="valid: efSearch, rerank"):
+        Searcher(str(graph_index), search_params={"nprobe": 4})
+    with pytest.raises(ValueError, match="valid: rerank"):  # the small index is exact (Flat): nothing to tune
+        Searcher(str(searcher.files.root), search_params={"efSearch": 4})
+
+
+def test_broad_filter_goes_through_faiss_with_an_id_selector(graph_index):
+    graph = Searcher(str(graph_index), exact_subset_max=0)  # force the IDSelector path
+    sector = "Utilities"
+    matching = graph.files.docstore.matching({"gics_sector": sector})
+    hits = graph.search([Query(text="video games")], k=len(matching) + 5, filters={"gics_sector": sector})[0]
+    assert len(hits) == len(matching) and all(h.metadata["gics_sector"] == sector for h in hits)
+    wide = graph.search([Query(text="software")], k=10, filters={"gics_sector": "Information Technology"})[0]
+    exact = Searcher(str(graph_index)).search([Query(text="software")], k=10,
+                                              filters={"gics_sector": "Information Technology"})[0]
+    assert [h.id for h in wide] == [h.id for h in exact]

@@ -1,0 +1,116 @@
+"""Write a new generation's data files from a stream of document blocks.
+
+Used by the index pipeline (a fresh build), by mutations (append, compact) and by the scale
+benchmark. Blocks go straight to ``vectors.npy`` (a memory map written in place) and to the
+docstore; FAISS is then built from the memory map, block by block. Peak memory is therefore the
+FAISS index itself plus one block, one training sample and the tuning buffers, not the corpus:
+see docs/indexes.md for the numbers.
+"""
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import store
+from .docstore import DocStore
+from .faiss_index import FaissSpec, build_index
+from .gpu import GpuFacts
+
+
+@dataclass(frozen=True)
+class Block:
+    """Documents in position order and their raw pooled vectors h (m, d) float32."""
+
+    docs: list[dict]  # {"id", "text", "metadata"}
+    vectors: np.ndarray
+
+
+def unit_rows(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(m, d) raw vectors → (unit vectors float32, norms ‖h‖)."""
+    raw = np.asarray(raw, dtype=np.float32)
+    norms = np.linalg.norm(raw, axis=1)
+    return (raw / np.maximum(norms, 1e-12)[:, None]).astype(np.float32), norms
+
+
+def write_rows(vectors_out: np.ndarray, docstore: DocStore, blocks: Iterable[Block], start: int) -> tuple[int, set]:
+    """Write blocks at positions ``start``…; returns (rows written, metadata field names seen)."""
+    pos, fields = start, set()
+    for block in blocks:
+        if not block.docs:
+            continue
+        unit, norms = unit_rows(block.vectors)
+        vectors_out[pos:pos + len(unit)] = unit
+        docstore.add((pos + i, d["id"], d["text"], d["metadata"], n) for i, (d, n) in enumerate(zip(block.docs, norms)))
+        for d in block.docs:
+            fields.update(d["metadata"])
+        pos += len(unit)
+    return pos - start, fields
+
+
+def open_vectors(gen: Path, n: int, d: int) -> np.ndarray:
+    """A writable (n, d) float32 ``vectors.npy`` memory map in ``gen``."""
+    return np.lib.format.open_memmap(gen / store.VECTORS_FILE, mode="w+", dtype=np.float32, shape=(n, d))
+
+
+def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts | None = None) -> dict:
+    """Build, tune and write ``index.faiss`` from ``vectors``; returns the manifest's faiss section."""
+    import faiss
+
+    index, info = build_index(vectors, spec, facts=facts)
+    faiss.write_index(index, str(gen / store.FAISS_FILE))
+    return info
+
+
+def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec: FaissSpec = FaissSpec(),
+                     facts: GpuFacts | None = None) -> dict:
+    """``vectors.npy`` + ``docstore.sqlite`` + ``index.faiss`` for exactly ``n`` documents.
+
+    Returns manifest parts: ``counts`` (documents, positions, deleted, tombstones), ``faiss``,
+    ``metadata_fields``, ``dim``.
+    """
+    out = open_vectors(gen, n, d)
+    docstore = DocStore(str(gen / store.DOCSTORE_FILE), create=True)
+    try:
+        written, fields = write_rows(out, docstore, blocks, 0)
+    finally:
+        docstore.close()
+    if written != n:
+        raise RuntimeError(f"expected {n} documents, the blocks held {written}")
+    out.flush()
+    del out
+    vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r")
+    info = write_faiss(gen, vectors, spec, facts)
+    return {"counts": {"documents": n, "positions": n, "deleted": 0, "tombstones": 0}, "faiss": info,
+            "metadata_fields": sorted(fields), "dim": d}
+
+
+def build_published(target: str, blocks: Iterable[Block], *, n: int, d: int, encoder: dict,
+                    bundle: dict | None = None, spec: FaissSpec = FaissSpec(), fields: dict | None = None,
+                    run: dict | None = None, mirrors=(), facts: GpuFacts | None = None) -> dict:
+    """Build and publish an index at ``target`` from precomputed vectors (no Beam, no encoding).
+
+    ``encoder``: the identity of the encoder that produced the vectors (``Encoder.identity``:
+    model, weights_sha256, pooling, ...), checked by queries; ``bundle``: the manifest's bundle
+    entry. Returns the manifest written.
+    """
+    with store.writer_lock(target):
+        gen = store.new_generation(target)
+        try:
+            (gen / store.REJECTED_FILE).write_text("")
+            parts = write_generation(gen, blocks, n=n, d=d, spec=spec, facts=facts)
+            manifest = {"encoder": encoder, "bundle": bundle or {"path": None, "fingerprint": None, "operators": []},
+                        "counts": parts["counts"],
+                        "runs": [{"op": "build", "read": n, "indexed": n, "rejected": 0, **(run or {}),
+                                  "at": store.utc_now()}],
+                        "faiss": parts["faiss"],
+                        "fields": {"id": "id", "text": "text", **(fields or {}), "metadata": parts["metadata_fields"]},
+                        "dim": d}
+            manifest["backends"] = store.commit(target, gen, manifest, mirrors)
+        except BaseException:
+            shutil.rmtree(gen, ignore_errors=True)
+            raise
+    return manifest

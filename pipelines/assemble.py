@@ -1,0 +1,95 @@
+"""From finished encoding shards to document blocks: duplicate ids, rejections, counts.
+
+Two passes over the shards, so that memory holds one shard at a time, never the corpus:
+:func:`plan_shards` reads only each shard's JSONL rows (and the truncation count) to decide which
+records are kept (a later line with an already-seen id is a duplicate) and to collect the
+rejections; :func:`shard_blocks` then yields the kept documents with their vectors, shard by shard,
+for indexer/build.py or indexer/mutations.py to write. The set of seen ids is the one structure
+that grows with the corpus (about 100 bytes per id). Also here: the input error type, the
+encoder check for ``--append`` and the ``--strict`` rejections file.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..indexer import records as rec
+from ..indexer import store
+from ..indexer.build import Block
+
+
+class IndexInputError(ValueError):
+    """The input cannot be indexed at all (missing, unreadable, empty, nothing valid)."""
+
+
+@dataclass
+class ShardPlan:
+    keep: list[np.ndarray] = field(default_factory=list)  # per chunk: kept flag per valid record row
+    rejected: list[dict] = field(default_factory=list)  # Rejection.to_json(), by line
+    read: int = 0
+    kept: int = 0
+    truncated: int = 0
+    dim: int | None = None
+
+
+def _rows(build: Path, number: int) -> list[dict]:
+    return [json.loads(line) for line in (build / f"{number:06d}.jsonl").read_text().splitlines()]
+
+
+def plan_shards(build: Path, chunks) -> ShardPlan:
+    """Pass 1: which records are kept, which lines are rejected and why, and the counts."""
+    plan, seen = ShardPlan(), {}
+    for chunk in chunks:
+        with np.load(build / f"{chunk.number:06d}.npz") as data:
+            plan.truncated += int(data["truncated"])
+            if plan.dim is None and data["vectors"].ndim == 2 and len(data["vectors"]):
+                plan.dim = int(data["vectors"].shape[1])
+        rows = _rows(build, chunk.number)
+        keep = []
+        for row in (r for r in rows if "rejected" not in r):
+            first = seen.setdefault(row["id"], row["line"])
+            keep.append(first == row["line"])
+            if not keep[-1]:
+                plan.rejected.append(rec.Rejection(row["line"], rec.DUPLICATE_ID, f"id {row['id']!r} first seen on "
+                                                   f"line {first}", row["text"][:200]).to_json())
+        plan.rejected += [r["rejected"] for r in rows if "rejected" in r]
+        plan.keep.append(np.asarray(keep, dtype=bool))
+        plan.kept += int(sum(keep))
+        plan.read += chunk.lines
+    plan.rejected.sort(key=lambda r: r["line"])
+    return plan
+
+
+def shard_blocks(build: Path, chunks, plan: ShardPlan):
+    """Pass 2: one :class:`~relsearch.indexer.build.Block` of kept documents per shard, in input order."""
+    for chunk, keep in zip(chunks, plan.keep):
+        if not keep.any():
+            continue
+        with np.load(build / f"{chunk.number:06d}.npz") as data:
+            vectors = data["vectors"][keep]
+        docs = [{"id": r["id"], "text": r["text"], "metadata": r["metadata"]}
+                for r, k in zip((r for r in _rows(build, chunk.number) if "rejected" not in r), keep) if k]
+        yield Block(docs, vectors)
+
+
+def check_same_encoder(index: str, encoder: dict) -> None:
+    """Refuse to append vectors from another encoder than the one ``index`` was built with."""
+    have = store.read_manifest(Path(os.path.realpath(index)))["encoder"]
+    key = ("weights_sha256", "pooling")
+    if tuple(have.get(k) for k in key) != tuple(encoder.get(k) for k in key):
+        raise IndexInputError(f"--append: {index} was built with encoder {have.get('model')!r} "
+                              f"(weights {have.get('weights_sha256')}) but these documents were encoded with "
+                              f"{encoder.get('model')!r} (weights {encoder.get('weights_sha256')}); "
+                              "append with the index's model (--model) or rebuild the index")
+
+
+def keep_rejections(rejected: list[dict], target: str) -> str:
+    """Write a refused run's rejections beside the index so the user can read them."""
+    dest = f"{os.path.abspath(target)}.rejected.jsonl"
+    with open(dest, "w") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejected)
+    return dest

@@ -1,0 +1,171 @@
+"""``relsearch index``, ``delete`` and ``compact``: build, mutate and rebuild an index.
+
+Registered in :mod:`relsearch.cli`; kept free of imports from it so either module can load first.
+"""
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+
+def es_options(f):
+    """--es-url / --es-index / credentials options shared by the writing commands."""
+    for decorator in reversed([
+        click.option("--es-url", default=None, help="Also mirror the published corpus into this Elasticsearch "
+                     "(credentials: RELSEARCH_ES_API_KEY, RELSEARCH_ES_USER/PASSWORD or --es-credentials)."),
+        click.option("--es-index", default=None, help="Elasticsearch alias the mirror is published under."),
+        click.option("--es-credentials", type=click.Path(exists=True, dir_okay=False), default=None,
+                     help='JSON file {"api_key": ...} or {"username": ..., "password": ...}.'),
+        click.option("--es-ca-certs", type=click.Path(exists=True, dir_okay=False), default=None),
+        click.option("--es-index-type", default="int8_hnsw", show_default=True,
+                     help="dense_vector index_options.type (hnsw, int8_hnsw, flat, ...)."),
+        click.option("--es-keep-old", is_flag=True, help="Keep the Elasticsearch indices the alias leaves."),
+    ]):
+        f = decorator(f)
+    return f
+
+
+def es_target(es_url, es_index, es_credentials, es_ca_certs, es_index_type, es_keep_old):
+    from relsearch.indexer.es_mirror import EsTarget
+
+    if (es_url is None) != (es_index is None):
+        raise click.UsageError("--es-url and --es-index go together")
+    if es_url is None:
+        return None
+    try:
+        return EsTarget(url=es_url, alias=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
+                        index_type=es_index_type, keep_old=es_keep_old)
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--es-index") from None
+
+
+def _echo_backends(backends: dict) -> None:
+    es = backends.get("elasticsearch")
+    if es and not es.get("stale"):
+        click.echo(f"elasticsearch: {es['alias']} -> {es['index']}: read {es['read']}, indexed {es['indexed']}, "
+                   f"rejected {es['rejected']}" + (f" (see {es['rejected_file']})" if es["rejected"] else ""))
+
+
+@click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.argument("corpus", type=click.Path(dir_okay=False))
+@click.option("--index", "index_dir", required=True, type=click.Path(file_okay=True), help="Index folder to (re)build.")
+@click.option("--model", default=None, help="Relation bundle folder, or any Hugging Face model id/path (identity "
+              "only). Default: the shipped relation pack (with --append: the index's own bundle).")
+@click.option("--id-field", default="id", show_default=True)
+@click.option("--text-field", default="text", show_default=True)
+@click.option("--faiss-index", "faiss_factory", default="auto", show_default=True,
+              help="auto (by corpus size: Flat, IVF, IVF-PQ + re-rank) or a FAISS index-factory string, "
+                   "e.g. Flat, HNSW32, IVF1024,Flat.")
+@click.option("--recall-target", type=click.FloatRange(0, 1, min_open=True), default=0.95, show_default=True,
+              help="recall@10 against exact search that the build-time tuned search parameters must reach.")
+@click.option("--faiss-device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
+              help="auto: train and add on the GPU when faiss-gpu sees a CUDA device.")
+@click.option("--append", is_flag=True, help="Add CORPUS to the published index; a known id replaces its document.")
+@click.option("--chunk-lines", default=2048, show_default=True,
+              help="Lines per chunk: the unit of parallel work, progress and resumption.")
+@click.option("--max-length", type=int, default=None, help="Token limit per text (default: the model's).")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
+@click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
+@click.option("--strict", is_flag=True, help="Exit non-zero (and keep the old index) if any line is rejected.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@es_options
+@click.pass_context
+def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, recall_target, faiss_device, append,
+          chunk_lines, max_length, precision, workers, strict, quiet, **es):
+    """Encode CORPUS (JSONL) with a Beam pipeline into a FAISS index + docstore at --index.
+
+    Unknown options (--runner, --direct_num_workers, ...) pass through to Apache Beam. The new
+    index replaces the old one atomically, and only when the run succeeds.
+    """
+    from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
+
+    beam_args = list(ctx.args)
+    if workers and workers > 1:
+        beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
+    job = IndexJob(input=corpus, index=index_dir, model=model, id_field=id_field, text_field=text_field,
+                   faiss_factory=faiss_factory, recall_target=recall_target, faiss_device=faiss_device,
+                   append=append, es=es_target(**es), chunk_lines=chunk_lines, max_length=max_length,
+                   precision=precision, strict=strict, progress=not quiet)
+    try:
+        report = run_index(job, beam_args)
+    except (IndexInputError, FileExistsError, ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    if report.resumed_chunks:
+        click.echo(f"resumed: {report.resumed_chunks} chunks were already encoded by an interrupted run")
+    click.echo(report.summary() + (f" (replaced {report.replaced})" if append else ""))
+    if report.truncated:
+        click.echo(f"{report.truncated} texts were longer than the encoder's max length and were truncated")
+    if report.rejected:
+        click.echo(f"rejected lines: {os.path.join(index_dir, 'rejected.jsonl')}")
+    faiss = report.faiss
+    tuning = faiss.get("tuning", {})
+    click.echo(f"faiss: {faiss.get('factory')} ({faiss.get('tier')}), search params {faiss.get('search_params')}"
+               + (f", recall@{tuning['config']['k']} {tuning['validation_recall']}" if tuning.get("validation_recall")
+                  is not None and not append else ""))
+    _echo_backends(report.backends)
+    click.echo(f"index: {index_dir} ({report.documents} documents, {report.seconds:.1f} s)")
+
+
+def read_ids(path: str) -> list[str]:
+    """One id per line; a JSON object line gives its "id"; blank lines are skipped."""
+    ids = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            if line.startswith("{"):
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    obj = None
+                if isinstance(obj, dict) and "id" in obj:
+                    line = str(obj["id"])
+            ids.append(line)
+    return ids
+
+
+@click.command()
+@click.option("--index", "index_dir", required=True, type=click.Path(), help="Published index to delete from.")
+@click.option("--ids", "ids_file", required=True, type=click.Path(exists=True, dir_okay=False),
+              help="File with one document id per line (or JSONL with an \"id\" field).")
+@es_options
+def delete(index_dir, ids_file, **es):
+    """Remove documents by id, as one new generation published atomically."""
+    from relsearch.indexer import mutations
+    from relsearch.indexer.es_mirror import mirrors_for
+
+    try:
+        report = mutations.delete(index_dir, read_ids(ids_file), mirrors=mirrors_for(es_target(**es)))
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    _report_mutation(report, index_dir)
+
+
+@click.command()
+@click.option("--index", "index_dir", required=True, type=click.Path(), help="Published index to compact.")
+@es_options
+def compact(index_dir, **es):
+    """Rebuild the index from its live documents: drops tombstones, renumbers, re-tunes."""
+    from relsearch.indexer import mutations
+    from relsearch.indexer.es_mirror import mirrors_for
+
+    try:
+        report = mutations.compact(index_dir, mirrors=mirrors_for(es_target(**es)))
+    except (FileNotFoundError, ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e)) from None
+    _report_mutation(report, index_dir)
+
+
+def _report_mutation(report, index_dir: str) -> None:
+    click.echo(report.summary())
+    if report.not_found:
+        shown = ", ".join(report.not_found[:5]) + (" …" if len(report.not_found) > 5 else "")
+        click.echo(f"ids not in the index: {shown} (listed in {os.path.join(index_dir, 'rejected.jsonl')})")
+    if report.positions and report.tombstones / report.positions > 0.2:
+        click.echo(f"{report.tombstones} of {report.positions} positions are tombstones: "
+                   f"run `relsearch compact --index {index_dir}`")
+    _echo_backends(report.backends)
+    click.echo(f"index: {index_dir} ({report.seconds:.1f} s)")

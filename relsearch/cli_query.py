@@ -1,0 +1,155 @@
+"""``relsearch query``: relational queries against the FAISS index or its Elasticsearch mirror.
+
+Registered in :mod:`relsearch.cli`; kept free of imports from it so either module can load first.
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+def _fail(message: str) -> None:
+    raise click.ClickException(message)
+
+
+def _parse_filters(specs) -> dict[str, str]:
+    out = {}
+    for spec in specs:
+        field, sep, value = spec.partition("=")
+        if not sep or not field:
+            _fail(f"--filter expects FIELD=VALUE, got {spec!r}")
+        out[field] = value
+    return out
+
+
+def _read_queries(path: str, default_relations: dict[str, float]):
+    from relsearch.retrieval.search import Query
+
+    queries, errors = [], []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise ValueError("not a JSON object")
+                qid = obj.get("id", obj.get("query_id", obj.get("doc_id", n)))
+                rel = obj.get("relation")
+                relations = ({rel: 1.0} if isinstance(rel, str) else
+                             {str(k): float(v) for k, v in rel.items()} if isinstance(rel, dict) else default_relations)
+                if isinstance(obj.get("doc_id"), (str, int)):
+                    queries.append(Query(doc_id=str(obj["doc_id"]), relations=relations, query_id=qid))
+                elif isinstance(obj.get("text"), str) and obj["text"].strip():
+                    queries.append(Query(text=obj["text"], relations=relations, query_id=qid))
+                else:
+                    raise ValueError("needs a non-empty 'text' or a 'doc_id'")
+            except (ValueError, AttributeError) as e:
+                errors.append({"line": n, "error": str(e)})
+    return queries, errors
+
+
+def _search_params(ef_search, nprobe, rerank, specs) -> dict:
+    params = {}
+    for spec in specs:
+        key, sep, value = spec.partition("=")
+        if not sep or not key:
+            _fail(f"--search-param expects KEY=VALUE, got {spec!r}")
+        params[key] = value
+    for key, value in (("efSearch", ef_search), ("nprobe", nprobe), ("rerank", rerank)):
+        if value is not None:
+            params[key] = value
+    return params
+
+
+@click.command()
+@click.argument("text", required=False)
+@click.option("--index", "index_dir", required=True, type=click.Path())
+@click.option("--id", "doc_id", default=None, help="Query with an indexed document (never returned itself).")
+@click.option("--queries", "queries_file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help='JSONL of {"id", "text"} or {"doc_id"}, optional "relation" (name or {name: weight}).')
+@click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
+@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--filter", "filters", multiple=True, help="FIELD=VALUE exact metadata match; repeat = AND.")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines output.")
+@click.option("--explain", is_flag=True, help="Add every operator's own score for each hit.")
+@click.option("--model", default=None, help="Relation bundle folder or model id (default: the index's bundle).")
+@click.option("--ef-search", type=click.IntRange(min=1), default=None, help="HNSW efSearch (default: tuned at build).")
+@click.option("--nprobe", type=click.IntRange(min=1), default=None, help="IVF lists probed (default: tuned at build).")
+@click.option("--rerank", type=click.IntRange(min=0), default=None,
+              help="Candidates re-scored exactly from the stored vectors; 0 = off (default: tuned at build).")
+@click.option("--search-param", "search_param", multiple=True,
+              help="KEY=VALUE FAISS search parameter (nprobe, efSearch, rerank, max_codes, k_factor, ...).")
+@click.option("--backend", type=click.Choice(["faiss", "es"]), default="faiss", show_default=True)
+@click.option("--es-url", default=None, help="Elasticsearch URL for --backend es (credentials from the environment).")
+@click.option("--es-index", default=None, help="Elasticsearch alias or index for --backend es.")
+@click.option("--es-credentials", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--es-ca-certs", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--num-candidates", type=click.IntRange(min=1), default=None,
+              help="Elasticsearch kNN candidates per shard (default max(100, 2k)).")
+@click.option("--hybrid", is_flag=True, help="Elasticsearch: fuse BM25 on the query text with kNN (RRF).")
+@click.option("--fusion", type=click.Choice(["server", "client"]), default="server", show_default=True,
+              help="--hybrid: the server's rrf retriever, or two searches fused here.")
+def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json, explain, model, ef_search, nprobe,
+          rerank, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion):
+    """Find documents standing in --relation to TEXT (or to --id, or to each line of --queries)."""
+    from relsearch.encoder.relations import parse_relation_args
+    from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
+    from relsearch.retrieval.search import Query, QueryError
+
+    if sum(x is not None for x in (text, doc_id, queries_file)) != 1:
+        _fail("give exactly one of TEXT, --id or --queries")
+    if backend == "es" and not (es_url and es_index):
+        _fail("--backend es needs --es-url and --es-index")
+    es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
+                        num_candidates=num_candidates, hybrid=hybrid, fusion=fusion) if backend == "es" else None
+    try:
+        weights = parse_relation_args(relations)
+        searcher = open_searcher(index_dir, model, backend=backend, es=es,
+                                 search_params=_search_params(ef_search, nprobe, rerank, search_param))
+        filt = _parse_filters(filters)
+        searcher.check(weights, filt)
+        if queries_file:
+            queries, errors = _read_queries(queries_file, weights)
+            unknown = searcher.unknown_ids(queries)
+            errors += [{"line": q.query_id, "error": f"doc_id {q.doc_id!r} is not in the index"}
+                       for q in queries if q.doc_id in unknown]
+            queries = [q for q in queries if q.doc_id not in unknown]
+        else:
+            queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
+        results = searcher.search(queries, k=k, filters=filt, explain=explain) if queries else []
+    except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
+        _fail(e.args[0] if isinstance(e, KeyError) else str(e))
+    if queries_file:
+        for q, hits in zip(queries, results):
+            payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits]}
+            click.echo(json.dumps(payload, ensure_ascii=False) if as_json else _table(hits, title=f"query {q.query_id}"))
+        for err in errors:
+            click.echo(f"{queries_file}:{err['line']}: {err['error']}", err=True)
+        if errors:
+            sys.exit(1)
+        return
+    hits = results[0]
+    if as_json:
+        for rank, hit in enumerate(hits, 1):
+            click.echo(json.dumps(hit.to_json(rank), ensure_ascii=False))
+    else:
+        click.echo(_table(hits))
+
+
+def _table(hits, title: str | None = None) -> str:
+    lines = [title] if title else []
+    lines.append(f"{'rank':>4}  {'score':>7}  {'id':<16}  text")
+    for rank, h in enumerate(hits, 1):
+        snippet = " ".join(h.text.split())
+        snippet = snippet[:90] + ("…" if len(snippet) > 90 else "")
+        lines.append(f"{rank:>4}  {h.score:7.4f}  {str(h.id)[:16]:<16}  {snippet}")
+        if h.explain:
+            lines.append("      " + "  ".join(f"{n}={v:.3f}" for n, v in h.explain.items()))
+    if not hits:
+        lines.append("  (no results)")
+    return "\n".join(lines)
+
+

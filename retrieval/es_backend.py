@@ -1,0 +1,90 @@
+"""``relsearch query --backend es``: the same queries and output as the FAISS backend, answered by
+an Elasticsearch mirror (indexer/es_mirror.py) through ``retrieval.elastic.knn_search``.
+
+The local index still supplies the bundle, the encoder check and, for ``--id`` queries, the stored
+raw vector; the relational query vector q is computed exactly as for FAISS and sent normalised
+(``dot_product`` needs unit vectors). Elasticsearch returns cos(q, t̂); multiplying by ‖q‖ gives
+back the FAISS backend's score ⟨q, t̂⟩ (they differ only for relation mixtures, where q is not a
+unit vector), so on an exact ES index both backends return the same ids and scores. ``--hybrid``
+fuses BM25 on the query text (an ``--id`` query's own text) with kNN by RRF; its scores are RRF
+scores, not cosines.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .elastic import knn_search
+from .search import Hit, Query, QueryError, Searcher
+
+
+@dataclass(frozen=True, kw_only=True)
+class EsQueryOptions:
+    url: str
+    index: str  # alias (or index) name
+    credentials_file: str | None = None
+    ca_certs: str | None = None
+    num_candidates: int | None = None
+    hybrid: bool = False
+    fusion: str = "server"
+
+
+class EsSearcher:
+    """Answers :meth:`Searcher.search` from Elasticsearch; delegates validation to ``searcher``."""
+
+    def __init__(self, searcher: Searcher, options: EsQueryOptions, *, client=None):
+        from ..indexer.elastic import connect
+
+        self.searcher, self.options = searcher, options
+        self.client = client if client is not None else connect(
+            options.url, credentials_file=options.credentials_file, ca_certs=options.ca_certs)
+        self.metadata_fields = searcher.metadata_fields
+
+    def check(self, relations: dict[str, float], filters: dict[str, str]) -> None:
+        self.searcher.check(relations, filters)
+
+    def unknown_ids(self, queries: list[Query]) -> set[str]:
+        return self.searcher.unknown_ids(queries)
+
+    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, str] | None = None,
+               explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
+        if explain:
+            raise QueryError("--explain needs the FAISS backend (it reads the stored vectors)")
+        if params:
+            raise QueryError(f"search parameters {', '.join(sorted(params))} apply to the FAISS backend; "
+                             "for Elasticsearch use --num-candidates")
+        if not queries:
+            return []
+        _, qv = self.searcher.query_vectors(queries, filters)
+        texts = self._texts(queries) if self.options.hybrid else None
+        raw = knn_search(self.client, self.options.index, qv, k=k + 1, num_candidates=self.options.num_candidates,
+                         filters=filters or None, hybrid_text=texts, fusion=self.options.fusion)
+        scale = np.linalg.norm(qv, axis=1)
+        results = []
+        for i, (q, hits) in enumerate(zip(queries, raw)):
+            kept = [h for h in hits if h.id != q.doc_id][:k]
+            factor = 1.0 if texts is not None else float(scale[i])
+            results.append([Hit(h.id, np.float32(h.score * factor), h.text, h.metadata) for h in kept])
+        return results
+
+    def _texts(self, queries: list[Query]) -> list[str]:
+        store = self.searcher.files.docstore
+        positions = store.positions([q.doc_id for q in queries if q.doc_id is not None])
+        docs = store.get(list(positions.values()))
+        return [q.text if q.text is not None else docs[positions[q.doc_id]]["text"] for q in queries]
+
+
+def open_searcher(index_dir: str, model: str | None = None, *, backend: str = "faiss",
+                  search_params: dict | None = None, es: EsQueryOptions | None = None):
+    """A :class:`Searcher` (``backend="faiss"``) or an :class:`EsSearcher` over it (``"es"``)."""
+    if backend == "faiss":
+        return Searcher(index_dir, model, search_params=search_params)
+    if backend != "es":
+        raise QueryError(f"unknown backend {backend!r}; choose faiss or es")
+    if es is None:
+        raise QueryError("--backend es needs --es-url and --es-index")
+    if search_params:
+        raise QueryError(f"search parameters {', '.join(sorted(search_params))} apply to the FAISS backend; "
+                         "for Elasticsearch use --num-candidates")
+    return EsSearcher(Searcher(index_dir, model), es)

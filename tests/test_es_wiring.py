@@ -1,0 +1,97 @@
+"""CLI wiring of the Elasticsearch backend against tests/es_server.py: index → mirror → query round trip
+whose ES results equal the FAISS backend's, per-backend rejections reconciled, mutations re-mirror."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from relsearch.cli import cli
+from relsearch.indexer.store import open_index
+
+from es_server import EsTestServer
+
+
+@pytest.fixture(scope="module")
+def server():
+    with EsTestServer(lifetime_s=600) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory, small_corpus, server):
+    """The small real corpus indexed through the CLI with an Elasticsearch mirror; one item refused."""
+    server.fail_item("ABBV", 400, times=1, reason="scripted rejection")
+    target = tmp_path_factory.mktemp("es") / "idx"
+    out = CliRunner().invoke(cli, ["index", str(small_corpus), "--index", str(target), "--quiet",
+                                   "--es-url", server.url, "--es-index", "companies", "--es-index-type", "flat"])
+    assert out.exit_code == 0, out.output
+    return target, out.output
+
+
+def run(*args):
+    out = CliRunner().invoke(cli, [str(a) for a in args])
+    assert out.exit_code == 0, out.output
+    return [json.loads(line) for line in out.output.splitlines() if line.startswith("{")]
+
+
+def test_index_mirrors_with_reconciled_counts_and_alias(mirrored, server):
+    target, output = mirrored
+    manifest = open_index(target).manifest
+    es = manifest["backends"]["elasticsearch"]
+    assert (es["read"], es["indexed"], es["rejected"]) == (120, 119, 1) == (manifest["counts"]["documents"], 119, 1)
+    rejected = [json.loads(line) for line in (target / "rejected-es.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in rejected] == ["ABBV"] and "scripted rejection" in rejected[0]["reason"]
+    assert server.aliases["companies"] == {es["index"]} and es["index"].startswith("companies-")
+    assert "elasticsearch: companies -> companies-" in output and "rejected 1" in output
+
+
+@pytest.mark.parametrize("query", [
+    ["--id", "ADBE"],
+    ["--id", "BAC", "--relation", "identity=0.5", "--relation", "identity=0.25"],  # a non-unit mixture vector
+    ["--id", "AAPL", "--filter", "gics_sector=Information Technology"],
+    ["video game publisher"],
+])
+def test_es_backend_returns_what_faiss_returns(mirrored, server, query):
+    target, _ = mirrored
+    base = ["query", *query, "--index", target, "-k", "5", "--json"]
+    faiss_hits = [h for h in run(*base) if h["id"] != "ABBV"][:4]  # ABBV was refused by the mirror
+    es_hits = [h for h in run(*base, "--backend", "es", "--es-url", server.url, "--es-index", "companies")][:4]
+    assert [h["id"] for h in es_hits] == [h["id"] for h in faiss_hits]
+    assert [h["score"] for h in es_hits] == pytest.approx([h["score"] for h in faiss_hits], abs=1e-5)
+    assert es_hits[0].keys() == faiss_hits[0].keys()  # same output format
+
+
+def test_hybrid_and_client_fusion(mirrored, server):
+    target, _ = mirrored
+    args = ["query", "bank holding company", "--index", target, "-k", "5", "--json", "--backend", "es",
+            "--es-url", server.url, "--es-index", "companies", "--hybrid"]
+    server_side, client_side = run(*args), run(*args, "--fusion", "client")
+    assert len(server_side) == 5 and [h["id"] for h in server_side] == [h["id"] for h in client_side]
+    out = CliRunner().invoke(cli, ["query", "x", "--index", str(target), "--backend", "es", "--es-url", server.url,
+                                   "--es-index", "companies", "--nprobe", "3"])
+    assert out.exit_code != 0 and "FAISS backend" in out.output
+    out = CliRunner().invoke(cli, ["query", "x", "--index", str(target), "--backend", "es"])
+    assert out.exit_code != 0 and "--es-url" in out.output
+
+
+def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
+    import shutil
+
+    target = tmp_path / "idx"  # a private copy of the small index, so other tests keep theirs
+    shutil.copytree(small_index.resolve(), tmp_path / "gen")
+    target.symlink_to(tmp_path / "gen")
+    es = ["--es-url", server.url, "--es-index", "mirror"]
+    ids = tmp_path / "ids.txt"
+    ids.write_text("ADBE\n")
+    out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids), *es])
+    assert out.exit_code == 0, out.output
+    first = open_index(target).manifest["backends"]["elasticsearch"]
+    assert first["indexed"] == 119 and server.aliases["mirror"] == {first["index"]}
+    out = CliRunner().invoke(cli, ["compact", "--index", str(target), *es])
+    assert out.exit_code == 0, out.output
+    second = open_index(target).manifest["backends"]["elasticsearch"]
+    assert server.aliases["mirror"] == {second["index"]} and first["index"] not in server.indices  # old one deleted
+    hits = run("query", "--id", "AAPL", "--index", target, "-k", "119", "--json", "--backend", "es", *es)
+    assert len(hits) == 118 and "ADBE" not in {h["id"] for h in hits}
+    out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])  # no mirror this time
+    assert open_index(target).manifest["backends"]["elasticsearch"]["stale"] is True

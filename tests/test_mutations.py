@@ -1,0 +1,163 @@
+"""Append / replace / delete / compact on indexes built from synthetic vectors through the indexer
+functions: counts, tombstones never returned, readers isolated, writers serialised, CLI delete."""
+import json
+import os
+import threading
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from relsearch.cli import cli
+from relsearch.encoder.model import resolve_model_path, weights_fingerprint
+from relsearch.indexer import mutations, store
+from relsearch.indexer.build import Block, build_published
+from relsearch.indexer.faiss_index import FaissSpec
+from relsearch.retrieval.search import Query, Searcher
+
+D = 384
+
+
+@pytest.fixture(scope="module")
+def encoder_identity():
+    """The default encoder's identity, so Searcher accepts these synthetic indexes."""
+    return {"model": "all-MiniLM-L6-v2", "weights_sha256": weights_fingerprint(resolve_model_path("all-MiniLM-L6-v2")),
+            "pooling": "mean", "dim": D}
+
+
+def raw_vectors(n, seed):
+    rng = np.random.default_rng(seed)
+    centers = np.random.default_rng(99).standard_normal((40, D)).astype(np.float32)
+    return (centers[rng.integers(0, 40, n)] + 0.8 * rng.standard_normal((n, D)).astype(np.float32)) * 3.0
+
+
+def docs(ids, seed):
+    vectors = raw_vectors(len(ids), seed)
+    return Block([{"id": i, "text": f"text of {i}", "metadata": {"group": int(i[1:]) % 5}} for i in ids], vectors)
+
+
+def build(target, identity, n=3000, factory="Flat"):
+    block = docs([f"d{i}" for i in range(n)], seed=1)
+    build_published(str(target), [block], n=n, d=D, encoder=identity,
+                    spec=FaissSpec(factory=factory, tune_queries=100))
+    return block
+
+
+def vector_search(searcher, q, k, **kw):
+    result = searcher.ann(q, k, **kw)
+    docs = searcher.files.docstore.get(sorted({int(p) for p in result.positions.ravel() if p >= 0}))
+    return [[docs[p]["id"] for p in row if p >= 0] for row in result.positions], result
+
+
+@pytest.mark.parametrize("factory", ["Flat", "IVF16,Flat", "HNSW16"])
+def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
+    target = tmp_path / "idx"
+    original = build(target, encoder_identity, factory=factory)
+    old_reader = Searcher(str(target))  # opened before any mutation; FAISS not loaded yet
+    removes = factory.startswith("IVF")
+
+    replacement = docs([f"d{i}" for i in range(100)] + [f"d{i}" for i in range(3000, 3200)], seed=2)
+    report = mutations.append(str(target), [replacement], n=300, run={"read": 300})
+    assert (report.added, report.replaced, report.documents, report.positions) == (200, 100, 3200, 3300)
+    files = store.open_index(target)
+    assert files.manifest["counts"] == {"documents": 3200, "positions": 3300, "deleted": 100,
+                                        "tombstones": 0 if removes else 100}
+    assert files.faiss.ntotal == (3200 if removes else 3300) == files.manifest["faiss"]["ntotal"]
+    assert [r["op"] for r in files.manifest["runs"]] == ["build", "append"]
+    assert sorted(files.deleted.tolist()) == list(range(100))
+
+    searcher = Searcher(str(target))
+    # the replaced documents' old vectors as queries: their old positions must never come back
+    ids, result = vector_search(searcher, original.vectors[:20] / np.linalg.norm(original.vectors[:20], axis=1,
+                                                                                  keepdims=True), 30)
+    assert not np.isin(result.positions, np.arange(100)).any()
+    assert all(len(row) == 30 == len(set(row)) for row in ids)
+    # an --id query of a replaced document starts from its new vector
+    h = searcher.raw_vectors([Query(doc_id="d7")])[0]
+    np.testing.assert_allclose(h, replacement.vectors[7], rtol=1e-4, atol=1e-4)
+    # a filter searched through FAISS with an IDSelector (not the exact path) still gives k live matches
+    broad = Searcher(str(target), exact_subset_max=0)
+    hits = broad.search([Query(doc_id="d3005")], k=25, filters={"group": "0"})[0]
+    assert len(hits) == 25 and all(h.metadata["group"] == 0 for h in hits)
+
+    report = mutations.delete(str(target), ["d3000", "d5", "d200", "nope", "d200"])
+    assert (report.deleted, report.not_found, report.documents) == (3, ["nope"], 3197)
+    files = store.open_index(target)
+    assert files.manifest["counts"]["deleted"] == 103 and files.docstore.count() == 3197
+    assert json.loads((files.root / "rejected.jsonl").read_text().splitlines()[0])["raw"] == "nope"
+    if not removes:  # tombstone-only types hard-link the unchanged FAISS file
+        assert files.faiss.ntotal == 3300
+    gone = Searcher(str(target))
+    q = raw_vectors(10, seed=5)
+    ids, _ = vector_search(gone, q / np.linalg.norm(q, axis=1, keepdims=True), 50)
+    assert not {"d3000", "d200"} & {i for row in ids for i in row}
+
+    # the reader opened before the mutations still answers from its own generation
+    assert old_reader.files.docstore.count() == 3000
+    old_ids, _ = vector_search(old_reader, original.vectors[:3] / np.linalg.norm(original.vectors[:3], axis=1,
+                                                                                 keepdims=True), 1)
+    assert [row[0] for row in old_ids] == ["d0", "d1", "d2"]
+
+    report = mutations.compact(str(target))
+    files = store.open_index(target)
+    assert files.manifest["counts"] == {"documents": 3197, "positions": 3197, "deleted": 0, "tombstones": 0}
+    assert not (files.root / store.DELETED_FILE).exists() and files.faiss.ntotal == 3197
+    assert files.manifest["faiss"]["factory"] == factory
+    assert len(os.listdir(tmp_path / ".idx.generations")) == 1  # superseded generations are gone
+
+
+def test_concurrent_appends_are_serialised(tmp_path, encoder_identity):
+    target = tmp_path / "idx"
+    build(target, encoder_identity, n=200)
+    errors = []
+
+    def add(first):
+        try:
+            mutations.append(str(target), [docs([f"d{i}" for i in range(first, first + 50)], seed=first)], n=50,
+                             run={"read": 50})
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=add, args=(first,)) for first in (1000, 2000)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    files = store.open_index(target)
+    assert files.docstore.count() == 300 == files.manifest["counts"]["documents"]  # no lost update
+
+
+def test_cli_delete_and_compact(tmp_path, encoder_identity):
+    target = tmp_path / "idx"
+    build(target, encoder_identity, n=300)
+    ids = tmp_path / "ids.txt"
+    ids.write_text("d1\n\n{\"id\": \"d2\"}\nmissing\n")
+    runner = CliRunner()
+    out = runner.invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])
+    assert out.exit_code == 0, out.output
+    assert "deleted 2, not found 1" in out.output and "missing" in out.output
+    out = runner.invoke(cli, ["compact", "--index", str(target)])
+    assert out.exit_code == 0 and "kept 298" in out.output, out.output
+    assert store.open_index(target).manifest["counts"]["positions"] == 298
+    bad = runner.invoke(cli, ["delete", "--index", str(tmp_path / "none"), "--ids", str(ids)])
+    assert bad.exit_code != 0 and "no index" in bad.output
+
+
+def test_searcher_falls_back_to_cpu_when_the_gpu_copy_fails(tmp_path, encoder_identity, caplog):
+    """faiss-cpu has no GPU resources: with "a GPU is present" injected, the GPU copy fails, the
+    Searcher logs it, answers on the CPU, and stays on the CPU."""
+    import logging
+
+    from relsearch.indexer.gpu import GpuFacts
+
+    target = tmp_path / "idx"
+    build(target, encoder_identity, n=2000, factory="IVF16,Flat")
+    q = raw_vectors(300, seed=7)
+    q /= np.linalg.norm(q, axis=1, keepdims=True)
+    cpu = Searcher(str(target), gpu_facts=GpuFacts(False, 0)).ann(q, 10)
+    claimed = Searcher(str(target), gpu_facts=GpuFacts(True, 1))
+    with caplog.at_level(logging.WARNING):
+        result = claimed.ann(q, 10)
+    np.testing.assert_array_equal(result.positions, cpu.positions)
+    assert "searching on the CPU" in caplog.text and not claimed.gpu_facts.available
