@@ -234,9 +234,9 @@ def pipeline_options(beam_args: list[str]):
 
 def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> Path:
     """Where shards of this exact job live: same input and settings → same folder → resumable."""
-    key = hashlib.sha256(json.dumps({
-        "input": input_sha, "encoder": asdict(encoder_config), "id": job.id_field, "text": job.text_field,
-        "chunk_lines": job.chunk_lines}, sort_keys=True).encode()).hexdigest()[:16]
+    encoder = {**asdict(encoder_config), "threads": None}  # thread count does not change the vectors
+    key = hashlib.sha256(json.dumps({"input": input_sha, "encoder": encoder, "id": job.id_field, "text": job.text_field,
+                                     "chunk_lines": job.chunk_lines}, sort_keys=True).encode()).hexdigest()[:16]
     target = Path(job.index).absolute()
     return store.generations_dir(target) / f"build-{key}"
 
@@ -275,9 +275,13 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         recorded = store.read_manifest(Path(os.path.realpath(job.index))).get("bundle", {}).get("path")
         bundle = load_bundle(recorded) if recorded and os.path.isdir(recorded) else None
     bundle = bundle or load_bundle(job.model)
+    options = pipeline_options(list(beam_args))
+    workers = options.get_all_options().get("direct_num_workers") or 1
     encoder_config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
-                                   precision=job.precision)
+                                   precision=job.precision,
+                                   # local worker processes share the cores instead of oversubscribing them
+                                   threads=max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
     input_sha = file_sha256(job.input)
     chunks = plan_chunks(job.input, job.chunk_lines)
     if Path(job.index).exists() and not Path(job.index).is_symlink():
@@ -295,7 +299,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             build, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, job.progress))
         watcher.start()
         try:
-            with beam.Pipeline(options=pipeline_options(list(beam_args))) as p:
+            with beam.Pipeline(options=options) as p:
                 build_pipeline(p, job, [c for c in chunks if c not in resumed], encoder_config, str(build))
         finally:
             stop.set()
