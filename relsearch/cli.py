@@ -97,6 +97,7 @@ def score(text_a, text_b, model, as_json):
         click.echo(f"{value:8.4f}  {name}")
 
 
+from relsearch.cli_bench import bench  # noqa: E402
 from relsearch.cli_index import compact, delete, index  # noqa: E402  (commands with many options live in their own module)
 from relsearch.cli_lookup import lookup  # noqa: E402
 from relsearch.cli_query import query  # noqa: E402
@@ -108,6 +109,7 @@ cli.add_command(delete)
 cli.add_command(compact)
 cli.add_command(lookup)
 cli.add_command(train)
+cli.add_command(bench)
 
 
 def main() -> None:

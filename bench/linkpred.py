@@ -1,0 +1,343 @@
+"""``relsearch bench linkpred``: rank each test triple's gold answer among all candidates (design.md §5).
+
+For every test triple (h, r, t) the query is h's raw vector and the gold answer t is ranked among
+*all* candidates — an index's documents or a candidate file's texts, matched to the triple by
+exact text — never only among test tails. Each triple is scored by
+
+- ``bm25``: BM25 of the query text over the candidate texts (lexical baseline);
+- ``identity``: cos(h, t), plain semantic similarity;
+- ``relation``: cos(op_r(h), t) with the operator named by the triple's ``relation`` field, or
+  each operator given with ``--relation`` (then applied to every triple).
+
+Two settings side by side. *Filtered*: every other known true answer of (h, r) — from the
+``--known`` files and the test file — is removed, and ranks are *realistic* (expectation under
+random tie-breaking; BM25's zero scores tie a lot). *Raw*: nothing filtered, *optimistic* ranks
+(RSE's protocol). In both, candidates whose text is the query's are excluded (the query itself)
+and so are other copies of the gold text (a duplicated document is not a competitor).
+
+Head prediction (``both_directions``) asks (?, r, t): translation operators use
+normalize(h_t − r); other kinds use an operator named ``<r>^-1`` when the bundle has one, else the
+direction is reported as unavailable. Gold answers missing from the candidates are an error unless
+``skip_missing``, which counts them per relation and leaves them out.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..encoder.bundle import Bundle, load_bundle
+from ..encoder.relations import Operator, lookup, normalize
+from .lexical import BM25
+from .metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
+from .report import BenchInputError, BenchResult, Table, file_fingerprint, finish, read_jsonl, sha256_file
+
+BASELINES = ("bm25", "identity")
+OWN = "relation"  # method label: each triple's own relation operator
+DIRECTIONS = ("tail", "head")
+PROTOCOL = {
+    "filtered": "other known true answers of (query, relation) from --known files and the test file removed; "
+                "realistic ranks (expectation under uniform random tie-breaking)",
+    "raw": "nothing filtered; optimistic ranks (ties counted in the gold's favour), RSE's protocol",
+    "both": "candidates = every indexed document / candidate text, matched by exact text; the query's own "
+            "text and other copies of the gold text are excluded; overall = mean over all triples (micro)",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LinkPredJob:
+    """One link-prediction run. Exactly one of ``index`` / ``candidates``."""
+
+    test: str
+    index: str | None = None
+    candidates: str | None = None  # JSONL with ``text_field`` or plain text, one candidate per line
+    known: tuple[str, ...] = ()
+    relations: tuple[str, ...] = ()  # () → each triple's own relation operator
+    model: str | None = None  # bundle (default: the index's bundle, else the default relation pack)
+    both_directions: bool = False
+    skip_missing: bool = False
+    text_field: str = "text"
+    cache_dir: str | None = None  # vector cache for --candidates (default: encoder.training's)
+    precision: str = "auto"  # encoder precision: auto | fp32 | bf16 | fp16
+    progress: bool = False
+    chunk: int = 256  # queries per score matrix
+
+
+# ---------------------------------------------------------------- shared by the benchmark runners
+
+_ENCODERS: dict = {}
+
+
+def raw_vectors(bundle: Bundle, texts: list[str], *, cache_dir: str | None = None, progress: bool = False,
+                precision: str = "auto") -> np.ndarray:
+    """(n, d) raw pooled vectors of ``texts`` with the bundle's encoder, through the on-disk vector cache.
+
+    16-bit precisions (``auto`` picks bf16 on CPUs with AMX) make a vector depend slightly on which
+    texts share its batch; ``fp32`` gives batch-independent vectors (and its own cache entries).
+    """
+    from ..encoder.model import Encoder, EncoderConfig
+    from ..encoder.training import encode_cached
+
+    config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
+                           max_length=bundle.encoder.get("max_length"), precision=precision)
+    if config not in _ENCODERS:  # one model per process: the suite runs many benchmarks on one encoder
+        _ENCODERS[config] = Encoder(config)
+    return encode_cached(_ENCODERS[config], list(texts), cache_dir=cache_dir, progress=progress)
+
+
+def read_texts(path: str, text_field: str = "text") -> list[str]:
+    """Candidate texts: JSONL objects with ``text_field`` (when the file starts with ``{``) or lines of text."""
+    with open(path, encoding="utf-8") as f:
+        first = f.readline().lstrip()
+    if first.startswith("{"):
+        rows = read_jsonl(path)
+        bad = [i for i, r in enumerate(rows, 1) if not isinstance(r.get(text_field), str) or not r[text_field].strip()]
+        if bad:
+            raise BenchInputError(f"{path}: {len(bad)} record(s) lack a non-empty {text_field!r} field "
+                                  f"(e.g. record {bad[0]})")
+        return [r[text_field] for r in rows]
+    with open(path, encoding="utf-8") as f:
+        return [line.rstrip("\n") for line in f if line.strip()]
+
+
+def read_triples(path: str) -> list[dict]:
+    rows = read_jsonl(path)
+    for n, t in enumerate(rows, 1):
+        for key in ("head", "relation", "tail"):
+            if not isinstance(t.get(key), str) or not t[key]:
+                raise BenchInputError(f"{path}: triple {n} lacks a non-empty string {key!r}")
+    if not rows:
+        raise BenchInputError(f"{path}: no triples")
+    return rows
+
+
+def operator_for(operators: dict[str, Operator], name: str, direction: str) -> Operator | None:
+    """The operator answering ``name`` in ``direction`` ("tail" or "head"), None when there is none."""
+    op = lookup(operators, name)
+    if direction == "tail" or op.kind == "identity":
+        return op
+    if op.kind == "translation":  # (?, r, t): q = normalize(h_t − r)
+        return Operator(name=f"{name}^-1", kind="translation", params={"r": -op.params["r"]})
+    return operators.get(f"{name}^-1")
+
+
+# ---------------------------------------------------------------- candidates
+
+@dataclass
+class Candidates:
+    """``texts`` (n_c) and unit vectors (n_c, d); ``raw`` maps every query text to its raw vector."""
+
+    texts: list[str]
+    unit: np.ndarray
+    raw: dict[str, np.ndarray]
+    bundle: Bundle
+    inputs: dict
+
+
+def load_candidates(job: LinkPredJob, query_texts: list[str]) -> Candidates:
+    if (job.index is None) == (job.candidates is None):
+        raise BenchInputError("give exactly one of --index DIR or --candidates FILE")
+    queries = list(dict.fromkeys(query_texts))
+    if job.index is not None:
+        from ..retrieval.search import Query, Searcher
+
+        searcher = Searcher(job.index, job.model, precision=job.precision)
+        files = searcher.files
+        n = files.docstore.count()
+        docs = files.docstore.get(list(range(n)))
+        raw = searcher.raw_vectors([Query(text=t) for t in queries]) if queries else np.zeros((0, files.manifest["dim"]))
+        inputs = {"index": {"path": str(files.root), "sha256": sha256_file(files.root / "manifest.json"),
+                            "corpus_sha256": files.manifest.get("input", {}).get("sha256")}}
+        return Candidates([docs[p]["text"] for p in range(n)], np.asarray(files.vectors, dtype=np.float32),
+                          dict(zip(queries, raw)), searcher.bundle, inputs)
+    bundle = load_bundle(job.model)
+    texts = read_texts(job.candidates, job.text_field)
+    distinct = list(dict.fromkeys(texts + queries))
+    vecs = raw_vectors(bundle, distinct, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
+    by_text = dict(zip(distinct, vecs))
+    unit = normalize(np.stack([by_text[t] for t in texts])) if texts else np.zeros((0, vecs.shape[1]), np.float32)
+    return Candidates(texts, unit, by_text, bundle, {"candidates": file_fingerprint(job.candidates)})
+
+
+# ---------------------------------------------------------------- ranking
+
+@dataclass(frozen=True)
+class _Item:
+    relation: str
+    query: str
+    gold: str
+    known: frozenset  # every known true answer text of (query, relation)
+
+
+def _items(test: list[dict], known: list[dict], direction: str) -> list[_Item]:
+    q, a = ("head", "tail") if direction == "tail" else ("tail", "head")
+    answers = defaultdict(set)
+    for t in known + test:
+        answers[(t[q], t["relation"])].add(t[a])
+    return [_Item(t["relation"], t[q], t[a], frozenset(answers[(t[q], t["relation"])])) for t in test]
+
+
+def _masks(items: list[_Item], columns: dict[str, list[int]], n_c: int):
+    """(gold (n,), exclude (n, n_c), filtered (n, n_c)) for items whose gold is among the candidates."""
+    gold = np.array([columns[it.gold][0] for it in items], dtype=np.int64)
+    exclude = np.zeros((len(items), n_c), dtype=bool)
+    filt = np.zeros((len(items), n_c), dtype=bool)
+    for row, it in enumerate(items):
+        exclude[row, columns.get(it.query, [])] = True
+        exclude[row, columns[it.gold][1:]] = True  # other copies of the gold text
+        for other in it.known - {it.gold}:
+            filt[row, columns.get(other, [])] = True
+    return gold, exclude, filt
+
+
+def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: Operator | None) -> np.ndarray:
+    if method == "bm25":
+        return bm25.scores([it.query for it in items])
+    h = np.stack([cands.raw[it.query] for it in items])
+    return op.apply(h) @ cands.unit.T
+
+
+def _rank(method, items, cands, bm25, op, columns, chunk) -> tuple[Ranks, Ranks]:
+    filtered, raw = [], []
+    for start in range(0, len(items), chunk):
+        part = items[start:start + chunk]
+        scores = _scores(method, part, cands, bm25, op)
+        gold, exclude, filt = _masks(part, columns, len(cands.texts))
+        filtered.append(rank_gold(scores, gold, filter_mask=filt, exclude=exclude))
+        raw.append(rank_gold(scores, gold, exclude=exclude))
+    return Ranks.concat(filtered), Ranks.concat(raw)
+
+
+def _metrics(pair: tuple[Ranks, Ranks]) -> dict:
+    return {"filtered": ranking_metrics(pair[0], "realistic"), "raw": ranking_metrics(pair[1], "optimistic")}
+
+
+def _mean(a: dict, b: dict) -> dict:
+    return {s: {k: (a[s][k] + b[s][k]) / 2 for k in METRIC_KEYS} for s in ("filtered", "raw")}
+
+
+def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: list[str], *,
+             directions=("tail",), skip_missing: bool = False, chunk: int = 256) -> dict:
+    """Rows of metrics per (direction, relation incl. "overall", method) plus counts; see module doc."""
+    columns: dict[str, list[int]] = defaultdict(list)
+    for col, text in enumerate(cands.texts):
+        columns[text].append(col)
+    bm25 = BM25(cands.texts)
+    relations = sorted({t["relation"] for t in test})
+    rows, missing, ranks = [], {}, {}
+    for direction in directions:
+        items = _items(test, known, direction)
+        lost = [it for it in items if it.gold not in columns]
+        if lost and not skip_missing:
+            raise BenchInputError(
+                f"{len(lost)} of {len(items)} gold {'tails' if direction == 'tail' else 'heads'} are not among the "
+                f"{len(cands.texts)} candidates (matched by exact text), e.g. {lost[0].gold[:80]!r}; add them to the "
+                f"candidates or pass --skip-missing to count and skip them")
+        missing[direction] = {r: sum(it.relation == r for it in lost) for r in relations}
+        items = [it for it in items if it.gold in columns]
+        for method in methods:
+            collected = []
+            for rel in relations:
+                group = [it for it in items if it.relation == rel]
+                op_name = rel if method == OWN else method
+                op = None if method == "bm25" else operator_for(cands.bundle.operators, op_name, direction)
+                row = {"direction": direction, "relation": rel, "method": method,
+                       "operator": None if method == "bm25" else op_name,
+                       "queries": len(group), "missing": missing[direction][rel]}
+                if method != "bm25" and op is None:
+                    rows.append(dict(row, available=False, reason=f"no inverse of {op_name!r}: not a translation and "
+                                     f"the bundle has no operator {op_name + '^-1'!r}"))
+                    collected = None
+                    continue
+                pair = _rank(method, group, cands, bm25, op, columns, chunk)
+                ranks[(direction, rel, method)] = pair
+                rows.append(dict(row, available=True, **_metrics(pair)))
+                if collected is not None:
+                    collected.append(pair)
+            overall = {"direction": direction, "relation": "overall", "method": method,
+                       "operator": None if method == OWN else method,
+                       "queries": len(items), "missing": sum(missing[direction].values())}
+            if collected is None:
+                rows.append(dict(overall, available=False, reason="unavailable for some relation"))
+            else:
+                pair = (Ranks.concat([p[0] for p in collected]), Ranks.concat([p[1] for p in collected]))
+                rows.append(dict(overall, available=True, **_metrics(pair)))
+    if len(directions) == 2:
+        by_key = {(r["direction"], r["relation"], r["method"]): r for r in rows}
+        for rel in relations + ["overall"]:
+            for method in methods:
+                a, b = by_key[("tail", rel, method)], by_key[("head", rel, method)]
+                row = {"direction": "mean", "relation": rel, "method": method, "operator": a["operator"],
+                       "queries": a["queries"] + b["queries"], "missing": a["missing"] + b["missing"]}
+                if a["available"] and b["available"]:
+                    rows.append(dict(row, available=True, **_mean(a, b)))
+                else:
+                    rows.append(dict(row, available=False, reason="head prediction unavailable"))
+    place = [{key: i for i, key in enumerate(keys)} for keys in ([*DIRECTIONS, "mean"], [*relations, "overall"], methods)]
+    rows.sort(key=lambda r: (place[0][r["direction"]], place[1][r["relation"]], place[2][r["method"]]))
+    return {"rows": rows, "counts": {"triples": len(test), "known_triples": len(known),
+                                     "candidates": len(cands.texts), "distinct_candidate_texts": len(columns),
+                                     "missing": missing}}
+
+
+# ---------------------------------------------------------------- tables and the command
+
+def table(rows: list[dict], title: str) -> Table:
+    """One line per (relation, method): filtered (realistic) | raw (optimistic) metrics, gain over identity."""
+    cols = ["dir", "relation", "method", "n", "MRR", "MR", "H@1", "H@3", "H@10", "ΔMRR id",
+            "raw MRR", "raw MR", "raw H@1", "raw H@3", "raw H@10"]
+    ident = {(r["direction"], r["relation"]): r for r in rows if r["method"] == "identity" and r["available"]}
+    out = []
+    for r in rows:
+        label = r["operator"] if r["method"] == OWN and r["operator"] else r["method"]
+        head = [r["direction"], r["relation"], label, r["queries"]]
+        if not r["available"]:
+            out.append(head + ["unavailable"] + [None] * 10)
+            continue
+        f, w = r["filtered"], r["raw"]
+        base = ident.get((r["direction"], r["relation"]))
+        gain = f["mrr"] - base["filtered"]["mrr"] if base and r["method"] != "identity" else None
+        out.append(head + [f["mrr"], f["mr"], f["hits@1"], f["hits@3"], f["hits@10"], gain,
+                           w["mrr"], w["mr"], w["hits@1"], w["hits@3"], w["hits@10"]])
+    return Table(title, cols, out, note="MRR…H@10: filtered, realistic ranks; raw …: unfiltered, optimistic ranks; "
+                                        "ΔMRR id: filtered MRR minus identity's.")
+
+
+def methods_for(job: LinkPredJob, bundle: Bundle, test: list[dict]) -> list[str]:
+    """bm25, identity, then each --relation or the triples' own operators (checked to exist)."""
+    for name in job.relations:
+        lookup(bundle.operators, name)
+    if job.relations:
+        return list(dict.fromkeys([*BASELINES, *job.relations]))
+    absent = sorted({t["relation"] for t in test} - set(bundle.operators))
+    if absent:
+        raise BenchInputError(f"the triples use relation(s) the bundle lacks: {', '.join(absent)}; available: "
+                              f"{', '.join(sorted(bundle.operators))}; pick operators with --relation NAME")
+    return [*BASELINES, OWN]
+
+
+def run_linkpred(job: LinkPredJob, *, json_out: str | None = None, plot_out: str | None = None,
+                 command: str | None = None, clock=time.perf_counter) -> BenchResult:
+    """Read, encode, rank, tabulate; write ``json_out`` and ``plot_out`` when given."""
+    started = clock()
+    test = read_triples(job.test)
+    known = [t for path in job.known for t in read_triples(path)]
+    directions = DIRECTIONS if job.both_directions else ("tail",)
+    cands = load_candidates(job, [t[("head", "tail")[i]] for t in test for i in range(len(directions))])
+    methods = methods_for(job, cands.bundle, test)
+    result = evaluate(test, known, cands, methods, directions=directions, skip_missing=job.skip_missing,
+                      chunk=job.chunk)
+    inputs = {"test": file_fingerprint(job.test), "known": [file_fingerprint(p) for p in job.known], **cands.inputs}
+    payload = {"protocol": PROTOCOL, "methods": methods, "directions": list(directions), **result}
+    res = finish("linkpred", payload, [table(result["rows"], f"link prediction: {job.test}")], inputs=inputs,
+                 bundle=cands.bundle, command=command, started=started, clock=clock, json_out=json_out,
+                 precision=job.precision)
+    if plot_out:
+        from . import plots
+
+        sample = np.stack(list(cands.raw.values())[:2000])
+        plots.linkpred_figure(result["rows"], cands.bundle.operators, sample, plot_out)
+        res.plot = plot_out
+    return res

@@ -1,0 +1,469 @@
+"""Adapter-regime RSE training: frozen encoder, one learned operator per relation (design.md §4).
+
+Flow of :func:`train_adapter`:
+
+1. read triples JSONL (``{"head", "relation", "tail"[, "negative"][, "group"]}``) for train / dev / test;
+2. encode every distinct text once with the frozen encoder, through an on-disk vector cache keyed
+   by the encoder's weights fingerprint, pooling, max length and dtype plus a hash of each text
+   (:func:`encode_cached`; a rerun encodes nothing);
+3. per relation, learn a ``linear`` (W = I, b = 0 at start) or ``translation`` (r ~ N(0, 0.02))
+   operator on the raw vectors with the RSE contrastive loss at τ = 0.05 (:func:`rse_loss`);
+   early stopping on dev MRR (the starting point, ≈ identity, is epoch 0, so a relation whose dev
+   MRR never improves keeps its initial operator);
+4. evaluate trained operator and identity on the test triples (link prediction, see
+   :func:`link_prediction`) and store both in ``operator.info["metrics"]``.
+
+Negatives. Vectors are precomputed, so by default (``negatives="all"``) each query is contrasted
+with *every* distinct training text of its relation (heads, tails and hard negatives): a full
+softmax over the relation's candidate table, which is the same candidate set shape as the test
+protocol and contains each triple's hard negative. ``negatives="batch"`` is RSE's own recipe:
+the batch's tails plus one hard negative per triple (its ``negative`` field, else a random tail of
+the relation that is not a true tail of the head). In both modes false negatives are masked out
+of the softmax: other true tails of the same head (same text), texts sharing the triple's
+``group``, and the head itself.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..bench.metrics import Ranks, rank_gold, ranking_metrics
+from .bundle import Bundle
+from .relations import Operator, normalize
+
+OPERATOR_KINDS = ("linear", "translation")
+NEGATIVE_MODES = ("all", "batch")
+PROTOCOL = ("link prediction on the test triples of the relation: candidates = all distinct heads and "
+            "tails of those triples; filtered (other true tails of the head in train/dev/test removed); "
+            "query itself excluded; realistic ranks (expectation under random tie-breaking)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    """Hyperparameters of :func:`train_adapter`. ``lr=None`` → 1e-2 (translation) / 3e-3 (linear)."""
+
+    operator: str = "linear"
+    epochs: int = 30  # maximum; early stopping on dev MRR
+    patience: int = 4  # epochs without dev improvement before stopping
+    batch_size: int = 256
+    lr: float | None = None
+    temperature: float = 0.05
+    negatives: str = "all"
+    max_candidates: int | None = 8192  # "all" mode: above this many texts, a fresh random sample per batch
+    seed: int = 13
+    relations: tuple[str, ...] | None = None  # train only these (default: every relation in train)
+    max_dev_queries: int | None = 2000  # dev triples scored per epoch (a seeded sample; candidates stay all)
+    threads: int | None = None  # torch CPU threads while training (None: leave torch's setting)
+    cache_dir: str | None = None  # vector cache; default $RELSEARCH_CACHE or ~/.cache/relsearch/vectors
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.operator not in OPERATOR_KINDS:
+            raise ValueError(f"unknown operator {self.operator!r}; choose one of {', '.join(OPERATOR_KINDS)}")
+        if self.negatives not in NEGATIVE_MODES:
+            raise ValueError(f"unknown negatives {self.negatives!r}; choose one of {', '.join(NEGATIVE_MODES)}")
+        if self.epochs < 0 or self.batch_size < 1 or self.temperature <= 0 or self.patience < 1:
+            raise ValueError("epochs must be ≥ 0, batch_size and patience ≥ 1, temperature > 0")
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else (1e-2 if self.operator == "translation" else 3e-3)
+
+
+# ---------------------------------------------------------------------------------------- triples
+@dataclass(frozen=True)
+class Triple:
+    head: str
+    relation: str
+    tail: str
+    negative: str | None = None
+    group: str | None = None
+    where: str = ""  # "file:line"
+
+
+def read_triples(path: str | os.PathLike) -> list[Triple]:
+    """Read one triples JSONL file; every problem is a ValueError naming ``file:line``."""
+    path = str(path)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such triples file")
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{lineno}"
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{where}: expected a JSON object with head, relation, tail")
+            missing = [k for k in ("head", "relation", "tail") if k not in rec]
+            if missing:
+                raise ValueError(f"{where}: missing field(s) {', '.join(missing)} (need head, relation, tail)")
+            for k in ("head", "relation", "tail", "negative"):
+                if k in rec and rec[k] is not None and not (isinstance(rec[k], str) and rec[k].strip()):
+                    raise ValueError(f"{where}: field {k!r} must be a non-empty string")
+            if rec.get("negative") is None and "negative" in rec:
+                rec.pop("negative")
+            group = rec.get("group")
+            out.append(Triple(rec["head"], rec["relation"].strip(), rec["tail"], rec.get("negative"),
+                              None if group is None else str(group), where))
+    if not out:
+        raise ValueError(f"{path}: no triples (empty file)")
+    return out
+
+
+# ---------------------------------------------------------------------------------- vector cache
+def default_cache_dir() -> Path:
+    if os.environ.get("RELSEARCH_CACHE"):
+        return Path(os.environ["RELSEARCH_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "relsearch" / "vectors"
+
+
+def _text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def encode_cached(encoder, texts: list[str], *, cache_dir: str | os.PathLike | None = None,
+                  progress: bool = True) -> np.ndarray:
+    """Raw vectors (n, d) float32 for ``texts``, encoding only those not already in the cache.
+
+    The cache folder is keyed by the encoder identity (weights fingerprint, pooling, max length,
+    dim) and dtype; each shard ``*.npz`` holds text hashes and vectors (no pickles).
+    """
+    ident = dict(encoder.identity, dtype=str(getattr(encoder, "dtype", "")))
+    folder = Path(cache_dir or default_cache_dir()) / hashlib.sha256(
+        json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
+    keys = np.array([_text_key(t) for t in texts], dtype="<U32")
+    out = np.empty((len(texts), int(encoder.dim)), dtype=np.float32)
+    found = np.zeros(len(texts), dtype=bool)
+    for shard in sorted(folder.glob("*.npz")) if folder.is_dir() else []:
+        with np.load(shard, allow_pickle=False) as z:
+            skeys, svecs = z["keys"], z["vectors"]
+        order = np.argsort(skeys)
+        pos = np.searchsorted(skeys[order], keys).clip(max=len(skeys) - 1)
+        hit = ~found & (skeys[order][pos] == keys)
+        out[hit] = svecs[order[pos[hit]]]
+        found |= hit
+    missing = np.flatnonzero(~found)
+    if len(missing):
+        uniq, inverse = np.unique(keys[missing], return_inverse=True)
+        first = missing[np.unique(inverse, return_index=True)[1]]
+        bar = _tqdm(total=len(first), desc="encoding", unit="text", disable=not progress)
+        vecs = encoder.encode([texts[i] for i in first], progress=bar.update).vectors
+        bar.close()
+        out[missing] = vecs[inverse]
+        folder.mkdir(parents=True, exist_ok=True)
+        name = folder / f"{hashlib.sha256(uniq.tobytes()).hexdigest()[:16]}.npz"
+        tmp = name.with_suffix(".tmp.npz")
+        np.savez(tmp, keys=uniq, vectors=vecs)
+        os.replace(tmp, name)
+    return out
+
+
+def _tqdm(**kw):
+    from tqdm.auto import tqdm
+
+    return tqdm(**kw)
+
+
+# ---------------------------------------------------------------------------------------- loss
+def rse_loss(queries, candidates, positive, mask, temperature: float):
+    """RSE contrastive loss: mean over queries of −log softmax(cos(q_i, c)/τ)[positive_i].
+
+    ``queries`` (b, d) and ``candidates`` (c, d) are unit vectors (torch); ``positive`` (b,) the
+    column of each query's true tail; ``mask`` (b, c) bool, True = a false negative to drop from the
+    softmax (its positive column must be False).
+    """
+    import torch.nn.functional as F
+
+    logits = (queries @ candidates.T) / temperature
+    logits = logits.masked_fill(mask, float("-inf"))
+    return F.cross_entropy(logits, positive)
+
+
+# ------------------------------------------------------------------------------ relation data
+@dataclass
+class _Split:
+    head: np.ndarray  # text ids
+    tail: np.ndarray
+    neg: np.ndarray  # text id or −1
+    group: np.ndarray  # group id or −1
+    files: list[str] = field(default_factory=list)
+    dropped_self: int = 0  # triples with head == tail (trivial) dropped
+    query_rows: np.ndarray | None = None  # evaluate only these triples (candidates: still all of the split)
+
+    def __len__(self):
+        return len(self.head)
+
+
+def _split(triples: list[Triple], ids: dict[str, int], groups: dict[str, int]) -> _Split:
+    seen, rows, dropped = set(), [], 0
+    for t in triples:
+        if t.head == t.tail:
+            dropped += 1
+            continue
+        key = (t.head, t.tail)
+        if key in seen:  # exact duplicate triple: counted once
+            continue
+        seen.add(key)
+        neg = ids[t.negative] if t.negative and t.negative not in (t.head, t.tail) else -1
+        grp = groups.setdefault(t.group, len(groups)) if t.group is not None else -1
+        rows.append((ids[t.head], ids[t.tail], neg, grp))
+    a = np.array(rows, dtype=np.int64).reshape(-1, 4)
+    files = sorted({t.where.rsplit(":", 1)[0] for t in triples})
+    return _Split(a[:, 0], a[:, 1], a[:, 2], a[:, 3], files, dropped)
+
+
+def _true_tails(*splits: _Split) -> dict[int, set[int]]:
+    known: dict[int, set[int]] = {}
+    for s in splits:
+        for h, t in zip(s.head.tolist(), s.tail.tolist()):
+            known.setdefault(h, set()).add(t)
+    return known
+
+
+def _exclusions(s: _Split) -> list[np.ndarray]:
+    """Per training triple: texts to mask out of its softmax (false negatives), never its tail."""
+    known = _true_tails(s)
+    members: dict[int, set[int]] = {}
+    for h, t, g in zip(s.head.tolist(), s.tail.tolist(), s.group.tolist()):
+        if g >= 0:
+            members.setdefault(g, set()).update((h, t))
+    out = []
+    for h, t, g in zip(s.head.tolist(), s.tail.tolist(), s.group.tolist()):
+        ex = known[h] | members.get(g, set()) | {h}
+        ex.discard(t)
+        out.append(np.fromiter(ex, dtype=np.int64, count=len(ex)))
+    return out
+
+
+def _mask(batch: np.ndarray, excl: list[np.ndarray], cand_pos: np.ndarray, n_cand: int) -> np.ndarray:
+    mask = np.zeros((len(batch), n_cand), dtype=bool)
+    for row, i in enumerate(batch):
+        p = cand_pos[excl[i]]
+        mask[row, p[p >= 0]] = True
+    return mask
+
+
+# --------------------------------------------------------------------------------- evaluation
+def link_prediction(apply, vectors: np.ndarray, split: _Split, known: dict[int, set[int]], *,
+                    chunk: int = 2048) -> tuple[dict, int, int]:
+    """Metrics of ``apply`` (raw (n, d) → unit (n, d)) on ``split``; see ``PROTOCOL``.
+
+    Returns (metrics, n_queries, n_candidates).
+    """
+    cand = np.unique(np.concatenate([split.head, split.tail]))
+    pos = np.full(len(vectors), -1, dtype=np.int64)
+    pos[cand] = np.arange(len(cand))
+    cand_unit = normalize(vectors[cand])
+    rows = np.arange(len(split)) if split.query_rows is None else split.query_rows
+    parts = []
+    for start in range(0, len(rows), chunk):
+        heads, tails = split.head[rows[start:start + chunk]], split.tail[rows[start:start + chunk]]
+        scores = apply(vectors[heads]) @ cand_unit.T
+        filt = np.zeros(scores.shape, dtype=bool)
+        for row, h in enumerate(heads.tolist()):
+            p = pos[list(known[h])]
+            filt[row, p[p >= 0]] = True
+        parts.append(rank_gold(scores, pos[tails], filter_mask=filt, exclude=pos[heads]))
+    return ranking_metrics(Ranks.concat(parts)), len(rows), len(cand)
+
+
+# ----------------------------------------------------------------------------------- training
+def _init_params(kind: str, d: int, gen):
+    import torch
+
+    if kind == "translation":
+        return {"r": (torch.randn(d, generator=gen) * 0.02).requires_grad_()}
+    return {"W": torch.eye(d).requires_grad_(), "b": torch.zeros(d).requires_grad_()}
+
+
+def _forward(params: dict, h):
+    import torch.nn.functional as F
+
+    x = h + params["r"] if "r" in params else h @ params["W"].T + params["b"]
+    return F.normalize(x, dim=-1)
+
+
+def _numpy_apply(params: dict):
+    import torch
+
+    def apply(h: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return _forward(params, torch.from_numpy(np.ascontiguousarray(h))).numpy()
+
+    return apply
+
+
+def _train_relation(name: str, vectors: np.ndarray, train: _Split, dev: _Split | None,
+                    known: dict[int, set[int]], config: TrainConfig) -> tuple[dict, dict]:
+    """Learn one operator; returns (numpy params, training info)."""
+    import torch
+
+    seed = [config.seed, zlib.crc32(name.encode())]
+    rng = np.random.default_rng(seed)
+    gen = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
+    params = _init_params(config.operator, vectors.shape[1], gen)
+    opt = torch.optim.Adam(params.values(), lr=config.learning_rate)
+    excl = _exclusions(train)
+    pool = np.unique(np.concatenate([train.head, train.tail, train.neg[train.neg >= 0]]))
+    tail_pool = np.unique(train.tail)
+    raw = torch.from_numpy(vectors)
+    unit = torch.nn.functional.normalize(raw, dim=-1)
+    pool_unit = unit[pool]  # "all" mode: the candidate table is fixed, gather it once
+    pos = np.full(len(vectors), -1, dtype=np.int64)  # text id → candidate column (−1: not a candidate)
+    pos[pool] = np.arange(len(pool))
+    if dev is not None and config.max_dev_queries and len(dev) > config.max_dev_queries:
+        keep = np.sort(rng.choice(len(dev), config.max_dev_queries, replace=False))
+        dev = _Split(dev.head, dev.tail, dev.neg, dev.group, dev.files, query_rows=keep)
+
+    def batch_candidates(batch: np.ndarray) -> tuple[np.ndarray, object]:
+        """(text id → column map, unit candidate vectors) for one batch."""
+        if config.negatives == "all":
+            if not config.max_candidates or len(pool) <= config.max_candidates:
+                return pos, pool_unit
+            sample = rng.choice(pool, config.max_candidates, replace=False)
+            cand = np.unique(np.concatenate([sample, train.tail[batch], train.neg[batch][train.neg[batch] >= 0]]))
+        else:
+            neg = train.neg[batch].copy()
+            need = neg < 0
+            neg[need] = rng.choice(tail_pool, size=int(need.sum()))  # a true tail drawn here is masked
+            cand = np.unique(np.concatenate([train.tail[batch], neg]))
+        cand_pos = np.full(len(vectors), -1, dtype=np.int64)
+        cand_pos[cand] = np.arange(len(cand))
+        return cand_pos, unit[cand]
+
+    def dev_mrr() -> float:
+        return link_prediction(_numpy_apply(params), vectors, dev, known)[0]["mrr"] if dev else float("nan")
+
+    best = {"epoch": 0, "mrr": dev_mrr(), "params": {k: v.detach().clone() for k, v in params.items()}}
+    history, stale, loss_value, t0 = [], 0, float("nan"), time.time()
+    bar = _tqdm(total=config.epochs, desc=f"{name} ({config.operator})", unit="epoch", disable=not config.progress)
+    bar.set_postfix(dev_mrr=f"{best['mrr']:.3f}")
+    for epoch in range(1, config.epochs + 1):
+        order, losses = rng.permutation(len(train)), []
+        for start in range(0, len(order), config.batch_size):
+            batch = order[start:start + config.batch_size]
+            cand_pos, cand_unit = batch_candidates(batch)
+            mask = torch.from_numpy(_mask(batch, excl, cand_pos, len(cand_unit)))
+            q = _forward(params, raw[train.head[batch]])
+            loss = rse_loss(q, cand_unit, torch.from_numpy(cand_pos[train.tail[batch]]), mask, config.temperature)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        loss_value = float(np.mean(losses)) if losses else float("nan")
+        mrr = dev_mrr()
+        history.append({"epoch": epoch, "loss": round(loss_value, 5), "dev_mrr": round(mrr, 5)})
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss_value:.4f}", dev_mrr=f"{mrr:.3f}")
+        if dev is None or mrr > best["mrr"]:
+            best = {"epoch": epoch, "mrr": mrr, "params": {k: v.detach().clone() for k, v in params.items()}}
+            stale = 0
+        else:
+            stale += 1
+            if stale >= config.patience:
+                break
+    bar.close()
+    info = {"epochs_run": len(history), "best_epoch": best["epoch"], "seconds": round(time.time() - t0, 1),
+            "dev_mrr": None if dev is None else round(best["mrr"], 5), "history": history}
+    return {k: v.numpy().astype(np.float32) for k, v in best["params"].items()}, info
+
+
+def _load(files) -> list[Triple]:
+    return [t for f in files for t in read_triples(f)]
+
+
+def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConfig = TrainConfig(),
+                  encoder=None, descriptions: dict[str, str] | None = None) -> Bundle:
+    """Train one operator per relation of ``train_files`` on a frozen encoder; return the bundle.
+
+    ``encoder``: an :class:`~relsearch.encoder.model.Encoder` (default: the default encoder).
+    Dev triples drive early stopping; test triples give ``operator.info["metrics"]`` for the trained
+    operator and for identity. A dev/test relation absent from training is an error.
+    """
+    if isinstance(train_files, (str, os.PathLike)):
+        train_files = [train_files]
+    if not train_files:
+        raise ValueError("no training files given")
+    loaded = {"train": _load(train_files), "dev": _load(dev_files), "test": _load(test_files)}
+    known_names = sorted({t.relation for t in loaded["train"]})
+    wanted = list(config.relations) if config.relations else known_names
+    for name in wanted:
+        if name not in known_names:
+            raise ValueError(f"relation {name!r} is not in the training data; known: {', '.join(known_names)}")
+    for split in ("dev", "test"):
+        for t in loaded[split]:
+            if t.relation not in known_names:
+                raise ValueError(f"{t.where}: relation {t.relation!r} of the {split} triples is not in the "
+                                 f"training data; known: {', '.join(known_names)}")
+    if encoder is None:
+        from .model import Encoder, EncoderConfig
+
+        encoder = Encoder(EncoderConfig())
+    texts: dict[str, int] = {}
+    for split in loaded.values():
+        for t in split:
+            if t.relation in wanted:
+                for x in (t.head, t.tail, t.negative):
+                    if x is not None:
+                        texts.setdefault(x, len(texts))
+    vectors = encode_cached(encoder, list(texts), cache_dir=config.cache_dir, progress=config.progress)
+
+    import torch
+
+    threads = torch.get_num_threads()
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    try:
+        operators = {name: _train_operator(name, loaded, texts, vectors, config, descriptions) for name in wanted}
+    finally:
+        torch.set_num_threads(threads)
+    return Bundle(encoder=dict(encoder.identity), operators=operators,
+                  info={"trainer": "relsearch adapter (frozen encoder, RSE contrastive loss)",
+                        "config": _hyper(config)})
+
+
+def _train_operator(name, loaded, texts, vectors, config, descriptions) -> Operator:
+    """Train, evaluate and describe the operator of one relation."""
+    groups: dict[str, int] = {}
+    splits = {k: _split([t for t in v if t.relation == name], texts, groups) for k, v in loaded.items()}
+    train, dev, test = splits["train"], splits["dev"], splits["test"]
+    if len(train) == 0:
+        raise ValueError(f"relation {name!r}: no usable training triples (all have head == tail)")
+    known = _true_tails(train, dev, test)
+    params, info = _train_relation(name, vectors, train, dev if len(dev) else None, known, config)
+    op = Operator(name=name, kind=config.operator, description=(descriptions or {}).get(name, ""), params=params)
+    metrics = {"split": "test", "protocol": PROTOCOL}
+    if len(test):
+        for label, apply in (("trained", op.apply), ("identity", normalize)):
+            metrics[label], metrics["queries"], metrics["candidates"] = link_prediction(apply, vectors, test, known)
+            metrics[label] = {k: round(v, 5) for k, v in metrics[label].items()}
+    op.info = {
+        "data": {s: {"files": v.files, "triples": len(v), "dropped_head_equals_tail": v.dropped_self,
+                     **({"hard_negatives": int((v.neg >= 0).sum())} if s == "train" else {})}
+                 for s, v in splits.items()},
+        "hyperparameters": _hyper(config),
+        "training": info,
+        "metrics": metrics,
+    }
+    return op
+
+
+def _hyper(config: TrainConfig) -> dict:
+    d = dataclasses.asdict(config)
+    d["lr"] = config.learning_rate
+    for k in ("cache_dir", "progress", "threads"):
+        d.pop(k)
+    d["relations"] = list(d["relations"]) if d["relations"] else None
+    return d

@@ -1,0 +1,195 @@
+"""``relsearch bench``: link prediction, aspect retrieval, STS and the whole suite (bench/).
+
+Registered in :mod:`relsearch.cli` with ``cli.add_command(bench)``. Each command parses options,
+calls one ``run_*`` function, prints its table and says where the JSON / PNG went.
+"""
+from __future__ import annotations
+
+import shlex
+
+import click
+
+ARGV_KEY = "relsearch.bench.argv"
+
+
+class _BenchGroup(click.Group):
+    """Remembers the raw arguments after ``bench`` so the JSON records the exact command line."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        raw = list(args)
+        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        ctx.meta[ARGV_KEY] = raw
+        return ctx
+
+
+def _command_line() -> str:
+    ctx = click.get_current_context()
+    group = ctx.parent or ctx
+    path = group.command_path.split() if group.parent is not None else ["relsearch", "bench"]
+    return shlex.join([*path, *ctx.meta.get(ARGV_KEY, [])])
+
+
+def _run(fn, job, json_out, plot_out):
+    from relsearch.bench.report import BenchInputError
+    from relsearch.retrieval.search import QueryError
+
+    try:
+        result = fn(job, json_out=json_out, plot_out=plot_out, command=_command_line())
+    except (BenchInputError, QueryError, FileNotFoundError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    except KeyError as e:  # unknown relation: the message lists the available ones
+        raise click.ClickException(e.args[0]) from e
+    click.echo(result.text())
+    if json_out:
+        click.echo(f"json: {json_out}")
+    if plot_out:
+        click.echo(f"plot: {plot_out}")
+
+
+json_option = click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
+                           help="Write every number, the command line, data/model fingerprints and machine info here.")
+plot_option = click.option("--plot", "plot_out", type=click.Path(dir_okay=False), default=None, help="Write a PNG figure.")
+model_option = click.option("--model", default=None, help="Relation bundle folder (default: the index's bundle, "
+                                                          "else the shipped relation pack).")
+relation_option = click.option("--relation", "-r", "relations", multiple=True, help="Operator to evaluate; repeat.")
+cache_option = click.option("--cache", "cache_dir", type=click.Path(file_okay=False), default=None,
+                            help="Vector cache folder (default: $RELSEARCH_CACHE or ~/.cache/relsearch/vectors).")
+quiet_option = click.option("--quiet", is_flag=True, help="No encoding progress bar.")
+precision_option = click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto",
+                                show_default=True, help="Encoder precision; fp32 makes vectors (nearly) independent of batching.")
+
+
+@click.group(cls=_BenchGroup)
+def bench():
+    """Benchmarks: link prediction, same-aspect retrieval, STS — always beside identity and BM25."""
+
+
+@bench.command()
+@click.argument("test", metavar="TEST.jsonl", type=click.Path(dir_okay=False))
+@click.option("--index", "index_dir", type=click.Path(), default=None, help="Candidates = this index's documents.")
+@click.option("--candidates", type=click.Path(dir_okay=False), default=None,
+              help="Candidates = this JSONL (with --text-field) or text file, one per line; encoded here.")
+@click.option("--known", multiple=True, type=click.Path(dir_okay=False),
+              help="More true triples (train/dev) to filter; the test file always is. Repeat.")
+@relation_option
+@model_option
+@click.option("--both-directions", is_flag=True, help="Also predict heads (?, r, t), and report the mean.")
+@click.option("--skip-missing", is_flag=True, help="Count and skip triples whose gold is not a candidate "
+                                                   "(default: an error).")
+@click.option("--text-field", default="text", show_default=True, help="Text field of a JSONL --candidates file.")
+@cache_option
+@precision_option
+@json_option
+@plot_option
+@quiet_option
+def linkpred(test, index_dir, candidates, known, relations, model, both_directions, skip_missing, text_field,
+             cache_dir, precision, json_out, plot_out, quiet):
+    """Rank each triple's gold tail among all candidates: MRR, MR, Hits@1/3/10, filtered and raw.
+
+    TEST.jsonl holds {"head", "relation", "tail"}. Each triple is scored with the operator named by
+    its relation (or each --relation), identity and BM25, per relation and overall.
+    """
+    from relsearch.bench.linkpred import LinkPredJob, run_linkpred
+
+    job = LinkPredJob(test=test, index=index_dir, candidates=candidates, known=tuple(known), relations=tuple(relations),
+                      model=model, both_directions=both_directions, skip_missing=skip_missing, text_field=text_field,
+                      cache_dir=cache_dir, precision=precision, progress=not quiet)
+    _run(run_linkpred, job, json_out, plot_out)
+
+
+@bench.command()
+@click.argument("corpus", metavar="CORPUS.jsonl", type=click.Path(dir_okay=False))
+@click.option("--aspect", required=True, help="Label field: relevant = same value (null labels are skipped).")
+@relation_option
+@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1))
+@click.option("--split", default="test", show_default=True, help="Value of --split-field to use; 'all' = every document.")
+@click.option("--split-field", default="split", show_default=True)
+@click.option("--text-field", default="text", show_default=True)
+@model_option
+@cache_option
+@precision_option
+@json_option
+@plot_option
+@quiet_option
+def retrieval(corpus, aspect, relations, k, split, split_field, text_field, model, cache_dir, precision, json_out,
+              plot_out, quiet):
+    """Same-aspect retrieval (AspectCSE): every document a seed; P@k, R@k, MRR@k, macro-averaged.
+
+    Without --relation every operator of the bundle is evaluated.
+    """
+    from relsearch.bench.retrieval import RetrievalJob, run_retrieval
+
+    job = RetrievalJob(corpus=corpus, aspect=aspect, relations=tuple(relations), k=k, split=split,
+                       split_field=split_field, text_field=text_field, model=model, cache_dir=cache_dir,
+                       precision=precision, progress=not quiet)
+    _run(run_retrieval, job, json_out, plot_out)
+
+
+@bench.command()
+@click.argument("pairs", metavar="PAIRS.jsonl", type=click.Path(dir_okay=False))
+@relation_option
+@click.option("--symmetric", is_flag=True, help="Score = mean of cos(op(h_a), b̂) and cos(op(h_b), â).")
+@click.option("--by", default=None, help="Also report per value of this field (e.g. year).")
+@click.option("--a-field", default="a", show_default=True)
+@click.option("--b-field", default="b", show_default=True)
+@click.option("--score-field", default="score", show_default=True)
+@model_option
+@cache_option
+@precision_option
+@json_option
+@plot_option
+@quiet_option
+def sts(pairs, relations, symmetric, by, a_field, b_field, score_field, model, cache_dir, precision, json_out, plot_out,
+        quiet):
+    """Spearman and Pearson between cos(op(h_a), b̂) and the gold "score" of each pair.
+
+    Without --relation every operator of the bundle is evaluated.
+    """
+    from relsearch.bench.sts import STSJob, run_sts
+
+    job = STSJob(pairs=pairs, relations=tuple(relations), symmetric=symmetric, by=by, a_field=a_field,
+                 b_field=b_field, score_field=score_field, model=model, cache_dir=cache_dir, precision=precision,
+                 progress=not quiet)
+    _run(run_sts, job, json_out, plot_out)
+
+
+@bench.command(name="all")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the report.")
+@click.option("--data", "data_dir", default=None, type=click.Path(file_okay=False),
+              help="Shared datasets folder (default: $RELSEARCH_DATA or ../shared/data).")
+@model_option
+@cache_option
+@precision_option
+@quiet_option
+def all_(out_dir, data_dir, model, cache_dir, precision, quiet):
+    """Run the default pack's relations on the shared datasets; write OUT/REPORT.md, JSON and PNGs."""
+    from relsearch.bench.report import BenchInputError
+    from relsearch.bench.suite import SuiteJob, run_suite
+
+    job = SuiteJob(out=out_dir, data=data_dir, model=model, cache_dir=cache_dir, precision=precision,
+                   progress=not quiet)
+    try:
+        report = run_suite(job, command=_command_line(), echo=click.echo)
+    except (BenchInputError, FileNotFoundError, ValueError) as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"report: {report}")
+
+
+@bench.command()
+@click.option("--sentences", "n_encode", default=5000, show_default=True, help="Real sentences to encode.")
+@click.option("--documents", "n_index", default=20000, show_default=True, help="Documents for the index-vs-encode run.")
+@click.option("--repeats", default=3, show_default=True, help="Timed repeats (the median is reported).")
+@json_option
+def speed(n_encode, n_index, repeats, json_out):
+    """Encoding vs sentence-transformers, index vs pure encoding, queries vs raw FAISS — one process."""
+    import json
+    from pathlib import Path
+
+    from relsearch.bench import speed as speed_bench
+
+    result = speed_bench.run(n_encode=n_encode, n_index=n_index, repeats=repeats)
+    result["command"] = _command_line()
+    click.echo(speed_bench.format_table(result))
+    if json_out:
+        Path(json_out).write_text(json.dumps(result, indent=2) + "\n")
+        click.echo(f"json: {json_out}")

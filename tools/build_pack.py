@@ -1,0 +1,231 @@
+"""Build the default relation pack (``relsearch/pack``) from the shared datasets.
+
+Exact command (repository root, virtual environment active; about 10 minutes on 2 CPU cores)::
+
+    HF_HUB_OFFLINE=1 python tools/build_pack.py --data ../shared/data --out relsearch/pack
+
+It prepares train/dev/test triples for each relation in a temporary folder, trains one ``linear``
+operator per relation with :func:`relsearch.encoder.training.train_adapter` (the same function
+``relsearch train`` calls) on the default encoder, and writes ``bundle.json``,
+``operators.safetensors`` and ``MODEL_CARD.md`` into ``--out`` (written aside, then swapped in).
+
+Relations and their preparation (splits are always the datasets' own):
+
+- ``duplicate-question``  meta_se_dupq/triples, both directions.
+- ``qa-entailment``       trecqa/triples; hard negative = a non-answer candidate (label 0) of the
+                          same question from trecqa/pairs, spread round-robin over its answers.
+- ``paraphrase``          msrp/triples, both directions.
+- ``same-caption``        flickr8k_captions/triples, both directions, group = image; train uses
+                          ``--flickr-train-images`` randomly chosen training images (time budget).
+- ``entailment``          sick/triples A→B; hard negative = a contradiction of the same premise.
+- ``contradiction``       sick/triples, both directions; hard negative = an entailment of the
+                          same premise (A→B direction only).
+- ``similar-company``     russell3000_companies/corpus.jsonl (Yahoo description, GICS
+                          sub-industry code, its ``split`` field): ordered pairs of distinct
+                          companies of one split sharing a sub-industry, group = sub-industry, so
+                          no company crosses splits. Train keeps ``--company-partners`` random
+                          partners per company (the group mask removes the unsampled ones from the
+                          softmax); dev and test keep every pair. sp500_companies is not used: 153
+                          of its 475 tickers shared with russell3000 sit in a different split there.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+SPLITS = ("train", "dev", "test")
+
+SOURCES = {
+    "duplicate-question": {
+        "description": "tail is a duplicate of the head question (same question, other wording)",
+        "dataset": "meta_se_dupq — meta.stackexchange duplicate questions (Bogdanova et al., CoNLL 2015)",
+        "licence": "CC BY-SA 3.0 (Stack Exchange data dump)",
+    },
+    "qa-entailment": {
+        "description": "tail is a sentence that answers the head question",
+        "dataset": "trecqa — TrecQA answer-sentence selection (Wang et al., EMNLP-CoNLL 2007; jacana version)",
+        "licence": "public domain (derived from TREC questions, per the brmson/dataset-sts README)",
+    },
+    "paraphrase": {
+        "description": "tail says the same thing as the head (sentential paraphrase)",
+        "dataset": "msrp — Microsoft Research Paraphrase Corpus (Dolan & Brockett, IWP 2005)",
+        "licence": "Microsoft Research Shared Source License — non-commercial research use only",
+    },
+    "same-caption": {
+        "description": "tail describes the same image as the head caption",
+        "dataset": "flickr8k_captions — Flickr8k captions (Hodosh, Young & Hockenmaier, JAIR 2013)",
+        "licence": "research use only (distributed by UIUC on request; no open licence stated)",
+    },
+    "entailment": {
+        "description": "tail follows from the head sentence (head entails tail)",
+        "dataset": "sick — SICK, SemEval-2014 Task 1 (Marelli et al., LREC 2014)",
+        "licence": "CC BY-NC-SA 3.0 (non-commercial, share-alike)",
+    },
+    "contradiction": {
+        "description": "tail contradicts the head sentence",
+        "dataset": "sick — SICK, SemEval-2014 Task 1 (Marelli et al., LREC 2014)",
+        "licence": "CC BY-NC-SA 3.0 (non-commercial, share-alike)",
+    },
+    "similar-company": {
+        "description": "tail describes a company in the same GICS sub-industry as the head company",
+        "dataset": "russell3000_companies — Yahoo Finance descriptions + Bloomberg GICS codes "
+                   "(github.com/Sivalavida/Text-based-Industry-Classification)",
+        "licence": "no licence stated; Yahoo/Bloomberg texts, GICS is an MSCI/S&P classification — "
+                   "research/evaluation use only",
+    },
+}
+
+
+def _read(path: Path) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _both_ways(triples: list[dict]) -> list[dict]:
+    out = list(triples)
+    for t in triples:
+        r = {k: v for k, v in t.items() if k != "negative"}
+        out.append(dict(r, head=t["tail"], tail=t["head"]))
+    return out
+
+
+def _triples(data: Path, name: str, split: str) -> list[dict]:
+    return _read(data / name / "triples" / f"{split}.jsonl")
+
+
+def prepare(data: Path, *, flickr_train_images: int, company_partners: int, seed: int) -> dict:
+    """{relation: {split: [triple dicts]}}, plus a note on how each relation was prepared."""
+    rng = random.Random(seed)
+    out: dict[str, dict[str, list[dict]]] = defaultdict(dict)
+    for split in SPLITS:
+        out["duplicate-question"][split] = _both_ways(_triples(data, "meta_se_dupq", split))
+        out["paraphrase"][split] = _both_ways(_triples(data, "msrp", split))
+
+        qa = _triples(data, "trecqa", split)
+        non_answers = defaultdict(list)
+        for p in _read(data / "trecqa" / "pairs" / f"{split}.jsonl"):
+            if p["label"] == 0:
+                non_answers[p["a"]].append(p["b"])
+        seen = defaultdict(int)
+        for t in qa:
+            negs = non_answers.get(t["head"])
+            if negs:
+                t["negative"] = negs[seen[t["head"]] % len(negs)]
+                seen[t["head"]] += 1
+        out["qa-entailment"][split] = qa
+
+        caps = [dict(t, group=t.pop("image")) for t in _triples(data, "flickr8k_captions", split)]
+        if split == "train":
+            images = sorted({t["group"] for t in caps})
+            keep = set(rng.sample(images, min(flickr_train_images, len(images))))
+            caps = [t for t in caps if t["group"] in keep]
+        out["same-caption"][split] = _both_ways(caps)
+
+        sick = _triples(data, "sick", split)
+        by_premise = defaultdict(lambda: defaultdict(list))
+        for t in sick:
+            by_premise[t["head"]][t["relation"]].append(t["tail"])
+        for rel, other in (("entailment", "contradiction"), ("contradiction", "entailment")):
+            triples = [dict(t) for t in sick if t["relation"] == rel]
+            for t in triples:
+                negs = by_premise[t["head"]][other]
+                if negs:
+                    t["negative"] = negs[0]
+            out[rel][split] = triples if rel == "entailment" else _both_ways(triples)
+
+        out["similar-company"][split] = _company_pairs(data, split, company_partners if split == "train" else None, rng)
+    return out
+
+
+def _company_pairs(data: Path, split: str, partners: int | None, rng: random.Random) -> list[dict]:
+    groups = defaultdict(list)
+    for c in _read(data / "russell3000_companies" / "corpus.jsonl"):
+        if c["split"] == split and c.get("text") and c.get("gics_sub_industry_code"):
+            groups[str(c["gics_sub_industry_code"])].append(c)
+    triples = []
+    for code, members in sorted(groups.items()):
+        for c in members:
+            others = [o for o in members if o["id"] != c["id"] and o["text"] != c["text"]]
+            if partners is not None and len(others) > partners:
+                others = rng.sample(others, partners)
+            triples += [{"head": c["text"], "relation": "similar-company", "tail": o["text"], "group": code}
+                        for o in others]
+    return triples
+
+
+def _write(prepared: dict, folder: Path) -> dict[str, list[str]]:
+    files = {s: [] for s in SPLITS}
+    for rel, splits in prepared.items():
+        for split, triples in splits.items():
+            path = folder / f"{rel}.{split}.jsonl"
+            with open(path, "w", encoding="utf-8") as f:
+                for t in triples:
+                    f.write(json.dumps(dict(t, relation=rel), ensure_ascii=False) + "\n")
+            files[split].append(str(path))
+    return files
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--data", default="../shared/data", help="folder holding the shared datasets")
+    ap.add_argument("--out", default="relsearch/pack", help="bundle folder to (re)write")
+    ap.add_argument("--operator", default="linear", choices=("linear", "translation"))
+    ap.add_argument("--epochs", type=int, default=30)
+    ap.add_argument("--lr", type=float, default=None)
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument("--flickr-train-images", type=int, default=2000, help="of 6,000 training images")
+    ap.add_argument("--company-partners", type=int, default=8, help="partners per training company")
+    ap.add_argument("--relation", action="append", help="build only these relations (repeatable)")
+    ap.add_argument("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
+    args = ap.parse_args(argv)
+
+    from relsearch.cli_train import print_metrics_table, render_model_card
+    from relsearch.encoder.model import Encoder, EncoderConfig
+    from relsearch.encoder.training import TrainConfig, train_adapter
+
+    t0 = time.time()
+    data, out = Path(args.data), Path(args.out)
+    prepared = prepare(data, flickr_train_images=args.flickr_train_images,
+                       company_partners=args.company_partners, seed=args.seed)
+    if args.relation:
+        prepared = {r: prepared[r] for r in args.relation}
+    config = TrainConfig(operator=args.operator, epochs=args.epochs, lr=args.lr, seed=args.seed,
+                         cache_dir=args.cache_dir)
+    with tempfile.TemporaryDirectory(prefix="relsearch-pack-") as tmp:
+        files = _write(prepared, Path(tmp))
+        bundle = train_adapter(files["train"], dev_files=files["dev"], test_files=files["test"], config=config,
+                               encoder=Encoder(EncoderConfig()),
+                               descriptions={r: SOURCES[r]["description"] for r in prepared})
+    for op in bundle.operators.values():  # temp paths mean nothing later: keep the file names only
+        for split in op.info.get("data", {}).values():
+            split["files"] = [Path(f).name for f in split["files"]]
+    bundle.info["sources"] = {r: {k: SOURCES[r][k] for k in ("dataset", "licence")} for r in prepared}
+    bundle.info["preparation"] = (f"tools/build_pack.py --flickr-train-images {args.flickr_train_images} "
+                                  f"--company-partners {args.company_partners} --seed {args.seed}; see its docstring")
+    aside = out.with_name(out.name + ".building")
+    shutil.rmtree(aside, ignore_errors=True)
+    bundle.save(aside)
+    (aside / "MODEL_CARD.md").write_text(render_model_card(
+        bundle, title="relsearch default relation pack",
+        notes=[f"Built by `{bundle.info['preparation']}` from {data} in {time.time() - t0:.0f} s "
+               f"(2 CPU cores, frozen encoder)."]))
+    old = out.with_name(out.name + ".old")
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        out.rename(old)
+    aside.rename(out)
+    shutil.rmtree(old, ignore_errors=True)
+    print_metrics_table(bundle)
+    print(f"pack written to {out} in {time.time() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
