@@ -31,7 +31,7 @@ test-slow: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
 
 pack: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --out relsearch/pack
+	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --data ../shared/data --out relsearch/pack
 
 clean:
-	rm -rf $(DEMO_INDEX) .$(DEMO_INDEX).generations build dist *.egg-info
+	rm -rf $(DEMO_INDEX) .$(DEMO_INDEX).generations .$(DEMO_INDEX).lock build dist *.egg-info
