@@ -67,13 +67,13 @@ def relations(index_dir, model, as_json):
 
 
 def _format_metrics(metrics: dict) -> str:
-    flat = []
-    for key, value in metrics.items():
-        if isinstance(value, dict):
-            flat += [f"{key}.{k}={v:.3f}" for k, v in value.items() if isinstance(v, (int, float))]
-        elif isinstance(value, (int, float)):
-            flat.append(f"{key}={value:.3f}")
-    return "  ".join(flat[:8])
+    """One line: test MRR and Hits@10 of the operator beside identity's, when the bundle has them."""
+    trained, identity = metrics.get("trained", {}), metrics.get("identity", {})
+    parts = [f"test {key} {trained[key]:.3f} (identity {identity.get(key, float('nan')):.3f})"
+             for key in ("mrr", "hits@10") if isinstance(trained.get(key), (int, float))]
+    if parts and metrics.get("queries"):
+        parts.append(f"{int(metrics['queries'])} queries, {int(metrics.get('candidates', 0))} candidates")
+    return ", ".join(parts)
 
 
 @cli.command()
