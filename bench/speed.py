@@ -10,7 +10,6 @@ from __future__ import annotations
 import glob
 import json
 import os
-import platform
 import random
 import statistics
 import tempfile
@@ -18,6 +17,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from .report import machine_info
 
 DEFAULT_DATA = Path(os.environ.get("RELSEARCH_DATA", "../shared/data"))
 
@@ -36,19 +37,6 @@ def real_sentences(n: int, *, data_dir: Path = DEFAULT_DATA, seed: int = 0) -> l
     sentences = sorted(pool)
     random.Random(seed).shuffle(sentences)
     return sentences[:n]
-
-
-def machine() -> dict:
-    import torch
-
-    cpu = platform.processor()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
 
 
 def _median_time(fn, repeats: int) -> float:
@@ -139,7 +127,7 @@ def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int =
 
 def run(*, n_encode: int = 5000, n_index: int = 20000, repeats: int = 3, data_dir: Path = DEFAULT_DATA) -> dict:
     texts = real_sentences(max(n_encode, n_index), data_dir=data_dir)
-    result = {"machine": machine(), "encoding": encoding(texts[:n_encode], repeats=repeats)}
+    result = {"machine": machine_info(), "encoding": encoding(texts[:n_encode], repeats=repeats)}
     with tempfile.TemporaryDirectory() as tmp:
         result["indexing"] = indexing(texts[:n_index], Path(tmp))
         result["querying"] = querying(Path(tmp) / "idx", texts[-500:])
@@ -149,7 +137,8 @@ def run(*, n_encode: int = 5000, n_index: int = 20000, repeats: int = 3, data_di
 def format_table(r: dict) -> str:
     e, i, q, m = r["encoding"], r["indexing"], r["querying"], r["machine"]
     return "\n".join([
-        f"machine: {m['cpu']}, {m['cores']} cores, torch threads {m['torch_threads']}, GPU {m['gpu'] or 'none'}",
+        f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, torch threads {m['torch_threads']}, "
+        f"GPU {', '.join(m['gpu']) if m['gpu'] else 'none'}",
         f"encoding {e['texts']} sentences, all-MiniLM-L6-v2:",
         f"  sentence-transformers encode   {e['sentence_transformers_per_s']:8.1f} sentences/s",
         f"  relsearch encoder ({e['precision']:>8})  {e['relsearch_per_s']:8.1f} sentences/s   "
