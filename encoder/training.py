@@ -16,7 +16,10 @@ Flow of :func:`train_adapter`:
 Negatives. Vectors are precomputed, so by default (``negatives="all"``) each query is contrasted
 with *every* distinct training text of its relation (heads, tails and hard negatives): a full
 softmax over the relation's candidate table, which is the same candidate set shape as the test
-protocol and contains each triple's hard negative. ``negatives="batch"`` is RSE's own recipe:
+protocol and contains each triple's hard negative; when that table has more than
+``max_candidates`` texts, each batch instead gets a fresh uniform sample of that size plus the
+batch's own tails and hard negatives (a sampled softmax, to bound the cost on large relations).
+``negatives="batch"`` is RSE's own recipe:
 the batch's tails plus one hard negative per triple (its ``negative`` field, else a random tail of
 the relation that is not a true tail of the head). In both modes false negatives are masked out
 of the softmax: other true tails of the same head (same text), texts sharing the triple's
@@ -147,8 +150,13 @@ def encode_cached(encoder, texts: list[str], *, cache_dir: str | os.PathLike | N
     out = np.empty((len(texts), int(encoder.dim)), dtype=np.float32)
     found = np.zeros(len(texts), dtype=bool)
     for shard in sorted(folder.glob("*.npz")) if folder.is_dir() else []:
-        with np.load(shard, allow_pickle=False) as z:
-            skeys, svecs = z["keys"], z["vectors"]
+        try:
+            with np.load(shard, allow_pickle=False) as z:
+                skeys, svecs = z["keys"], z["vectors"]
+        except Exception:  # an unreadable shard is only a cache miss
+            continue
+        if len(skeys) == 0 or svecs.shape != (len(skeys), out.shape[1]):
+            continue
         order = np.argsort(skeys)
         pos = np.searchsorted(skeys[order], keys).clip(max=len(skeys) - 1)
         hit = ~found & (skeys[order][pos] == keys)
@@ -164,8 +172,9 @@ def encode_cached(encoder, texts: list[str], *, cache_dir: str | os.PathLike | N
         out[missing] = vecs[inverse]
         folder.mkdir(parents=True, exist_ok=True)
         name = folder / f"{hashlib.sha256(uniq.tobytes()).hexdigest()[:16]}.npz"
-        tmp = name.with_suffix(".tmp.npz")
-        np.savez(tmp, keys=uniq, vectors=vecs)
+        tmp = folder / f".{name.stem}.{os.getpid()}.partial"  # not matched by *.npz until renamed
+        with open(tmp, "wb") as fh:
+            np.savez(fh, keys=uniq, vectors=vecs)
         os.replace(tmp, name)
     return out
 
@@ -213,7 +222,7 @@ def _split(triples: list[Triple], ids: dict[str, int], groups: dict[str, int]) -
             dropped += 1
             continue
         key = (t.head, t.tail)
-        if key in seen:  # exact duplicate triple: counted once
+        if key in seen:  # duplicate (head, tail): counted once (the first one's negative is kept)
             continue
         seen.add(key)
         neg = ids[t.negative] if t.negative and t.negative not in (t.head, t.tail) else -1

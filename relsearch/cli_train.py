@@ -62,10 +62,12 @@ def render_model_card(bundle, *, title: str = "relsearch relation operators", no
         lines.append(f"| {op.name} | {op.kind} | {op.description} | {data.get('train', {}).get('triples', 0)} | "
                      f"{data.get('train', {}).get('hard_negatives', 0)} | {data.get('dev', {}).get('triples', 0)} | "
                      f"{data.get('test', {}).get('triples', 0)} | {tr.get('best_epoch')} | {_fmt(tr.get('dev_mrr'))} |")
-    lines += ["", "Files: " + "; ".join(
-        f"{op.name}: " + ", ".join(f"{s} = {', '.join(v.get('files', [])) or '—'}" for s, v in op.info.get("data", {}).items())
-        for op in ops), "",
-        "## Test metrics vs identity", "",
+    if not sources:  # without a sources table, name the triples files themselves
+        lines += ["", "Files: " + "; ".join(
+            f"{op.name}: " + ", ".join(f"{s} = {', '.join(v.get('files', [])) or '—'}"
+                                       for s, v in op.info.get("data", {}).items()) for op in ops)]
+    lines += ["", "## Test metrics vs identity", "",
+        "MRR in bold where the operator beats identity.", "",
         "| relation | queries | candidates | MRR | MRR (identity) | Hits@1 | Hits@1 (id) | Hits@10 | Hits@10 (id) | MR | MR (id) |",
         "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in metrics_rows(bundle):
@@ -73,7 +75,8 @@ def render_model_card(bundle, *, title: str = "relsearch relation operators", no
         if not t:
             lines.append(f"| {r['relation']} | no test triples | | | | | | | | | |")
             continue
-        lines.append(f"| {r['relation']} | {r['queries']} | {r['candidates']} | **{_fmt(t['mrr'])}** | {_fmt(i['mrr'])} | "
+        mrr = f"**{_fmt(t['mrr'])}**" if t["mrr"] > i["mrr"] else _fmt(t["mrr"])
+        lines.append(f"| {r['relation']} | {r['queries']} | {r['candidates']} | {mrr} | {_fmt(i['mrr'])} | "
                      f"{_fmt(t['hits@1'])} | {_fmt(i['hits@1'])} | {_fmt(t['hits@10'])} | {_fmt(i['hits@10'])} | "
                      f"{t['mr']:.1f} | {i['mr']:.1f} |")
     protocol = next((op.info["metrics"]["protocol"] for op in ops if "protocol" in op.info.get("metrics", {})), "")
@@ -81,8 +84,9 @@ def render_model_card(bundle, *, title: str = "relsearch relation operators", no
     if sources:
         lines += ["## Sources and licences", "",
                   "The operators are derived from these datasets; their licences constrain use of this pack "
-                  "(several are non-commercial).", "", "| relation | dataset | licence |", "|---|---|---|"]
-        lines += [f"| {rel} | {s.get('dataset', '')} | {s.get('licence', '')} |" for rel, s in sources.items()]
+                  "(several are non-commercial).", "", "| relation | dataset | files | licence |", "|---|---|---|---|"]
+        lines += [f"| {rel} | {s.get('dataset', '')} | {s.get('files', '')} | {s.get('licence', '')} |"
+                  for rel, s in sources.items()]
         lines.append("")
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
@@ -105,6 +109,9 @@ def render_model_card(bundle, *, title: str = "relsearch relation operators", no
 @click.option("--temperature", type=float, default=0.05, show_default=True)
 @click.option("--negatives", type=click.Choice(["all", "batch"]), default="all", show_default=True,
               help="all: every training text of the relation; batch: in-batch tails + one hard negative")
+@click.option("--max-candidates", type=int, default=8192, show_default=True,
+              help="negatives=all: above this many texts, sample this many per batch")
+@click.option("--threads", type=int, default=None, help="torch CPU threads while training")
 @click.option("--seed", type=int, default=13, show_default=True)
 @click.option("--relation", "relations", multiple=True, help="train only these relations (repeatable)")
 @click.option("--description", "descriptions", multiple=True, metavar="NAME=TEXT", help="operator description")
@@ -113,8 +120,14 @@ def render_model_card(bundle, *, title: str = "relsearch relation operators", no
 @click.option("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
 @click.option("--quiet", is_flag=True, help="no progress bars")
 def train(triples, out, dev_files, test_files, operator, model, epochs, patience, batch_size, lr, temperature,
-          negatives, seed, relations, descriptions, card_notes, cache_dir, quiet):
-    """Learn one relation operator per relation in TRIPLES (JSONL: head, relation, tail[, negative][, group])."""
+          negatives, max_candidates, threads, seed, relations, descriptions, card_notes, cache_dir, quiet):
+    """Learn one relation operator per relation in TRIPLES (JSONL: head, relation, tail[, negative][, group]).
+
+    The encoder stays frozen; its vectors are cached on disk, so a rerun on the same texts encodes
+    nothing. With --dev, training stops when dev MRR has not improved for --patience epochs and keeps
+    the best epoch; without it, all --epochs run and the last is kept. With --test, the bundle and
+    MODEL_CARD.md report test link prediction of each operator against identity.
+    """
     from pathlib import Path
 
     from .encoder.model import Encoder, EncoderConfig
@@ -129,6 +142,7 @@ def train(triples, out, dev_files, test_files, operator, model, epochs, patience
     try:
         config = TrainConfig(operator=operator, epochs=epochs, patience=patience, batch_size=batch_size, lr=lr,
                              temperature=temperature, negatives=negatives, seed=seed,
+                             max_candidates=max_candidates, threads=threads,
                              relations=tuple(relations) or None, cache_dir=cache_dir, progress=not quiet)
         encoder = Encoder(EncoderConfig(model=model) if model else EncoderConfig())
         bundle = train_adapter(list(triples), dev_files=list(dev_files), test_files=list(test_files),

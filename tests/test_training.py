@@ -157,6 +157,8 @@ def test_vector_cache_skips_encoded_texts(tmp_path):
     np.testing.assert_array_equal(again, first[[1, 0]])
     encode_cached(enc, ["c", "a"], cache_dir=tmp_path, progress=False)
     assert enc.encoded == 3  # only the new text
+    (next(tmp_path.glob("*/")) / "broken.npz").write_bytes(b"not a zip")  # a damaged shard is a miss, not a crash
+    assert encode_cached(enc, ["a"], cache_dir=tmp_path, progress=False).shape == (1, 16)
     other = FakeEncoder()
     other.identity = dict(FakeEncoder.identity, weights_sha256="fake1")
     encode_cached(other, ["a"], cache_dir=tmp_path, progress=False)

@@ -1,6 +1,7 @@
 """Build the default relation pack (``relsearch/pack``) from the shared datasets.
 
-Exact command (repository root, virtual environment active; about 10 minutes on 2 CPU cores)::
+Exact command (repository root, virtual environment active; 2 CPU cores: see MODEL_CARD.md for the
+time the last build took)::
 
     HF_HUB_OFFLINE=1 python tools/build_pack.py --data ../shared/data --out relsearch/pack
 
@@ -15,8 +16,8 @@ Relations and their preparation (splits are always the datasets' own):
 - ``qa-entailment``       trecqa/triples; hard negative = a non-answer candidate (label 0) of the
                           same question from trecqa/pairs, spread round-robin over its answers.
 - ``paraphrase``          msrp/triples, both directions.
-- ``same-caption``        flickr8k_captions/triples, both directions, group = image; train uses
-                          ``--flickr-train-images`` randomly chosen training images (time budget).
+- ``same-caption``        flickr8k_captions/triples, both directions, group = image (all 6,000
+                          training images unless ``--flickr-train-images`` asks for fewer).
 - ``entailment``          sick/triples A→B; hard negative = a contradiction of the same premise.
 - ``contradiction``       sick/triples, both directions; hard negative = an entailment of the
                           same premise (A→B direction only).
@@ -27,6 +28,10 @@ Relations and their preparation (splits are always the datasets' own):
                           partners per company (the group mask removes the unsampled ones from the
                           softmax); dev and test keep every pair. sp500_companies is not used: 153
                           of its 475 tickers shared with russell3000 sit in a different split there.
+
+Training: ``linear`` operators, default hyperparameters of ``TrainConfig`` except
+``max_candidates=4096`` (sampled softmax above 4,096 texts: same-caption, paraphrase and
+similar-company) and one torch thread (much faster than two when the 2 cores are shared).
 """
 from __future__ import annotations
 
@@ -47,31 +52,37 @@ SOURCES = {
         "description": "tail is a duplicate of the head question (same question, other wording)",
         "dataset": "meta_se_dupq — meta.stackexchange duplicate questions (Bogdanova et al., CoNLL 2015)",
         "licence": "CC BY-SA 3.0 (Stack Exchange data dump)",
+        "files": "meta_se_dupq/triples/{train,dev,test}.jsonl",
     },
     "qa-entailment": {
         "description": "tail is a sentence that answers the head question",
         "dataset": "trecqa — TrecQA answer-sentence selection (Wang et al., EMNLP-CoNLL 2007; jacana version)",
         "licence": "public domain (derived from TREC questions, per the brmson/dataset-sts README)",
+        "files": "trecqa/triples/{train,dev,test}.jsonl; hard negatives from trecqa/pairs/{split}.jsonl",
     },
     "paraphrase": {
         "description": "tail says the same thing as the head (sentential paraphrase)",
         "dataset": "msrp — Microsoft Research Paraphrase Corpus (Dolan & Brockett, IWP 2005)",
         "licence": "Microsoft Research Shared Source License — non-commercial research use only",
+        "files": "msrp/triples/{train,dev,test}.jsonl",
     },
     "same-caption": {
         "description": "tail describes the same image as the head caption",
         "dataset": "flickr8k_captions — Flickr8k captions (Hodosh, Young & Hockenmaier, JAIR 2013)",
         "licence": "research use only (distributed by UIUC on request; no open licence stated)",
+        "files": "flickr8k_captions/triples/{train,dev,test}.jsonl",
     },
     "entailment": {
         "description": "tail follows from the head sentence (head entails tail)",
         "dataset": "sick — SICK, SemEval-2014 Task 1 (Marelli et al., LREC 2014)",
         "licence": "CC BY-NC-SA 3.0 (non-commercial, share-alike)",
+        "files": "sick/triples/{train,dev,test}.jsonl (entailment; contradictions as hard negatives)",
     },
     "contradiction": {
         "description": "tail contradicts the head sentence",
         "dataset": "sick — SICK, SemEval-2014 Task 1 (Marelli et al., LREC 2014)",
         "licence": "CC BY-NC-SA 3.0 (non-commercial, share-alike)",
+        "files": "sick/triples/{train,dev,test}.jsonl (contradiction; entailments as hard negatives)",
     },
     "similar-company": {
         "description": "tail describes a company in the same GICS sub-industry as the head company",
@@ -79,6 +90,7 @@ SOURCES = {
                    "(github.com/Sivalavida/Text-based-Industry-Classification)",
         "licence": "no licence stated; Yahoo/Bloomberg texts, GICS is an MSCI/S&P classification — "
                    "research/evaluation use only",
+        "files": "russell3000_companies/corpus.jsonl (text, gics_sub_industry_code, split)",
     },
 }
 
@@ -100,7 +112,7 @@ def _triples(data: Path, name: str, split: str) -> list[dict]:
     return _read(data / name / "triples" / f"{split}.jsonl")
 
 
-def prepare(data: Path, *, flickr_train_images: int, company_partners: int, seed: int) -> dict:
+def prepare(data: Path, *, flickr_train_images: int | None, company_partners: int, seed: int) -> dict:
     """{relation: {split: [triple dicts]}}, plus a note on how each relation was prepared."""
     rng = random.Random(seed)
     out: dict[str, dict[str, list[dict]]] = defaultdict(dict)
@@ -122,7 +134,7 @@ def prepare(data: Path, *, flickr_train_images: int, company_partners: int, seed
         out["qa-entailment"][split] = qa
 
         caps = [dict(t, group=t.pop("image")) for t in _triples(data, "flickr8k_captions", split)]
-        if split == "train":
+        if split == "train" and flickr_train_images:
             images = sorted({t["group"] for t in caps})
             keep = set(rng.sample(images, min(flickr_train_images, len(images))))
             caps = [t for t in caps if t["group"] in keep]
@@ -172,6 +184,24 @@ def _write(prepared: dict, folder: Path) -> dict[str, list[str]]:
     return files
 
 
+def write_pack(bundle, folder: Path) -> None:
+    """Save the bundle and its MODEL_CARD.md (world-readable: it ships inside the package)."""
+    from relsearch.cli_train import CARD, render_model_card
+
+    bundle.save(folder)
+    (folder / CARD).write_text(render_model_card(bundle, title="relsearch default relation pack", notes=[
+        f"Built by `python {bundle.info['preparation']}` in {bundle.info['build_seconds']} s wall time on 2 CPU "
+        "cores (including the encoding of texts not yet in the vector cache); see tools/build_pack.py for the "
+        "preparation.",
+        "Symmetric relations (duplicate-question, paraphrase, same-caption, contradiction, similar-company) are "
+        "trained and evaluated in both directions; qa-entailment and entailment head → tail only.",
+        "A best epoch of 0 means dev MRR never beat the starting point, so the operator is the identity "
+        "initialisation (W = I, b = 0).",
+        "Operators act on the query side only: indexes built with the encoder above stay valid."]))
+    for f in folder.iterdir():
+        f.chmod(0o644)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default="../shared/data", help="folder holding the shared datasets")
@@ -180,13 +210,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--epochs", type=int, default=30)
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--seed", type=int, default=13)
-    ap.add_argument("--flickr-train-images", type=int, default=2000, help="of 6,000 training images")
+    ap.add_argument("--flickr-train-images", type=int, default=None, help="subsample the 6,000 training images")
     ap.add_argument("--company-partners", type=int, default=8, help="partners per training company")
+    ap.add_argument("--max-candidates", type=int, default=4096, help="sampled softmax above this many texts")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads while training")
     ap.add_argument("--relation", action="append", help="build only these relations (repeatable)")
     ap.add_argument("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
     args = ap.parse_args(argv)
 
-    from relsearch.cli_train import print_metrics_table, render_model_card
+    from relsearch.cli_train import print_metrics_table
     from relsearch.encoder.model import Encoder, EncoderConfig
     from relsearch.encoder.training import TrainConfig, train_adapter
 
@@ -197,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.relation:
         prepared = {r: prepared[r] for r in args.relation}
     config = TrainConfig(operator=args.operator, epochs=args.epochs, lr=args.lr, seed=args.seed,
-                         cache_dir=args.cache_dir)
+                         max_candidates=args.max_candidates, threads=args.threads, cache_dir=args.cache_dir)
     with tempfile.TemporaryDirectory(prefix="relsearch-pack-") as tmp:
         files = _write(prepared, Path(tmp))
         bundle = train_adapter(files["train"], dev_files=files["dev"], test_files=files["test"], config=config,
@@ -206,16 +238,12 @@ def main(argv: list[str] | None = None) -> int:
     for op in bundle.operators.values():  # temp paths mean nothing later: keep the file names only
         for split in op.info.get("data", {}).values():
             split["files"] = [Path(f).name for f in split["files"]]
-    bundle.info["sources"] = {r: {k: SOURCES[r][k] for k in ("dataset", "licence")} for r in prepared}
-    bundle.info["preparation"] = (f"tools/build_pack.py --flickr-train-images {args.flickr_train_images} "
-                                  f"--company-partners {args.company_partners} --seed {args.seed}; see its docstring")
+    bundle.info["sources"] = {r: {k: SOURCES[r][k] for k in ("dataset", "files", "licence")} for r in prepared}
+    bundle.info["preparation"] = "tools/build_pack.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    bundle.info["build_seconds"] = round(time.time() - t0)
     aside = out.with_name(out.name + ".building")
     shutil.rmtree(aside, ignore_errors=True)
-    bundle.save(aside)
-    (aside / "MODEL_CARD.md").write_text(render_model_card(
-        bundle, title="relsearch default relation pack",
-        notes=[f"Built by `{bundle.info['preparation']}` from {data} in {time.time() - t0:.0f} s "
-               f"(2 CPU cores, frozen encoder)."]))
+    write_pack(bundle, aside)
     old = out.with_name(out.name + ".old")
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():
