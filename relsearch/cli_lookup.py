@@ -7,15 +7,7 @@ from __future__ import annotations
 
 import click
 
-
-def _parse_filters(specs) -> dict[str, str]:
-    out = {}
-    for spec in specs:
-        field, sep, value = spec.partition("=")
-        if not sep or not field:
-            raise click.BadParameter(f"expects FIELD=VALUE, got {spec!r}", param_hint="--filter")
-        out[field] = value
-    return out
+from relsearch.cli_query import key_values
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -23,7 +15,8 @@ def _parse_filters(specs) -> dict[str, str]:
 @click.option("--index", "index_dir", required=True, type=click.Path(), help="Published index to search.")
 @click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
 @click.option("-k", default=20, show_default=True, type=click.IntRange(min=1), help="Results per input.")
-@click.option("--filter", "filters", multiple=True, help="FIELD=VALUE exact metadata match; repeat = AND.")
+@click.option("--filter", "filters", multiple=True, callback=key_values,
+              help="FIELD=VALUE exact metadata match; repeat = AND.")
 @click.option("--same", "same", multiple=True,
               help="Keep only results whose FIELD equals the query document's; repeat = AND.")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSONL (written atomically).")
@@ -50,7 +43,7 @@ def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_te
         beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     try:
         job = LookupJob(input=input_file, index=index_dir, out=out, relations=parse_relation_args(relations), k=k,
-                        filters=_parse_filters(filters), same=tuple(dict.fromkeys(same)), model=model,
+                        filters=filters, same=tuple(dict.fromkeys(same)), model=model,
                         with_text=with_text, batch_size=batch_size)
         report = run_lookup(job, beam_args)
     except (LookupInputError, ValueError) as e:

@@ -14,13 +14,14 @@ def _fail(message: str) -> None:
     raise click.ClickException(message)
 
 
-def _parse_filters(specs) -> dict[str, str]:
+def key_values(ctx, param, specs) -> dict[str, str]:
+    """Click callback: repeated KEY=VALUE options → dict; a malformed one is a usage error."""
     out = {}
     for spec in specs:
-        field, sep, value = spec.partition("=")
-        if not sep or not field:
-            _fail(f"--filter expects FIELD=VALUE, got {spec!r}")
-        out[field] = value
+        key, sep, value = spec.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expects KEY=VALUE, got {spec!r}", ctx=ctx, param=param)
+        out[key] = value
     return out
 
 
@@ -51,17 +52,9 @@ def _read_queries(path: str, default_relations: dict[str, float]):
     return queries, errors
 
 
-def _search_params(ef_search, nprobe, rerank, specs) -> dict:
-    params = {}
-    for spec in specs:
-        key, sep, value = spec.partition("=")
-        if not sep or not key:
-            _fail(f"--search-param expects KEY=VALUE, got {spec!r}")
-        params[key] = value
-    for key, value in (("efSearch", ef_search), ("nprobe", nprobe), ("rerank", rerank)):
-        if value is not None:
-            params[key] = value
-    return params
+def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
+    named = {"efSearch": ef_search, "nprobe": nprobe, "rerank": rerank}
+    return {**extra, **{key: value for key, value in named.items() if value is not None}}
 
 
 @click.command()
@@ -72,7 +65,8 @@ def _search_params(ef_search, nprobe, rerank, specs) -> dict:
               help='JSONL of {"id", "text"} or {"doc_id"}, optional "relation" (name or {name: weight}).')
 @click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1))
-@click.option("--filter", "filters", multiple=True, help="FIELD=VALUE exact metadata match; repeat = AND.")
+@click.option("--filter", "filters", multiple=True, callback=key_values,
+              help="FIELD=VALUE exact metadata match; repeat = AND.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines output.")
 @click.option("--explain", is_flag=True, help="Add every operator's own score for each hit.")
 @click.option("--model", default=None, help="Relation bundle folder or model id (default: the index's bundle).")
@@ -80,7 +74,7 @@ def _search_params(ef_search, nprobe, rerank, specs) -> dict:
 @click.option("--nprobe", type=click.IntRange(min=1), default=None, help="IVF lists probed (default: tuned at build).")
 @click.option("--rerank", type=click.IntRange(min=0), default=None,
               help="Candidates re-scored exactly from the stored vectors; 0 = off (default: tuned at build).")
-@click.option("--search-param", "search_param", multiple=True,
+@click.option("--search-param", "search_param", multiple=True, callback=key_values,
               help="KEY=VALUE FAISS search parameter (nprobe, efSearch, rerank, max_codes, k_factor, ...).")
 @click.option("--backend", type=click.Choice(["faiss", "es"]), default="faiss", show_default=True)
 @click.option("--es-url", default=None, help="Elasticsearch URL for --backend es (credentials from the environment).")
@@ -109,8 +103,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
         weights = parse_relation_args(relations)
         searcher = open_searcher(index_dir, model, backend=backend, es=es,
                                  search_params=_search_params(ef_search, nprobe, rerank, search_param))
-        filt = _parse_filters(filters)
-        searcher.check(weights, filt)
+        searcher.check(weights, filters)
         if queries_file:
             queries, errors = _read_queries(queries_file, weights)
             unknown = searcher.unknown_ids(queries)
@@ -119,7 +112,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
             queries = [q for q in queries if q.doc_id not in unknown]
         else:
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
-        results = searcher.search(queries, k=k, filters=filt, explain=explain) if queries else []
+        results = searcher.search(queries, k=k, filters=filters, explain=explain) if queries else []
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         _fail(e.args[0] if isinstance(e, KeyError) else str(e))
     if queries_file:
