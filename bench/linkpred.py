@@ -31,7 +31,7 @@ import numpy as np
 from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.relations import Operator, lookup, normalize
 from .lexical import BM25
-from .metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
+from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
 from .report import BenchInputError, BenchResult, Table, file_fingerprint, finish, read_jsonl, sha256_file
 
 BASELINES = ("bm25", "identity")

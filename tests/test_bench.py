@@ -201,7 +201,7 @@ def qa_index(qa_data, qa_bundles, tmp_path_factory):
 
 def _ranks_from_search(searcher, order, triples, known, relation, direction):
     """(filtered realistic, raw optimistic) metric dicts recomputed from Searcher.search hits."""
-    from relsearch.bench.metrics import Ranks, ranking_metrics
+    from relsearch.encoder.metrics import Ranks, ranking_metrics
     from relsearch.retrieval.search import Query
 
     n_docs = searcher.files.docstore.count()

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from relsearch.bench.metrics import METRIC_KEYS, Ranks, linkpred_metrics, rank_gold, ranking_metrics
+from relsearch.encoder.metrics import METRIC_KEYS, Ranks, linkpred_metrics, rank_gold, ranking_metrics
 
 
 def test_ranks_without_ties():

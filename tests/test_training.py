@@ -8,7 +8,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from relsearch.encoder import training
+from relsearch.encoder.training import rse as training
 from relsearch.encoder.bundle import load_bundle
 from relsearch.encoder.model import EncodeResult
 from relsearch.encoder.training import TrainConfig, encode_cached, read_triples, rse_loss, train_adapter

@@ -28,19 +28,18 @@ of the softmax: other true tails of the same head (same text), texts sharing the
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import os
 import time
 import zlib
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from ..bench.metrics import Ranks, rank_gold, ranking_metrics
-from .bundle import Bundle
-from .relations import Operator, normalize
+from ..metrics import Ranks, rank_gold, ranking_metrics
+from ..bundle import Bundle
+from .cache import _tqdm, encode_cached
+from .data import Triple, read_triples
+from ..relations import Operator, normalize
 
 OPERATOR_KINDS = ("linear", "translation")
 NEGATIVE_MODES = ("all", "batch")
@@ -79,110 +78,6 @@ class TrainConfig:
     @property
     def learning_rate(self) -> float:
         return self.lr if self.lr is not None else (1e-2 if self.operator == "translation" else 3e-3)
-
-
-# ---------------------------------------------------------------------------------------- triples
-@dataclass(frozen=True)
-class Triple:
-    head: str
-    relation: str
-    tail: str
-    negative: str | None = None
-    group: str | None = None
-    where: str = ""  # "file:line"
-
-
-def read_triples(path: str | os.PathLike) -> list[Triple]:
-    """Read one triples JSONL file; every problem is a ValueError naming ``file:line``."""
-    path = str(path)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such triples file")
-    out = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{where}: expected a JSON object with head, relation, tail")
-            missing = [k for k in ("head", "relation", "tail") if k not in rec]
-            if missing:
-                raise ValueError(f"{where}: missing field(s) {', '.join(missing)} (need head, relation, tail)")
-            for k in ("head", "relation", "tail", "negative"):
-                if k in rec and rec[k] is not None and not (isinstance(rec[k], str) and rec[k].strip()):
-                    raise ValueError(f"{where}: field {k!r} must be a non-empty string")
-            if rec.get("negative") is None and "negative" in rec:
-                rec.pop("negative")
-            group = rec.get("group")
-            out.append(Triple(rec["head"], rec["relation"].strip(), rec["tail"], rec.get("negative"),
-                              None if group is None else str(group), where))
-    if not out:
-        raise ValueError(f"{path}: no triples (empty file)")
-    return out
-
-
-# ---------------------------------------------------------------------------------- vector cache
-def default_cache_dir() -> Path:
-    if os.environ.get("RELSEARCH_CACHE"):
-        return Path(os.environ["RELSEARCH_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "relsearch" / "vectors"
-
-
-def _text_key(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
-
-
-def encode_cached(encoder, texts: list[str], *, cache_dir: str | os.PathLike | None = None,
-                  progress: bool = True) -> np.ndarray:
-    """Raw vectors (n, d) float32 for ``texts``, encoding only those not already in the cache.
-
-    The cache folder is keyed by the encoder identity (weights fingerprint, pooling, max length,
-    dim) and dtype; each shard ``*.npz`` holds text hashes and vectors (no pickles).
-    """
-    ident = dict(encoder.identity, dtype=str(getattr(encoder, "dtype", "")))
-    folder = Path(cache_dir or default_cache_dir()) / hashlib.sha256(
-        json.dumps(ident, sort_keys=True).encode()).hexdigest()[:16]
-    keys = np.array([_text_key(t) for t in texts], dtype="<U32")
-    out = np.empty((len(texts), int(encoder.dim)), dtype=np.float32)
-    found = np.zeros(len(texts), dtype=bool)
-    for shard in sorted(folder.glob("*.npz")) if folder.is_dir() else []:
-        try:
-            with np.load(shard, allow_pickle=False) as z:
-                skeys, svecs = z["keys"], z["vectors"]
-        except Exception:  # an unreadable shard is only a cache miss
-            continue
-        if len(skeys) == 0 or svecs.shape != (len(skeys), out.shape[1]):
-            continue
-        order = np.argsort(skeys)
-        pos = np.searchsorted(skeys[order], keys).clip(max=len(skeys) - 1)
-        hit = ~found & (skeys[order][pos] == keys)
-        out[hit] = svecs[order[pos[hit]]]
-        found |= hit
-    missing = np.flatnonzero(~found)
-    if len(missing):
-        uniq, inverse = np.unique(keys[missing], return_inverse=True)
-        first = missing[np.unique(inverse, return_index=True)[1]]
-        bar = _tqdm(total=len(first), desc="encoding", unit="text", disable=not progress)
-        vecs = encoder.encode([texts[i] for i in first], progress=bar.update).vectors
-        bar.close()
-        out[missing] = vecs[inverse]
-        folder.mkdir(parents=True, exist_ok=True)
-        name = folder / f"{hashlib.sha256(uniq.tobytes()).hexdigest()[:16]}.npz"
-        tmp = folder / f".{name.stem}.{os.getpid()}.partial"  # not matched by *.npz until renamed
-        with open(tmp, "wb") as fh:
-            np.savez(fh, keys=uniq, vectors=vecs)
-        os.replace(tmp, name)
-    return out
-
-
-def _tqdm(**kw):
-    from tqdm.auto import tqdm
-
-    return tqdm(**kw)
 
 
 # ---------------------------------------------------------------------------------------- loss
@@ -417,7 +312,7 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
                 raise ValueError(f"{t.where}: relation {t.relation!r} of the {split} triples is not in the "
                                  f"training data; known: {', '.join(known_names)}")
     if encoder is None:
-        from .model import Encoder, EncoderConfig
+        from ..model import Encoder, EncoderConfig
 
         encoder = Encoder(EncoderConfig())
     texts: dict[str, int] = {}

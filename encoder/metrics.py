@@ -20,7 +20,7 @@ using the rank itself; with ties it makes a constant scorer score exactly at cha
 2 / (n + 1), below chance). ``optimistic`` / ``pessimistic`` use the rank as is (RSE's raw
 protocol uses optimistic).
 
-This module imports nothing from relsearch, so any layer (training, bench runners) may use it.
+It imports nothing from relsearch: training (dev/test metrics) and the bench runners share it.
 """
 from __future__ import annotations
 

@@ -1,0 +1,136 @@
+"""What every objective's training loop shares: seeding, early stopping, resumable checkpoints.
+
+A checkpoint lives beside the output bundle (``OUT.checkpoint/``) and is replaced atomically at
+each save, so a killed run resumes from its last completed save; it is deleted once the bundle is
+written. Tensors go through safetensors; optimizer state through ``torch.save`` read back with
+``torch.load(weights_only=True)`` (no pickled code). The checkpoint records the run's
+configuration; resuming with a different one is refused rather than silently mixing two runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+
+STATE, TENSORS, OPTIMIZER = "state.json", "tensors.safetensors", "optimizer.pt"
+
+
+def seed_everything(seed: int):
+    """Seed Python, numpy and torch; returns a torch.Generator for the run's own draws."""
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+class EarlyStopping:
+    """Keep the best dev score; ``update`` returns True once ``patience`` evaluations did not improve it."""
+
+    def __init__(self, patience: int, *, higher_is_better: bool = True):
+        self.patience, self.sign = patience, 1.0 if higher_is_better else -1.0
+        self.best: float | None = None
+        self.best_step, self.stale = 0, 0
+
+    def improved(self, score: float) -> bool:
+        return self.best is None or self.sign * score > self.sign * self.best
+
+    def update(self, score: float, step: int) -> bool:
+        if self.improved(score):
+            self.best, self.best_step, self.stale = score, step, 0
+            return False
+        self.stale += 1
+        return self.stale >= self.patience
+
+    def state(self) -> dict:
+        return {"best": self.best, "best_step": self.best_step, "stale": self.stale}
+
+    def restore(self, state: dict) -> None:
+        self.best, self.best_step, self.stale = state["best"], state["best_step"], state["stale"]
+
+
+class Checkpoint:
+    """``OUT.checkpoint/``: state.json (progress + config), tensors.safetensors, optimizer.pt."""
+
+    def __init__(self, out: str | os.PathLike, config: dict):
+        self.path = Path(str(out).rstrip("/") + ".checkpoint")
+        self.config = json.loads(json.dumps(config, default=str))  # normalised for comparison
+
+    def load(self) -> dict | None:
+        """The saved ``{"state", "tensors", "optimizer"}``, or None when there is nothing to resume."""
+        import torch
+        from safetensors.torch import load_file
+
+        # a kill between the two renames of save() leaves only ".old": still a complete checkpoint
+        folder = next((p for p in (self.path, self._old) if (p / STATE).is_file()), None)
+        if folder is None:
+            return None
+        state = json.loads((folder / STATE).read_text())
+        if state.get("config") != self.config:
+            raise ValueError(f"{self.path} holds a checkpoint of a run with other settings; delete it to start "
+                             "over, or rerun with the same settings to resume")
+        optimizer = None
+        if (self.path / OPTIMIZER).is_file():
+            optimizer = torch.load(folder / OPTIMIZER, weights_only=True)
+        return {"state": state["progress"], "tensors": load_file(str(folder / TENSORS)), "optimizer": optimizer}
+
+    def save(self, progress: dict, tensors: dict, optimizer=None) -> None:
+        """Write aside, then swap in: a kill during save leaves the previous checkpoint intact."""
+        import torch
+        from safetensors.torch import save_file
+
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp / TENSORS))
+        if optimizer is not None:
+            torch.save(optimizer.state_dict(), tmp / OPTIMIZER)
+        (tmp / STATE).write_text(json.dumps({"config": self.config, "progress": progress}, indent=1))
+        if (self.path / STATE).is_file():
+            shutil.rmtree(self._old, ignore_errors=True)
+            os.replace(self.path, self._old)
+        os.replace(tmp, self.path)
+        shutil.rmtree(self._old, ignore_errors=True)
+
+    @property
+    def _old(self) -> Path:
+        return self.path.with_name(self.path.name + ".old")
+
+    def clear(self) -> None:
+        for p in (self.path, self.path.with_name(self.path.name + ".tmp"), self._old):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def write_bundle(bundle, out: str | os.PathLike, *, encoder=None, card: str | None = None) -> Path:
+    """Write ``bundle`` (plus fine-tuned ``encoder`` weights and a model card) to ``out``, atomically.
+
+    Everything is written to ``OUT.partial/`` first and swapped in, so a killed run never leaves a
+    half-written bundle where the last good one was. With ``encoder`` (a
+    :class:`~.finetune.TrainableEncoder`) its weights go to ``OUT/encoder/`` and the bundle's encoder
+    identity becomes theirs — indexes built with the base encoder no longer match (re-index).
+    """
+    from .finetune import ENCODER_DIR, encoder_identity
+
+    out = Path(out)
+    tmp, old = out.with_name(out.name + ".partial"), out.with_name(out.name + ".old")
+    shutil.rmtree(tmp, ignore_errors=True)
+    if encoder is not None:
+        encoder.save(tmp / ENCODER_DIR)
+        bundle.encoder = encoder_identity(tmp / ENCODER_DIR)
+    bundle.save(tmp)
+    if card is not None:
+        (tmp / "MODEL_CARD.md").write_text(card)
+    shutil.rmtree(old, ignore_errors=True)
+    if out.exists():
+        os.replace(out, old)
+    os.replace(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+    bundle.path = str(out)
+    if encoder is not None:
+        bundle.encoder["model"] = str(out / ENCODER_DIR)
+    return out
