@@ -4,7 +4,8 @@ Layout of a bundle folder::
 
     bundle.json            manifest: format, encoder identity, operators (name, kind, description,
                            training data, metrics) — names are explicit, order never matters
-    operators.safetensors  tensors named "<operator>/<param>"
+    operators.safetensors  tensors named "<operator>/<param>"; re-ranking heads (encoder/heads.py)
+                           as "head:<name>/<param>", described under the manifest's "heads"
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .heads import TENSOR_PREFIX as HEAD_PREFIX, PairHead
 from .model import DEFAULT_MODEL
 from .relations import IDENTITY, Operator
 
@@ -34,10 +36,14 @@ class Bundle:
     operators: dict[str, Operator] = field(default_factory=dict)
     path: str | None = None
     info: dict = field(default_factory=dict)
+    heads: dict[str, PairHead] = field(default_factory=dict)  # re-rankers by name (encoder/heads.py)
 
     def __post_init__(self):
         self.operators.setdefault("identity", IDENTITY)
         dim = self.encoder.get("dim")
+        for head in self.heads.values():
+            if dim is not None and head.dim != dim:
+                raise ValueError(f"head {head.name!r} has dimension {head.dim}, encoder has {dim}")
         for op in self.operators.values():
             if dim is not None and op.dim is not None and op.dim != dim:
                 raise ValueError(f"operator {op.name!r} has dimension {op.dim}, encoder has {dim}")
@@ -49,6 +55,9 @@ class Bundle:
             digest.update(name.encode())
             for key in sorted(self.operators[name].params):
                 digest.update(np.ascontiguousarray(self.operators[name].params[key]).tobytes())
+        for name in sorted(self.heads):  # none: the same fingerprint as before heads existed
+            for key, value in sorted(self.heads[name].tensors().items()):
+                digest.update(key.encode() + value.tobytes())
         return digest.hexdigest()[:16]
 
     def save(self, path: str | os.PathLike) -> Path:
@@ -58,6 +67,8 @@ class Bundle:
         path.mkdir(parents=True, exist_ok=True)
         tensors = {f"{op.name}/{k}": np.ascontiguousarray(v, dtype=np.float32)
                    for op in self.operators.values() for k, v in op.params.items()}
+        for head in self.heads.values():
+            tensors.update(head.tensors())
         manifest = {
             "format": FORMAT,
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -68,6 +79,8 @@ class Bundle:
                 for op in sorted(self.operators.values(), key=lambda o: o.name)
             ],
         }
+        if self.heads:
+            manifest["heads"] = [self.heads[name].manifest_entry() for name in sorted(self.heads)]
         save_file(tensors, str(path / TENSORS))
         (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         self.path = str(path)
@@ -106,12 +119,14 @@ def load_bundle(ref: str | None = None, *, dim: int | None = None) -> Bundle:
     for entry in manifest["operators"]:
         entry = dict(entry)
         name, kind, desc = entry.pop("name"), entry.pop("kind"), entry.pop("description", "")
-        params = {k.split("/", 1)[1]: v for k, v in tensors.items() if k.split("/", 1)[0] == name}
+        params = {k.split("/", 1)[1]: v for k, v in tensors.items()
+                  if k.split("/", 1)[0] == name and not k.startswith(HEAD_PREFIX)}
         operators[name] = Operator(name=name, kind=kind, description=desc, params=params, info=entry)
     encoder = dict(manifest["encoder"])
     if encoder.get("path"):  # fine-tuned weights stored inside the bundle (joint training)
         encoder["model"] = str(root / encoder["path"])
-    bundle = Bundle(encoder=encoder, operators=operators, path=str(root), info=manifest.get("info", {}))
+    heads = {entry["name"]: PairHead.from_manifest(entry, tensors) for entry in manifest.get("heads", [])}
+    bundle = Bundle(encoder=encoder, operators=operators, path=str(root), info=manifest.get("info", {}), heads=heads)
     if dim is not None and encoder.get("dim") not in (None, dim):
         raise ValueError(f"bundle {root} expects a {encoder['dim']}-d encoder, got {dim}-d")
     return bundle

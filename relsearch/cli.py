@@ -56,6 +56,9 @@ def relations(index_dir, model, as_json):
     rows = []
     for name, op in sorted(bundle.operators.items()):
         rows.append({"name": name, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {})})
+    for name, head in sorted(bundle.heads.items()):  # re-rankers (relsearch query --rerank NAME)
+        rows.append({"name": name, "kind": head.kind, "description": head.description,
+                     "metrics": head.info.get("metrics", {}), "labels": list(head.labels), "positive": head.positive})
     if as_json:
         for row in rows:
             click.echo(json.dumps(row))
@@ -68,6 +71,9 @@ def relations(index_dir, model, as_json):
 
 def _format_metrics(metrics: dict) -> str:
     """One line: test MRR and Hits@10 of the operator beside identity's, when the bundle has them."""
+    if isinstance(metrics.get("accuracy"), (int, float)):  # a re-ranking head: pair classification
+        return (f"test accuracy {metrics['accuracy']:.3f}, macro F1 {metrics.get('macro_f1', float('nan')):.3f}, "
+                f"{int(metrics.get('pairs', 0))} pairs (re-ranker: --rerank)")
     trained, identity = metrics.get("trained", {}), metrics.get("identity", {})
     parts = [f"test {key} {trained[key]:.3f} (identity {identity.get(key, float('nan')):.3f})"
              for key in ("mrr", "hits@10") if isinstance(trained.get(key), (int, float))]

@@ -72,8 +72,12 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--model", default=None, help="Relation bundle folder or model id (default: the index's bundle).")
 @click.option("--ef-search", type=click.IntRange(min=1), default=None, help="HNSW efSearch (default: tuned at build).")
 @click.option("--nprobe", type=click.IntRange(min=1), default=None, help="IVF lists probed (default: tuned at build).")
-@click.option("--rerank", type=click.IntRange(min=0), default=None,
-              help="Candidates re-scored exactly from the stored vectors; 0 = off (default: tuned at build).")
+@click.option("--rerank", default=None, metavar="N|HEAD",
+              help="N: candidates FAISS re-scores exactly from the stored vectors, 0 = off (default: tuned at "
+                   "build). HEAD: a re-ranking head of the bundle (e.g. pu-head): the ANN top max(k, "
+                   "--rerank-depth) re-scored by the head's P(positive), both scores shown.")
+@click.option("--rerank-depth", type=click.IntRange(min=1), default=None,
+              help="With --rerank HEAD: ANN candidates fetched per query before re-ranking (default 50, at least k).")
 @click.option("--search-param", "search_param", multiple=True, callback=key_values,
               help="KEY=VALUE FAISS search parameter (nprobe, efSearch, rerank, max_codes, k_factor, ...).")
 @click.option("--backend", type=click.Choice(["faiss", "es"]), default="faiss", show_default=True)
@@ -87,7 +91,7 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--fusion", type=click.Choice(["server", "client"]), default="server", show_default=True,
               help="--hybrid: the server's rrf retriever, or two searches fused here.")
 def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json, explain, model, ef_search, nprobe,
-          rerank, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion):
+          rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion):
     """Find documents standing in --relation to TEXT (or to --id, or to each line of --queries)."""
     from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
@@ -95,6 +99,15 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
 
     if sum(x is not None for x in (text, doc_id, queries_file)) != 1:
         _fail("give exactly one of TEXT, --id or --queries")
+    head = None
+    if rerank is not None and not rerank.strip().lstrip("+").isdigit():
+        if rerank.strip().startswith("-"):
+            _fail(f"--rerank expects a number ≥ 0 or a head name, got {rerank!r}")
+        head, rerank = rerank.strip(), None
+    elif rerank is not None:
+        rerank = int(rerank)
+    if rerank_depth is not None and head is None:
+        _fail("--rerank-depth needs --rerank HEAD")
     if backend == "es" and not (es_url and es_index):
         _fail("--backend es needs --es-url and --es-index")
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
@@ -112,7 +125,14 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
             queries = [q for q in queries if q.doc_id not in unknown]
         else:
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
-        results = searcher.search(queries, k=k, filters=filters, explain=explain) if queries else []
+        if head is not None:
+            from relsearch.retrieval.rerank import head_of, search_reranked
+
+            head_of(searcher, head)  # an unknown head fails before any query runs
+            results = search_reranked(searcher, queries, head=head, k=k, depth=rerank_depth, filters=filters,
+                                      explain=explain) if queries else []
+        else:
+            results = searcher.search(queries, k=k, filters=filters, explain=explain) if queries else []
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         _fail(e.args[0] if isinstance(e, KeyError) else str(e))
     if queries_file:
@@ -134,11 +154,16 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
 
 def _table(hits, title: str | None = None) -> str:
     lines = [title] if title else []
-    lines.append(f"{'rank':>4}  {'score':>7}  {'id':<16}  text")
+    reranked = bool(hits) and hasattr(hits[0], "ann_score")
+    if reranked:  # --rerank HEAD: the head's P(positive), then the ANN score and rank it came with
+        lines.append(f"{'rank':>4}  {hits[0].reranker[:7]:>7}  {'ann':>7}  {'ann#':>4}  {'id':<16}  text")
+    else:
+        lines.append(f"{'rank':>4}  {'score':>7}  {'id':<16}  text")
     for rank, h in enumerate(hits, 1):
         snippet = " ".join(h.text.split())
         snippet = snippet[:90] + ("…" if len(snippet) > 90 else "")
-        lines.append(f"{rank:>4}  {h.score:7.4f}  {str(h.id)[:16]:<16}  {snippet}")
+        scores = f"{h.score:7.4f}  {h.ann_score:7.4f}  {h.ann_rank:>4}" if reranked else f"{h.score:7.4f}"
+        lines.append(f"{rank:>4}  {scores}  {str(h.id)[:16]:<16}  {snippet}")
         if h.explain:
             lines.append("      " + "  ".join(f"{n}={v:.3f}" for n, v in h.explain.items()))
     if not hits:

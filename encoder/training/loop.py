@@ -75,7 +75,7 @@ class Checkpoint:
             raise ValueError(f"{self.path} holds a checkpoint of a run with other settings; delete it to start "
                              "over, or rerun with the same settings to resume")
         optimizer = None
-        if (self.path / OPTIMIZER).is_file():
+        if (folder / OPTIMIZER).is_file():  # folder, not self.path: resuming from .old keeps its optimizer
             optimizer = torch.load(folder / OPTIMIZER, weights_only=True)
         return {"state": state["progress"], "tensors": load_file(str(folder / TENSORS)), "optimizer": optimizer}
 

@@ -1,0 +1,108 @@
+"""Re-rank ANN hits with a bundle's pair head (``relsearch query --rerank HEAD``; encoder/heads.py).
+
+Plan: fetch k' = max(k, depth) hits per query by ANN (depth 50 by default) → raw query vector h_q
+(encoded text, or t̂·‖h‖ of an indexed document) → raw document vectors of the hits → head score
+P(positive | query, document) → sort by it (ANN order breaks ties) → keep k. Each hit keeps its ANN
+score beside the head's.
+
+Raw document vectors are rebuilt exactly from the index's stored unit vectors times the docstore's
+norm (h = t̂ · ‖h‖, the same as ``--id`` queries); a hit the local index cannot supply (e.g. an
+Elasticsearch mirror that holds more than the local generation) is re-encoded from its text.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..encoder.heads import PairHead, lookup_head
+from .search import Hit, Query, QueryError
+
+DEFAULT_DEPTH = 50  # ANN candidates fetched per query before re-ranking (at least k)
+
+
+@dataclass(frozen=True)
+class RerankedHit(Hit):
+    """A hit whose ``score`` is the head's P(positive); ``ann_score`` is the ANN score it came with."""
+
+    ann_score: float = float("nan")
+    ann_rank: int = 0
+    reranker: str = ""
+
+    def to_json(self, rank: int | None = None) -> dict:
+        out = super().to_json(rank)
+        out.update(ann_score=round(float(self.ann_score), 6), ann_rank=self.ann_rank, reranker=self.reranker)
+        return out
+
+
+def _base(searcher):
+    """The FAISS :class:`~.search.Searcher` behind ``searcher`` (an EsSearcher wraps one)."""
+    return getattr(searcher, "searcher", searcher)
+
+
+def head_of(searcher, name: str) -> PairHead:
+    """The bundle's head ``name``; a :class:`QueryError` naming the available heads otherwise."""
+    bundle = _base(searcher).bundle
+    try:
+        return lookup_head(bundle.heads, name, where=f"model {bundle.path or bundle.encoder.get('model')!r}")
+    except KeyError as e:
+        raise QueryError(e.args[0]) from None
+
+
+def document_vectors(searcher, hits: list[Hit]) -> np.ndarray:
+    """(n, d) raw vectors of ``hits``: stored t̂ · ‖h‖ from the index, else re-encoded from their text."""
+    base = _base(searcher)
+    dim = int(base.files.manifest["dim"])
+    out = np.zeros((len(hits), dim), dtype=np.float32)
+    if not hits:
+        return out
+    store = base.files.docstore
+    positions = store.positions([h.id for h in hits])
+    docs = store.get(list(positions.values())) if positions else {}
+    missing = []
+    for i, hit in enumerate(hits):
+        pos = positions.get(hit.id)
+        if pos is None or pos not in docs or pos >= base.files.positions:
+            missing.append(i)
+            continue
+        out[i] = np.asarray(base.files.vectors[pos], dtype=np.float32) * np.float32(docs[pos]["norm"])
+    if missing:
+        out[missing] = base.encoder.encode([hits[i].text for i in missing]).vectors
+    return out
+
+
+def rerank_hits(head: PairHead, h_query: np.ndarray, hits: list[Hit], doc_vectors: np.ndarray, k: int) -> list[RerankedHit]:
+    """Sort ``hits`` of one query by the head's score (stable: ANN order breaks ties); keep ``k``."""
+    if not hits:
+        return []
+    scores = head.score(np.asarray(h_query, np.float32)[None], doc_vectors)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return [RerankedHit(hits[j].id, float(scores[j]), hits[j].text, hits[j].metadata, hits[j].explain,
+                        ann_score=float(hits[j].score), ann_rank=int(j) + 1, reranker=head.name) for j in order]
+
+
+def rerank(searcher, head: PairHead | str, h: np.ndarray, results: list[list[Hit]], k: int) -> list[list[RerankedHit]]:
+    """Re-rank each query's ANN ``results`` with ``head``; ``h`` (n_queries, d) raw query vectors."""
+    if isinstance(head, str):
+        head = head_of(searcher, head)
+    if len(h) != len(results):
+        raise ValueError(f"{len(h)} query vectors for {len(results)} result lists")
+    flat = [hit for hits in results for hit in hits]
+    vectors = document_vectors(searcher, flat)  # one docstore fetch for the whole batch
+    out, start = [], 0
+    for i, hits in enumerate(results):
+        out.append(rerank_hits(head, h[i], hits, vectors[start:start + len(hits)], k))
+        start += len(hits)
+    return out
+
+
+def search_reranked(searcher, queries: list[Query], *, head: str, k: int = 10, depth: int | None = None,
+                    filters: dict[str, str] | None = None, explain: bool = False) -> list[list[RerankedHit]]:
+    """``searcher.search`` for k' = max(k, depth) candidates, then :func:`rerank` to the top ``k``."""
+    pair_head = head_of(searcher, head)  # fail before searching
+    fetch = max(k, depth or DEFAULT_DEPTH)
+    results = searcher.search(queries, k=fetch, filters=filters, explain=explain)
+    # Searcher.search does not hand back the raw query vectors it used: take them again (text
+    # queries are encoded a second time; doc_id queries read the stored vector).
+    h = _base(searcher).raw_vectors(queries)
+    return rerank(searcher, pair_head, h, results, k)
