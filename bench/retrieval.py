@@ -22,9 +22,9 @@ import json
 import time
 from dataclasses import dataclass
 
-import numpy as np
 
 from ..encoder.bundle import load_bundle
+from ..encoder.metrics import aspect_retrieval_metrics as evaluate
 from ..encoder.relations import lookup, normalize
 from .lexical import BM25
 from .linkpred import raw_vectors
@@ -51,58 +51,6 @@ class RetrievalJob:
     precision: str = "auto"
     progress: bool = False
     chunk: int = 1024
-
-
-def seed_metrics(scores: np.ndarray, relevant: np.ndarray, k: int) -> tuple[float, float, float]:
-    """Expected (P@k, R@k, MRR@k) of one seed under random tie-breaking.
-
-    ``scores``, ``relevant``: (n,) over the seed's candidates (the seed itself already removed);
-    at least one candidate must be relevant.
-    """
-    n, n_rel = len(scores), int(relevant.sum())
-    if n <= k:
-        found, cut = float(n_rel), -np.inf
-    else:
-        cut = np.partition(scores, n - k)[n - k]  # the k-th largest score
-        above, tied = scores > cut, scores == cut
-        found = relevant[above].sum() + (k - above.sum()) * relevant[tied].sum() / tied.sum()
-    before, mrr = 0, 0.0
-    for value in np.unique(scores[scores >= cut])[::-1]:
-        group = scores == value
-        size, m = int(group.sum()), int(relevant[group].sum())
-        if m:  # first relevant at position before + j with probability C(size−j, m−1) / C(size, m)
-            p = m / size
-            for j in range(1, min(size - m + 1, k - before) + 1):
-                mrr += p / (before + j)
-                if j < size:
-                    p *= (size - j - m + 1) / (size - j)
-            break
-        before += size
-        if before >= k:
-            break
-    return found / k, found / n_rel, mrr
-
-
-def evaluate(score_rows, labels: list[str], k: int, *, chunk: int = 1024) -> dict:
-    """Macro means over seeds; ``score_rows(start, stop)`` gives (stop − start, n) scores of seeds start…stop−1."""
-    keys = np.array(labels)
-    n = len(keys)
-    per_seed, no_relevant = [], 0
-    for start in range(0, n, chunk):
-        block = score_rows(start, min(start + chunk, n))
-        for row, i in enumerate(range(start, min(start + chunk, n))):
-            keep = np.arange(n) != i
-            relevant = keys[keep] == keys[i]
-            if not relevant.any():
-                no_relevant += 1
-                continue
-            if np.isnan(block[row]).any():
-                raise ValueError("scores contain NaN")
-            per_seed.append(seed_metrics(block[row][keep], relevant, k))
-    m = np.array(per_seed, dtype=np.float64).reshape(-1, 3)
-    means = m.mean(axis=0) if len(m) else np.full(3, np.nan)
-    return {f"p@{k}": float(means[0]), f"r@{k}": float(means[1]), f"mrr@{k}": float(means[2]),
-            "seeds": len(m), "seeds_without_relevant": no_relevant}
 
 
 def label_key(value) -> str | None:

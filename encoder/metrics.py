@@ -157,3 +157,65 @@ def linkpred_metrics(
 ) -> dict[str, float]:
     """:func:`rank_gold` then :func:`ranking_metrics` in one call."""
     return ranking_metrics(rank_gold(scores, gold, filter_mask=filter_mask, exclude=exclude), setting)
+
+
+# ------------------------------------------------------------ aspect retrieval (AspectCSE protocol)
+def seed_metrics(scores: np.ndarray, relevant: np.ndarray, k: int) -> tuple[float, float, float]:
+    """Expected (P@k, R@k, MRR@k) of one seed under random tie-breaking.
+
+    ``scores``, ``relevant``: (n,) over the seed's candidates (the seed itself already removed);
+    at least one candidate must be relevant.
+    """
+    n, n_rel = len(scores), int(relevant.sum())
+    if n <= k:
+        found, cut = float(n_rel), -np.inf
+    else:
+        cut = np.partition(scores, n - k)[n - k]  # the k-th largest score
+        above, tied = scores > cut, scores == cut
+        found = relevant[above].sum() + (k - above.sum()) * relevant[tied].sum() / tied.sum()
+    before, mrr = 0, 0.0
+    for value in np.unique(scores[scores >= cut])[::-1]:
+        group = scores == value
+        size, m = int(group.sum()), int(relevant[group].sum())
+        if m:  # first relevant at position before + j with probability C(size−j, m−1) / C(size, m)
+            p = m / size
+            for j in range(1, min(size - m + 1, k - before) + 1):
+                mrr += p / (before + j)
+                if j < size:
+                    p *= (size - j - m + 1) / (size - j)
+            break
+        before += size
+        if before >= k:
+            break
+    return found / k, found / n_rel, mrr
+
+
+def aspect_retrieval_metrics(score_rows, labels, k: int, *, chunk: int = 1024) -> dict:
+    """AspectCSE retrieval: macro means over seeds of (P@k, R@k, MRR@k), seed excluded from its neighbours.
+
+    ``score_rows(start, stop)`` gives (stop − start, n) scores of seeds start…stop−1 against all n
+    documents. ``labels``: n hashable labels (relevant = equal label), or a function
+    ``i -> (n,) bool`` of the documents relevant to seed i (multi-valued or combined aspects).
+    """
+    if callable(labels):
+        relevant_to, n = labels, None
+    else:
+        keys = np.array(labels)
+        relevant_to, n = (lambda i: keys == keys[i]), len(keys)
+    n = n if n is not None else len(relevant_to(0))
+    per_seed, no_relevant = [], 0
+    for start in range(0, n, chunk):
+        block = score_rows(start, min(start + chunk, n))
+        for row, i in enumerate(range(start, min(start + chunk, n))):
+            keep = np.arange(n) != i
+            relevant = relevant_to(i)[keep]
+            if not relevant.any():
+                no_relevant += 1
+                continue
+            if np.isnan(block[row]).any():
+                raise ValueError("scores contain NaN")
+            per_seed.append(seed_metrics(block[row][keep], relevant, k))
+    m = np.array(per_seed, dtype=np.float64).reshape(-1, 3)
+    means = m.mean(axis=0) if len(m) else np.full(3, np.nan)
+    return {f"p@{k}": float(means[0]), f"r@{k}": float(means[1]), f"mrr@{k}": float(means[2]),
+            "seeds": len(m), "seeds_without_relevant": no_relevant}

@@ -1,156 +1,188 @@
-"""``relsearch train``: learn relation operators on a frozen encoder, write a bundle + model card.
+"""``relsearch train DATA --objective ... --out BUNDLE``: one command for the five objectives.
 
-Registered in :mod:`relsearch.cli` with ``cli.add_command(train)``.
+Registered in :mod:`relsearch.cli` with ``cli.add_command(train)``. Options left unset take the
+objective's own defaults (its config dataclass); an option that means nothing for the chosen
+objective is an error rather than silently ignored. The bundle is written aside and swapped in
+(a killed run never leaves half a bundle), with MODEL_CARD.md beside ``bundle.json``; the
+checkpoint that lets an interrupted run resume (``OUT.checkpoint``) is removed once it is written.
 """
 from __future__ import annotations
 
 import click
 
-CARD = "MODEL_CARD.md"
+from .encoder.training.card import CARD, render_model_card, summary_lines
+
+OBJECTIVES = ("rse", "aspect", "transition", "pu", "distill")
+# Which objectives accept each objective-specific option (checked after parsing).
+ONLY_FOR = {
+    "regime": ("rse", "aspect", "pu"), "operator": ("rse",), "negatives": ("rse",), "max_candidates": ("rse", "aspect"),
+    "relations": ("rse", "transition"), "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",),
+    "text_field": ("aspect", "distill"), "lambda_": ("transition",), "label_fraction": ("pu",), "prior": ("pu",),
+    "pu_weight": ("pu",), "positive": ("pu",), "teachers": ("distill",), "max_length": ("rse", "aspect", "pu", "distill"),
+}
 
 
-def _fmt(x) -> str:
-    return "–" if x is None else f"{x:.3f}"
-
-
-def _trained_ops(bundle):
-    return [op for name, op in sorted(bundle.operators.items()) if op.kind != "identity"]
-
-
-def metrics_rows(bundle) -> list[dict]:
-    """One row per trained operator: name, kind, test size, trained and identity metrics (may be empty)."""
-    rows = []
-    for op in _trained_ops(bundle):
-        m = op.info.get("metrics", {})
-        rows.append({"relation": op.name, "kind": op.kind, "queries": m.get("queries"),
-                     "candidates": m.get("candidates"), "trained": m.get("trained", {}),
-                     "identity": m.get("identity", {})})
-    return rows
-
-
-def print_metrics_table(bundle, echo=click.echo) -> None:
-    """Per-relation test MRR / Hits@10, trained operator vs identity."""
-    rows = metrics_rows(bundle)
-    width = max([len(r["relation"]) for r in rows] + [8])
-    echo(f"{'relation':<{width}}  {'queries':>7}  {'cands':>6}  {'MRR':>6}  {'id MRR':>6}  {'H@10':>6}  {'id H@10':>7}")
-    for r in rows:
-        t, i = r["trained"], r["identity"]
-        echo(f"{r['relation']:<{width}}  {r['queries'] or 0:>7}  {r['candidates'] or 0:>6}  {_fmt(t.get('mrr')):>6}  "
-             f"{_fmt(i.get('mrr')):>6}  {_fmt(t.get('hits@10')):>6}  {_fmt(i.get('hits@10')):>7}")
-
-
-def render_model_card(bundle, *, title: str = "relsearch relation operators", notes: list[str] | tuple = ()) -> str:
-    """Markdown model card: encoder, data, hyperparameters, test metrics vs identity, sources and licences."""
-    enc = bundle.encoder
-    ops = _trained_ops(bundle)
-    config = bundle.info.get("config", {})
-    sources = bundle.info.get("sources", {})
-    lines = [f"# {title}", "",
-             f"Relation operators trained by `relsearch train` (adapter regime: frozen encoder, RSE contrastive "
-             f"loss). Load with `relsearch.encoder.bundle.load_bundle(path)`.", "",
-             "## Encoder", "",
-             f"`{enc.get('model')}` — pooling {enc.get('pooling')}, max length {enc.get('max_length')}, "
-             f"dim {enc.get('dim')}, weights sha256 `{enc.get('weights_sha256')}`. Documents are indexed with this "
-             "encoder unchanged; only the query side is transformed.", "",
-             "## Hyperparameters", "",
-             ", ".join(f"{k} = {v}" for k, v in config.items()), "",
-             "## Operators and data", "",
-             "| relation | kind | description | train triples | hard negatives | dev triples | test triples | best epoch | dev MRR |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for op in ops:
-        data, tr = op.info.get("data", {}), op.info.get("training", {})
-        lines.append(f"| {op.name} | {op.kind} | {op.description} | {data.get('train', {}).get('triples', 0)} | "
-                     f"{data.get('train', {}).get('hard_negatives', 0)} | {data.get('dev', {}).get('triples', 0)} | "
-                     f"{data.get('test', {}).get('triples', 0)} | {tr.get('best_epoch')} | {_fmt(tr.get('dev_mrr'))} |")
-    if not sources:  # without a sources table, name the triples files themselves
-        lines += ["", "Files: " + "; ".join(
-            f"{op.name}: " + ", ".join(f"{s} = {', '.join(v.get('files', [])) or '—'}"
-                                       for s, v in op.info.get("data", {}).items()) for op in ops)]
-    lines += ["", "## Test metrics vs identity", "",
-        "MRR in bold where the operator beats identity.", "",
-        "| relation | queries | candidates | MRR | MRR (identity) | Hits@1 | Hits@1 (id) | Hits@10 | Hits@10 (id) | MR | MR (id) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r in metrics_rows(bundle):
-        t, i = r["trained"], r["identity"]
-        if not t:
-            lines.append(f"| {r['relation']} | no test triples | | | | | | | | | |")
-            continue
-        mrr = f"**{_fmt(t['mrr'])}**" if t["mrr"] > i["mrr"] else _fmt(t["mrr"])
-        lines.append(f"| {r['relation']} | {r['queries']} | {r['candidates']} | {mrr} | {_fmt(i['mrr'])} | "
-                     f"{_fmt(t['hits@1'])} | {_fmt(i['hits@1'])} | {_fmt(t['hits@10'])} | {_fmt(i['hits@10'])} | "
-                     f"{t['mr']:.1f} | {i['mr']:.1f} |")
-    protocol = next((op.info["metrics"]["protocol"] for op in ops if "protocol" in op.info.get("metrics", {})), "")
-    lines += ["", f"Protocol: {protocol}. Identity = plain cosine of the same encoder.", ""]
-    if sources:
-        lines += ["## Sources and licences", "",
-                  "The operators are derived from these datasets; their licences constrain use of this pack "
-                  "(several are non-commercial).", "", "| relation | dataset | files | licence |", "|---|---|---|---|"]
-        lines += [f"| {rel} | {s.get('dataset', '')} | {s.get('files', '')} | {s.get('licence', '')} |"
-                  for rel, s in sources.items()]
-        lines.append("")
-    if notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    return "\n".join(lines)
-
-
-@click.command("train")
-@click.argument("triples", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
-@click.option("--out", required=True, type=click.Path(file_okay=False), help="bundle folder to write")
-@click.option("--dev", "dev_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="dev triples (early stopping on MRR); repeatable")
-@click.option("--test", "test_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
-              help="test triples (metrics vs identity in the bundle and card); repeatable")
-@click.option("--operator", type=click.Choice(["linear", "translation"]), default="linear", show_default=True)
-@click.option("--model", default=None, help="encoder model id or path (default: all-MiniLM-L6-v2)")
-@click.option("--epochs", type=int, default=30, show_default=True, help="maximum epochs")
-@click.option("--patience", type=int, default=4, show_default=True, help="epochs without dev gain before stopping")
-@click.option("--batch-size", type=int, default=256, show_default=True)
-@click.option("--lr", type=float, default=None, help="default 3e-3 (linear) / 1e-2 (translation)")
-@click.option("--temperature", type=float, default=0.05, show_default=True)
-@click.option("--negatives", type=click.Choice(["all", "batch"]), default="all", show_default=True,
-              help="all: every training text of the relation; batch: in-batch tails + one hard negative")
-@click.option("--max-candidates", type=int, default=8192, show_default=True,
-              help="negatives=all: above this many texts, sample this many per batch")
-@click.option("--threads", type=int, default=None, help="torch CPU threads while training")
-@click.option("--seed", type=int, default=13, show_default=True)
-@click.option("--relation", "relations", multiple=True, help="train only these relations (repeatable)")
-@click.option("--description", "descriptions", multiple=True, metavar="NAME=TEXT", help="operator description")
-@click.option("--card-note", "card_notes", multiple=True,
-              help="line for the model card's Notes (e.g. the data's licence); repeatable")
-@click.option("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
-@click.option("--quiet", is_flag=True, help="no progress bars")
-def train(triples, out, dev_files, test_files, operator, model, epochs, patience, batch_size, lr, temperature,
-          negatives, max_candidates, threads, seed, relations, descriptions, card_notes, cache_dir, quiet):
-    """Learn one relation operator per relation in TRIPLES (JSONL: head, relation, tail[, negative][, group]).
-
-    The encoder stays frozen; its vectors are cached on disk, so a rerun on the same texts encodes
-    nothing. With --dev, training stops when dev MRR has not improved for --patience epochs and keeps
-    the best epoch; without it, all --epochs run and the last is kept. With --test, the bundle and
-    MODEL_CARD.md report test link prediction of each operator against identity.
-    """
-    from pathlib import Path
-
-    from .encoder.model import Encoder, EncoderConfig
-    from .encoder.training import TrainConfig, train_adapter
-
-    desc = {}
-    for spec in descriptions:
+def _description_map(specs) -> dict[str, str]:
+    out = {}
+    for spec in specs:
         name, sep, text = spec.partition("=")
         if not sep:
             raise click.BadParameter(f"{spec!r} is not NAME=TEXT", param_hint="--description")
-        desc[name.strip()] = text.strip()
+        out[name.strip()] = text.strip()
+    return out
+
+
+@click.command("train")
+@click.argument("data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
+@click.option("--objective", type=click.Choice(OBJECTIVES), default="rse", show_default=True,
+              help="rse: relation operators from triples; aspect: same-label operators from a labelled corpus; "
+                   "transition: transition matrix from paraphrase triples; pu: PAUSE pair classifier from "
+                   "(partly) labelled pairs; distill: student of several teachers from unlabelled sentences")
+@click.option("--out", required=True, type=click.Path(file_okay=False), help="bundle folder to write")
+@click.option("--base", "--model", "base", default=None,
+              help="encoder or bundle to start from (default: the shipped pack's all-MiniLM-L6-v2)")
+@click.option("--dev", "dev_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="dev data for early stopping (same format as DATA); repeatable")
+@click.option("--test", "test_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
+              help="test data: metrics vs identity go into the bundle and its card; repeatable")
+@click.option("--regime", type=click.Choice(["adapter", "joint"]), default=None,
+              help="adapter: frozen encoder, operators only (default); joint: fine-tune the encoder too "
+                   "(the corpus must then be re-indexed with the bundle)")
+@click.option("--operator", type=click.Choice(["linear", "translation"]), default=None, help="rse operator kind")
+@click.option("--negatives", type=click.Choice(["all", "batch"]), default=None,
+              help="rse adapter: all training texts of the relation, or in-batch tails + one hard negative")
+@click.option("--max-candidates", type=int, default=None, help="sampled softmax above this many texts")
+@click.option("--relation", "relations", multiple=True, help="train only these relations (repeatable)")
+@click.option("--aspect", "aspects", multiple=True, help="aspect: label field (repeatable)")
+@click.option("--combine", type=click.Choice(["separate", "union", "intersection"]), default=None,
+              help="aspect: one operator per field, or one for sharing any / all of them")
+@click.option("--split-field", default=None, help="aspect: field of DATA naming each row's split (train/dev/test)")
+@click.option("--text-field", default=None, help="aspect/distill: the text field of DATA (default text)")
+@click.option("--lambda", "lambda_", type=float, default=None, help="transition: weight of the diagonal term")
+@click.option("--label-fraction", type=float, default=None, help="pu: keep labels on this fraction of pairs")
+@click.option("--prior", type=float, default=None, help="pu: class prior π of the positive class")
+@click.option("--pu-weight", type=float, default=None, help="pu: weight of the PU risk (0 = cross-entropy only)")
+@click.option("--positive-label", "positive", default=None, help="pu: the label treated as positive")
+@click.option("--teachers", default=None, help="distill: comma-separated teacher bundles or models")
+@click.option("--epochs", type=int, default=None, help="maximum epochs (early stopping on --dev)")
+@click.option("--patience", type=int, default=None, help="evaluations without dev gain before stopping")
+@click.option("--batch-size", type=int, default=None)
+@click.option("--lr", type=float, default=None, help="learning rate (joint: the encoder's)")
+@click.option("--temperature", type=float, default=None)
+@click.option("--max-length", type=int, default=None, help="tokens per text while fine-tuning")
+@click.option("--threads", type=int, default=None, help="torch CPU threads while training")
+@click.option("--seed", type=int, default=None, help="runs with the same seed and data give the same bundle")
+@click.option("--description", "descriptions", multiple=True, metavar="NAME=TEXT", help="operator description")
+@click.option("--card-note", "card_notes", multiple=True, help="line for the model card's Notes; repeatable")
+@click.option("--cache-dir", default=None, help="frozen-vector cache (default ~/.cache/relsearch/vectors)")
+@click.option("--quiet", is_flag=True, help="no progress bars")
+def train(data, objective, out, base, dev_files, test_files, card_notes, descriptions, quiet, **options):
+    """Train OBJECTIVE on DATA and write a bundle that query / relations / score / lookup use.
+
+    \b
+    DATA formats (JSONL):
+      rse, transition  {"head", "relation", "tail"[, "negative"][, "group"]}
+      aspect           {"text", FIELD: label or [labels], ...}    (--aspect FIELD)
+      pu               {"a", "b"[, "label"]}   no label = unlabelled
+      distill          {"text"} or pairs {"a","b"} or triples: sentences only, no labels
+
+    An interrupted run resumes from OUT.checkpoint when rerun with the same settings.
+    """
+    from pathlib import Path
+
+    from .encoder.training.loop import Checkpoint, write_bundle
+
+    given = {k: v for k, v in options.items() if v not in (None, ())}
+    for key, allowed in ONLY_FOR.items():
+        if key in given and objective not in allowed:
+            raise click.UsageError(f"{_flag(key)} does not apply to --objective {objective} (only {', '.join(allowed)})")
+    given["progress"] = not quiet
     try:
-        config = TrainConfig(operator=operator, epochs=epochs, patience=patience, batch_size=batch_size, lr=lr,
-                             temperature=temperature, negatives=negatives, seed=seed,
-                             max_candidates=max_candidates, threads=threads,
-                             relations=tuple(relations) or None, cache_dir=cache_dir, progress=not quiet)
-        encoder = Encoder(EncoderConfig(model=model) if model else EncoderConfig())
-        bundle = train_adapter(list(triples), dev_files=list(dev_files), test_files=list(test_files),
-                               config=config, encoder=encoder, descriptions=desc)
+        bundle, encoder = _run(objective, list(data), list(dev_files), list(test_files), base, out, given)
+        for name, text in _description_map(descriptions).items():
+            if name not in bundle.operators:
+                raise ValueError(f"--description names {name!r}, which this run did not train; trained: "
+                                 f"{', '.join(sorted(bundle.operators))}")
+            bundle.operators[name].description = text
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
-    path = bundle.save(out)
-    notes = [f"Trained with `relsearch train {' '.join(triples)}`."] + list(card_notes)
-    (Path(path) / CARD).write_text(render_model_card(bundle, notes=notes))
-    print_metrics_table(bundle)
-    click.echo(f"bundle written to {path} (operators: {', '.join(op.name for op in _trained_ops(bundle))})")
+    notes = [f"Trained with `relsearch train {' '.join(data)} --objective {objective}`."] + list(card_notes)
+    path = write_bundle(bundle, out, encoder=encoder, card=render_model_card(bundle, notes=notes))
+    Checkpoint(out, {}).clear()
+    for line in summary_lines(bundle):
+        click.echo(line)
+    if encoder is not None:
+        click.echo("the encoder was fine-tuned: re-index your corpus with --model " + str(path))
+    click.echo(f"bundle written to {path} (card: {Path(path) / CARD})")
+
+
+def _run(objective, data, dev, test, base, out, given: dict):
+    """Build the objective's config from the given options; returns (bundle, fine-tuned encoder or None)."""
+    if objective == "rse":
+        return _rse(data, dev, test, base, out, given)
+    if objective == "aspect":
+        from .encoder.training.aspect import AspectConfig, train_aspects
+
+        given["aspects"] = tuple(given.get("aspects", ()))
+        config = AspectConfig(**_pick(AspectConfig, given))
+        return train_aspects(data, dev_files=dev, test_files=test, config=config, base=base, out=out)
+    if objective == "transition":
+        from .encoder.training.transition import TransitionConfig, train_transition
+
+        given = _renamed(given, lambda_="lam")
+        config = TransitionConfig(**_pick(TransitionConfig, given))
+        return train_transition(data, dev_files=dev, test_files=test, config=config, base=base, out=out), None
+    if objective == "pu":
+        from .encoder.training.pu import PUConfig, train_pu
+
+        config = PUConfig(**_pick(PUConfig, given))
+        return train_pu(data, dev_files=dev, test_files=test, config=config, base=base, out=out)
+    from .encoder.training.distill import DistillConfig, train_distill
+
+    teachers = [t.strip() for t in given.pop("teachers", "").split(",") if t.strip()]
+    if len(teachers) < 1:
+        raise click.UsageError("--objective distill needs --teachers A,B,...")
+    config = DistillConfig(**_pick(DistillConfig, given))
+    return train_distill(data, teachers=teachers, dev_files=dev, test_files=test, config=config, base=base, out=out)
+
+
+def _rse(data, dev, test, base, out, given):
+    if given.pop("regime", "adapter") == "joint":
+        from .encoder.training.rse_joint import JointConfig, train_joint
+
+        config = JointConfig(**_pick(JointConfig, given))
+        return train_joint(data, dev_files=dev, test_files=test, config=config, base=base, out=out)
+    from .encoder.model import Encoder, EncoderConfig
+    from .encoder.training.rse import TrainConfig, train_adapter
+
+    if "max_length" in given:
+        raise click.UsageError("--max-length applies to fine-tuning (--regime joint); the adapter regime encodes "
+                               "with the base encoder's own maximum")
+    config = TrainConfig(**_pick(TrainConfig, given))
+    encoder = Encoder(EncoderConfig(model=base) if base else EncoderConfig())
+    return train_adapter(data, dev_files=dev, test_files=test, config=config, encoder=encoder), None
+
+
+def _flag(name: str) -> str:
+    """The command-line spelling of option ``name`` (e.g. aspects → --aspect)."""
+    params = click.get_current_context().command.params
+    return next((p.opts[0] for p in params if p.name == name), "--" + name.replace("_", "-"))
+
+
+def _renamed(given: dict, **names) -> dict:
+    return {names.get(k, k): v for k, v in given.items()}
+
+
+def _pick(config_cls, given: dict) -> dict:
+    """The given options that ``config_cls`` has; any other given option is an error."""
+    import dataclasses
+
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    unknown = sorted(k for k in given if k not in fields)
+    if unknown:
+        flags = ", ".join(_flag(k) for k in unknown)
+        raise click.UsageError(f"{flags} not supported by {config_cls.__name__}")
+    given = dict(given)
+    if "relations" in given:
+        given["relations"] = tuple(given["relations"])
+    return given

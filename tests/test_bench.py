@@ -17,7 +17,7 @@ from relsearch.bench.lexical import BM25
 from relsearch.bench.linkpred import Candidates, evaluate, raw_vectors
 from relsearch.bench.report import BenchInputError, sha256_file
 from relsearch.bench.retrieval import evaluate as retrieval_evaluate
-from relsearch.bench.retrieval import seed_metrics
+from relsearch.encoder.metrics import seed_metrics
 from relsearch.bench.sts import correlations
 from relsearch.cli_bench import bench
 from relsearch.encoder.bundle import Bundle, load_bundle

@@ -216,11 +216,13 @@ def test_cli_train_writes_bundle_card_and_table(tmp_path, encoder, trecqa, monke
                                                "--card-note", "TrecQA: public domain",
                                                "--description", "qa-entailment=tail answers the head"])
     assert res.exit_code == 0, res.output
-    assert "qa-entailment" in res.output and "id MRR" in res.output
+    assert "qa-entailment" in res.output and "(identity" in res.output
     card = (out / "MODEL_CARD.md").read_text()
-    assert "TrecQA: public domain" in card and "train200.jsonl" in card and "MRR (identity)" in card
+    assert "TrecQA: public domain" in card and "200 triples" in card and "| qa-entailment | linear |" in card
     assert load_bundle(str(out)).operators["qa-entailment"].description == "tail answers the head"
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"head": "x", "relation": "r"}\n')
     res = CliRunner().invoke(cli_train.train, [str(bad), "--out", str(tmp_path / "o"), "--quiet"])
     assert res.exit_code != 0 and "bad.jsonl:1: missing field(s) tail" in res.output
+    res = CliRunner().invoke(cli_train.train, [train, "--out", str(tmp_path / "o"), "--aspect", "x"])
+    assert res.exit_code == 2 and "--aspect does not apply to --objective rse" in res.output

@@ -186,7 +186,7 @@ def _write(prepared: dict, folder: Path) -> dict[str, list[str]]:
 
 def write_pack(bundle, folder: Path) -> None:
     """Save the bundle and its MODEL_CARD.md (world-readable: it ships inside the package)."""
-    from relsearch.cli_train import CARD, render_model_card
+    from relsearch.encoder.training.card import CARD, render_model_card
 
     bundle.save(folder)
     (folder / CARD).write_text(render_model_card(bundle, title="relsearch default relation pack", notes=[
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
     args = ap.parse_args(argv)
 
-    from relsearch.cli_train import print_metrics_table
+    from relsearch.encoder.training.card import summary_lines
     from relsearch.encoder.model import Encoder, EncoderConfig
     from relsearch.encoder.training import TrainConfig, train_adapter
 
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         out.rename(old)
     aside.rename(out)
     shutil.rmtree(old, ignore_errors=True)
-    print_metrics_table(bundle)
+    print("\n".join(summary_lines(bundle)))
     print(f"pack written to {out} in {time.time() - t0:.0f} s")
     return 0
 

@@ -1,0 +1,106 @@
+"""Model cards and metric tables for trained bundles, whatever the objective.
+
+Every trained operator carries ``info["metrics"]`` = ``{"split", "protocol", "metric" (the main
+one, default "mrr"), "queries", "candidates", "trained": {...}, "identity": {...}}``; re-ranking
+heads carry ``info["metrics"]`` with their classification scores. Distillation puts its STS
+figures in ``bundle.info["metrics"]``.
+"""
+from __future__ import annotations
+
+CARD = "MODEL_CARD.md"
+# Shown, in this order, when an operator has them.
+METRIC_ORDER = ("mrr", "hits@1", "hits@10", "mr", "p@10", "r@10", "mrr@10", "spearman")
+
+
+def fmt(x) -> str:
+    return "–" if x is None else f"{x:.3f}" if isinstance(x, float) else str(x)
+
+
+def trained_operators(bundle) -> list:
+    return [op for _, op in sorted(bundle.operators.items()) if op.info.get("metrics") or op.kind != "identity"]
+
+
+def metric_keys(metrics: dict) -> list[str]:
+    trained = metrics.get("trained", {})
+    return [k for k in METRIC_ORDER if isinstance(trained.get(k), (int, float))]
+
+
+def summary_lines(bundle) -> list[str]:
+    """One line per trained operator / head: main test metrics beside identity's."""
+    lines = []
+    for op in trained_operators(bundle):
+        m = op.info.get("metrics", {})
+        keys = metric_keys(m)[:3]
+        parts = [f"{k} {m['trained'][k]:.3f} (identity {m.get('identity', {}).get(k, float('nan')):.3f})" for k in keys]
+        size = f", {m['queries']} queries" if m.get("queries") else ""
+        lines.append(f"{op.name:<24} {op.kind:<12} " + (", ".join(parts) + size if parts else "no test metrics"))
+    for name, head in sorted(getattr(bundle, "heads", {}).items()):
+        m = head.info.get("metrics", {})
+        shown = ", ".join(f"{k} {v:.3f}" for k, v in m.items() if isinstance(v, float))
+        lines.append(f"{name:<24} {head.kind:<12} {shown or 'no test metrics'}")
+    sts = bundle.info.get("metrics", {})
+    if sts:
+        lines.append("bundle metrics: " + ", ".join(f"{k} {fmt(v)}" for k, v in sts.items() if not isinstance(v, dict)))
+    return lines
+
+
+def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[str] | tuple = ()) -> str:
+    """Markdown: encoder, hyperparameters, operators with data and test metrics vs identity, heads, notes."""
+    enc = bundle.encoder
+    info = bundle.info
+    fine_tuned = bool(enc.get("path"))
+    lines = [f"# {title}", "", f"Trained by {info.get('trainer', 'relsearch train')}. Load with "
+             "`relsearch.encoder.bundle.load_bundle(path)` or pass the folder as `--model`.", "", "## Encoder", "",
+             f"`{enc.get('model')}` — pooling {enc.get('pooling')}, max length {enc.get('max_length')}, dim "
+             f"{enc.get('dim')}, weights sha256 `{enc.get('weights_sha256')}`.", ""]
+    lines.append("The encoder was **fine-tuned**; its weights are in `encoder/`. Corpora indexed with another encoder "
+                 "must be re-indexed with this bundle (queries refuse a mismatched index)." if fine_tuned else
+                 "The encoder is unchanged: indexes built with it stay valid; only the query side is transformed.")
+    lines += ["", "## Hyperparameters", "", ", ".join(f"{k} = {v}" for k, v in info.get("config", {}).items()), ""]
+    ops = trained_operators(bundle)
+    if ops:
+        lines += ["## Operators: test metrics vs identity", "",
+                  "Identity = plain cosine of the base encoder. Main metric in bold where the operator beats it.", "",
+                  "| operator | kind | description | data | best epoch | metrics (trained / identity) |",
+                  "|---|---|---|---|---|---|"]
+        for op in ops:
+            m, tr = op.info.get("metrics", {}), op.info.get("training", {})
+            data = "; ".join(f"{s} {_size(v)}" for s, v in op.info.get("data", {}).items())
+            main = m.get("metric", "mrr")
+            cells = []
+            for k in metric_keys(m):
+                t, i = m["trained"][k], m.get("identity", {}).get(k)
+                better = i is not None and (t < i if k == "mr" else t > i)
+                cells.append(f"{k} " + (f"**{fmt(t)}**" if k == main and better else fmt(t)) + f" / {fmt(i)}")
+            lines.append(f"| {op.name} | {op.kind} | {op.description} | {data} | {tr.get('best_epoch', '–')} | "
+                         f"{'; '.join(cells) or 'no test data'} |")
+        protocols = sorted({op.info["metrics"]["protocol"] for op in ops if op.info.get("metrics", {}).get("protocol")})
+        lines += [""] + [f"Protocol: {p}." for p in protocols] + [""]
+    heads = getattr(bundle, "heads", {})
+    if heads:
+        lines += ["## Re-ranking heads (`relsearch query --rerank NAME`)", ""]
+        for name, head in sorted(heads.items()):
+            m = head.info.get("metrics", {})
+            lines.append(f"- `{name}` ({head.kind}): " + ", ".join(f"{k} {fmt(v)}" for k, v in m.items()
+                                                                  if not isinstance(v, (dict, list))))
+        lines.append("")
+    if info.get("metrics"):
+        lines += ["## Bundle metrics", "", "```", *(f"{k}: {v}" for k, v in info["metrics"].items()), "```", ""]
+    sources = info.get("sources", {})
+    if sources:
+        lines += ["## Sources and licences", "",
+                  "The operators are derived from these datasets; their licences constrain use of this bundle "
+                  "(several are non-commercial).", "", "| relation | dataset | files | licence |", "|---|---|---|---|"]
+        lines += [f"| {rel} | {s.get('dataset', '')} | {s.get('files', '')} | {s.get('licence', '')} |"
+                  for rel, s in sources.items()]
+        lines.append("")
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+def _size(v: dict) -> str:
+    for key in ("triples", "documents", "pairs", "sentences"):
+        if key in v:
+            return f"{v[key]} {key}"
+    return ""
