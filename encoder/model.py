@@ -234,9 +234,11 @@ _FINGERPRINTS: dict[str, str] = {}
 
 def weights_fingerprint(path: str) -> str:
     """sha256 of the model's weight file(s); identifies an encoder independently of its name."""
-    if path in _FINGERPRINTS:
-        return _FINGERPRINTS[path]
     files = sorted(Path(path).glob("*.safetensors")) + sorted(Path(path).glob("*.bin")) if os.path.isdir(path) else []
+    # keyed by the files' stats too: a folder rewritten in place (a re-trained bundle) is hashed again
+    key = json.dumps([path] + [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files])
+    if key in _FINGERPRINTS:
+        return _FINGERPRINTS[key]
     digest = hashlib.sha256()
     if not files:  # a hub id resolved inside transformers' cache: its name is the best we have
         digest.update(path.encode())
@@ -244,5 +246,5 @@ def weights_fingerprint(path: str) -> str:
         with open(f, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 22), b""):
                 digest.update(block)
-    _FINGERPRINTS[path] = digest.hexdigest()[:16]
-    return _FINGERPRINTS[path]
+    _FINGERPRINTS[key] = digest.hexdigest()[:16]
+    return _FINGERPRINTS[key]

@@ -18,7 +18,7 @@ ONLY_FOR = {
     "regime": ("rse", "aspect", "pu"), "operator": ("rse",), "negatives": ("rse",), "max_candidates": ("rse", "aspect"),
     "relations": ("rse", "transition"), "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",),
     "text_field": ("aspect", "distill"), "lambda_": ("transition",), "label_fraction": ("pu",), "prior": ("pu",),
-    "pu_weight": ("pu",), "positive": ("pu",), "teachers": ("distill",), "max_length": ("rse", "aspect", "pu", "distill"),
+    "pu_weight": ("pu",), "relation_lr": ("rse",), "eval_every": ("rse",), "positive": ("pu",), "teachers": ("distill",), "max_length": ("rse", "aspect", "pu", "distill"),
 }
 
 
@@ -68,6 +68,8 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--patience", type=int, default=None, help="evaluations without dev gain before stopping")
 @click.option("--batch-size", type=int, default=None)
 @click.option("--lr", type=float, default=None, help="learning rate (joint: the encoder's)")
+@click.option("--relation-lr", type=float, default=None, help="rse joint: learning rate of the relation operators")
+@click.option("--eval-every", type=int, default=None, help="rse joint: steps between dev evaluations")
 @click.option("--temperature", type=float, default=None)
 @click.option("--max-length", type=int, default=None, help="tokens per text while fine-tuning")
 @click.option("--threads", type=int, default=None, help="torch CPU threads while training")

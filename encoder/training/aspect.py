@@ -364,6 +364,8 @@ def _train_joint(splits, fields, combine, config: AspectConfig, base_bundle: Bun
     bar.close()
     if best_state is not None:
         encoder.load_state_dict(best_state)
+    # Trained on short windows for speed; queries and indexing use the base encoder's full window.
+    encoder.max_length = base_bundle.encoder.get("max_length") or encoder.max_length
     op = Operator(name=name, kind="identity", description=_describe(fields, combine) + " (fine-tuned encoder)")
     vec = {}
     if len(splits["test"]) >= 2:
@@ -374,7 +376,7 @@ def _train_joint(splits, fields, combine, config: AspectConfig, base_bundle: Bun
     if "metrics" in op.info and "identity" in op.info["metrics"]:  # identity = the base encoder, unchanged
         from ..model import Encoder, EncoderConfig
 
-        base = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=config.max_length))
+        base = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=encoder.max_length))
         h = base.encode([d.text for d in splits["test"]]).vectors
         op.info["metrics"]["identity"] = _strip(_metrics(normalize, h, splits["test"], fields, combine))
         op.info["metrics"]["identity_note"] = "identity = the base encoder before fine-tuning"

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model import (Encoder, EncoderConfig, choose_device_and_dtype, cpu_has_bf16_matrix_units,
-                     resolve_model_path)
+from ..model import (_local_or_hub_folder, _read_st_folder, choose_device_and_dtype, cpu_has_bf16_matrix_units,
+                     resolve_model_path, weights_fingerprint)
 
 ENCODER_DIR = "encoder"  # inside a bundle
 
@@ -31,15 +31,16 @@ class TrainableEncoder:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        # Reuse the inference encoder's resolution of names, pooling and limits (it is cheap to drop).
-        probe = Encoder(EncoderConfig(model=model_ref, pooling=pooling, max_length=max_length, device=device,
-                                      precision="fp32"))
-        self.model_ref, self.pooling, self.max_length, self.dim = model_ref, probe.pooling, probe.max_length, probe.dim
-        self.device = probe.device
         path = resolve_model_path(model_ref)
-        del probe
+        folder = _local_or_hub_folder(path)
+        st_pooling, st_max_len = _read_st_folder(folder) if folder else (None, None)
+        self.model_ref, self.pooling = model_ref, pooling or st_pooling or "mean"
+        self.device, _ = choose_device_and_dtype(device, "fp32", cuda_available=torch.cuda.is_available(), amx=False)
         self.tokenizer = AutoTokenizer.from_pretrained(path)
         self.model = AutoModel.from_pretrained(path, dtype=torch.float32).to(self.device)
+        limit = min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
+        self.max_length = min(max_length or st_max_len or limit, limit)
+        self.dim = int(self.model.config.hidden_size)
         _, self.autocast_dtype = choose_device_and_dtype(self.device, precision, cuda_available=self.device != "cpu",
                                                          amx=cpu_has_bf16_matrix_units())
 
@@ -116,10 +117,10 @@ class TrainableEncoder:
         (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": self.max_length}))
 
 
-def encoder_identity(folder: str | Path) -> dict:
-    """The bundle's ``encoder`` entry for a fine-tuned encoder saved at ``BUNDLE/encoder``."""
-    enc = Encoder(EncoderConfig(model=str(folder), precision="fp32"))
-    return dict(enc.identity, model=ENCODER_DIR, path=ENCODER_DIR)
+def encoder_identity(folder: str | Path, encoder: TrainableEncoder) -> dict:
+    """The bundle's ``encoder`` entry for ``encoder`` saved at ``BUNDLE/encoder`` (what indexes must match)."""
+    return {"model": ENCODER_DIR, "path": ENCODER_DIR, "pooling": encoder.pooling, "max_length": encoder.max_length,
+            "dim": encoder.dim, "weights_sha256": weights_fingerprint(str(folder)), "base": encoder.model_ref}
 
 
 def chunked_backward(encoder: TrainableEncoder, inputs: list[list[str]], loss_fn, *, chunk: int = 32) -> float:

@@ -121,7 +121,7 @@ def write_bundle(bundle, out: str | os.PathLike, *, encoder=None, card: str | No
     shutil.rmtree(tmp, ignore_errors=True)
     if encoder is not None:
         encoder.save(tmp / ENCODER_DIR)
-        bundle.encoder = encoder_identity(tmp / ENCODER_DIR)
+        bundle.encoder = encoder_identity(tmp / ENCODER_DIR, encoder)
     bundle.save(tmp)
     if card is not None:
         (tmp / "MODEL_CARD.md").write_text(card)
