@@ -130,3 +130,11 @@ def retrieval_figure(rows: list[dict], unit: np.ndarray, op_views: dict[str, np.
     for ax, (name, vecs) in zip(axes[1:], {"identity": unit, **op_views}.items()):
         projection(ax, pca_2d(vecs), labels, title=f"{name}: PCA of {'ĥ' if name == 'identity' else 'op(h)'}")
     return save(fig, path)
+
+
+def embedding_figure(views: dict[str, np.ndarray], labels: list, path: str, *, title: str) -> str:
+    """Side-by-side PCA maps of the same items under several views (e.g. generic vs aspect), coloured by label."""
+    fig, axes = figure(len(views), width=5.5, height=5.0)
+    for ax, (name, vecs) in zip(axes, views.items()):
+        projection(ax, pca_2d(vecs), labels, title=f"{name} — {title}", max_labels=11)
+    return save(fig, path)

@@ -153,6 +153,40 @@ def sts(pairs, relations, symmetric, by, a_field, b_field, score_field, model, c
     _run(run_sts, job, json_out, plot_out)
 
 
+@bench.command()
+@click.argument("corpus", metavar="CORPUS.jsonl", required=False, type=click.Path(dir_okay=False))
+@click.option("--model", "models", multiple=True,
+              help="Bundle to evaluate (repeat to compare, e.g. the pack and a fine-tuned company bundle; "
+                   "default: the shipped pack).")
+@click.option("--split", default="test", show_default=True, help="Companies of this split are seeds and candidates.")
+@click.option("--depth", default=50, show_default=True, type=click.IntRange(min=1),
+              help="Identity hits a re-ranking head re-scores.")
+@cache_option
+@precision_option
+@json_option
+@plot_option
+@quiet_option
+def companies(corpus, models, split, depth, cache_dir, precision, json_out, plot_out, quiet):
+    """Similar companies on held-out companies: same GICS industry / sector P@10, R@10, MRR@10 and
+    cross-source lookups, for BM25, identity, every operator and re-ranking head.
+
+    CORPUS defaults to ../shared/data/russell3000_companies/corpus.jsonl (fields text, text_wikipedia,
+    text_bloomberg, gics_industry, gics_sector, split).
+    """
+    import os
+
+    from relsearch.bench.companies import CompaniesJob, run_companies
+
+    if corpus is None:
+        data = os.environ.get("RELSEARCH_DATA", os.path.join("..", "shared", "data"))
+        corpus = os.path.join(data, "russell3000_companies", "corpus.jsonl")
+        if not os.path.isfile(corpus):
+            raise click.UsageError(f"no CORPUS given and {corpus} does not exist")
+    job = CompaniesJob(corpus=corpus, models=tuple(models) or (None,), split=split, depth=depth, cache_dir=cache_dir,
+                       precision=precision, progress=not quiet)
+    _run(run_companies, job, json_out, plot_out)
+
+
 @bench.command(name="all")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the report.")
 @click.option("--data", "data_dir", default=None, type=click.Path(file_okay=False),
