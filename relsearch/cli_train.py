@@ -162,7 +162,7 @@ def _rse(data, dev, test, base, out, given):
                                "with the base encoder's own maximum")
     config = TrainConfig(**_pick(TrainConfig, given))
     encoder = Encoder(EncoderConfig(model=base) if base else EncoderConfig())
-    return train_adapter(data, dev_files=dev, test_files=test, config=config, encoder=encoder), None
+    return train_adapter(data, dev_files=dev, test_files=test, config=config, encoder=encoder, out=out), None
 
 
 def _flag(name: str) -> str:

@@ -226,3 +226,29 @@ def test_cli_train_writes_bundle_card_and_table(tmp_path, encoder, trecqa, monke
     assert res.exit_code != 0 and "bad.jsonl:1: missing field(s) tail" in res.output
     res = CliRunner().invoke(cli_train.train, [train, "--out", str(tmp_path / "o"), "--aspect", "x"])
     assert res.exit_code == 2 and "--aspect does not apply to --objective rse" in res.output
+
+
+def test_adapter_resumes_after_the_last_finished_relation(tmp_path, encoder, trecqa, monkeypatch):
+    train, _, _, cache = trecqa
+    rows = [json.loads(line) for line in open(train)][:80]
+    for i, r in enumerate(rows):
+        r["relation"] = "a" if i % 2 else "b"
+    data = _write(tmp_path / "two.jsonl", rows)
+    config = TrainConfig(progress=False, cache_dir=cache, epochs=2)
+    whole = train_adapter([data], config=config, encoder=encoder)
+    real, trained = training._train_operator, []
+
+    def dies_on_b(name, *args, **kwargs):
+        if name == "b":
+            raise KeyboardInterrupt
+        trained.append(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(training, "_train_operator", dies_on_b)
+    with pytest.raises(KeyboardInterrupt):
+        train_adapter([data], config=config, encoder=encoder, out=tmp_path / "out")
+    monkeypatch.setattr(training, "_train_operator", lambda name, *a, **k: (trained.append(name), real(name, *a, **k))[1])
+    resumed = train_adapter([data], config=config, encoder=encoder, out=tmp_path / "out")
+    assert trained == ["a", "b"]  # "a" came from the checkpoint, not a second training run
+    for name in ("a", "b"):
+        np.testing.assert_allclose(resumed.operators[name].params["W"], whole.operators[name].params["W"], atol=1e-6)

@@ -93,6 +93,10 @@ SOURCES = {
         "files": "russell3000_companies/corpus.jsonl (text, gics_sub_industry_code, split)",
     },
 }
+# Company operators trained by company_extras(): same data and licence as similar-company.
+for _name, _files in (("aspect:sector", "text, gics_sector, split"), ("aspect:industry", "text, gics_industry, split"),
+                      ("similar-company-pu", "text, gics_industry_code, split → labelled pairs")):
+    SOURCES[_name] = dict(SOURCES["similar-company"], files=f"russell3000_companies/corpus.jsonl ({_files})")
 
 
 def _read(path: Path) -> list[dict]:
@@ -172,6 +176,56 @@ def _company_pairs(data: Path, split: str, partners: int | None, rng: random.Ran
     return triples
 
 
+def company_pairs(data: Path, split: str, partners: int, rng: random.Random) -> list[dict]:
+    """PU pairs: each company with ``partners`` same-GICS-industry companies (label 1) and as many from
+    other industries (label 0), all within one split."""
+    rows = [c for c in _read(data / "russell3000_companies" / "corpus.jsonl")
+            if c["split"] == split and c.get("text") and c.get("gics_industry_code")]
+    by_industry = defaultdict(list)
+    for c in rows:
+        by_industry[str(c["gics_industry_code"])].append(c)
+    pairs = []
+    for c in rows:
+        same = [o for o in by_industry[str(c["gics_industry_code"])] if o["text"] != c["text"]]
+        other = [o for o in rows if str(o["gics_industry_code"]) != str(c["gics_industry_code"])]
+        for o in rng.sample(same, min(partners, len(same))):
+            pairs.append({"a": c["text"], "b": o["text"], "label": 1})
+        for o in rng.sample(other, partners):
+            pairs.append({"a": c["text"], "b": o["text"], "label": 0})
+    return pairs
+
+
+def company_extras(data: Path, folder: Path, *, label_fraction: float, seed: int, threads: int,
+                   cache_dir: str | None) -> tuple[dict, dict]:
+    """Aspect operators (aspect:sector, aspect:industry) and the PU variant (similar-company-pu + pu-head),
+    all trained on Russell 3000 with its by-company splits. Returns (operators, heads)."""
+    from relsearch.encoder.training.aspect import AspectConfig, train_aspects
+    from relsearch.encoder.training.pu import PUConfig, train_pu
+
+    corpus = data / "russell3000_companies" / "corpus.jsonl"
+    operators = {}
+    for short, field in (("sector", "gics_sector"), ("industry", "gics_industry")):
+        config = AspectConfig(aspects=(field,), split_field="split", seed=seed, threads=threads, cache_dir=cache_dir)
+        bundle, _ = train_aspects([str(corpus)], config=config)
+        op = bundle.operators[f"aspect:{field}"]
+        op.name, op.description = f"aspect:{short}", f"companies in the same GICS {short} (AspectCSE, query side)"
+        operators[op.name] = op
+    rng = random.Random(seed)
+    files = {}
+    for split in SPLITS:
+        files[split] = folder / f"company-pairs-{split}.jsonl"
+        files[split].write_text("".join(json.dumps(p) + "\n" for p in company_pairs(data, split, 4, rng)))
+    config = PUConfig(positive="1", name="similar-company-pu", label_fraction=label_fraction, seed=seed,
+                      threads=threads, cache_dir=cache_dir)
+    bundle, _ = train_pu([str(files["train"])], dev_files=[str(files["dev"])], test_files=[str(files["test"])],
+                         config=config)
+    pu = bundle.operators["similar-company-pu"]
+    pu.description = (f"similar business, PU-trained (PAUSE) on {label_fraction:.0%} of the labelled company pairs; "
+                      "re-rank with --rerank pu-head")
+    operators[pu.name] = pu
+    return operators, dict(bundle.heads)
+
+
 def _write(prepared: dict, folder: Path) -> dict[str, list[str]]:
     files = {s: [] for s in SPLITS}
     for rel, splits in prepared.items():
@@ -197,7 +251,10 @@ def write_pack(bundle, folder: Path) -> None:
         "trained and evaluated in both directions; qa-entailment and entailment head → tail only.",
         "A best epoch of 0 means dev MRR never beat the starting point, so the operator is the identity "
         "initialisation (W = I, b = 0).",
-        "Operators act on the query side only: indexes built with the encoder above stay valid."]))
+        "Operators act on the query side only: indexes built with the encoder above stay valid.",
+        "aspect:sector / aspect:industry: AspectCSE adapter operators (multi-positive contrastive loss over all training "
+        "companies). similar-company-pu and the pu-head re-ranker: PAUSE (nnPU) on company pairs (same GICS industry = "
+        "1, other industry = 0), keeping labels on only part of the training pairs (see the head's metrics)."]))
     for f in folder.iterdir():
         f.chmod(0o644)
 
@@ -215,6 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-candidates", type=int, default=4096, help="sampled softmax above this many texts")
     ap.add_argument("--threads", type=int, default=1, help="torch threads while training")
     ap.add_argument("--relation", action="append", help="build only these relations (repeatable)")
+    ap.add_argument("--pu-label-fraction", type=float, default=0.1,
+                    help="fraction of the labelled company pairs the PU variant keeps")
     ap.add_argument("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
     args = ap.parse_args(argv)
 
@@ -235,10 +294,16 @@ def main(argv: list[str] | None = None) -> int:
         bundle = train_adapter(files["train"], dev_files=files["dev"], test_files=files["test"], config=config,
                                encoder=Encoder(EncoderConfig()),
                                descriptions={r: SOURCES[r]["description"] for r in prepared})
+        if not args.relation or "similar-company" in args.relation:
+            extra_ops, heads = company_extras(data, Path(tmp), label_fraction=args.pu_label_fraction, seed=args.seed,
+                                              threads=args.threads, cache_dir=args.cache_dir)
+            bundle.operators.update(extra_ops)
+            bundle.heads.update(heads)
     for op in bundle.operators.values():  # temp paths mean nothing later: keep the file names only
         for split in op.info.get("data", {}).values():
             split["files"] = [Path(f).name for f in split["files"]]
-    bundle.info["sources"] = {r: {k: SOURCES[r][k] for k in ("dataset", "files", "licence")} for r in prepared}
+    bundle.info["sources"] = {r: {k: SOURCES[r][k] for k in ("dataset", "files", "licence")}
+                              for r in bundle.operators if r in SOURCES}
     bundle.info["preparation"] = "tools/build_pack.py " + " ".join(sys.argv[1:] if argv is None else argv)
     bundle.info["build_seconds"] = round(time.time() - t0)
     aside = out.with_name(out.name + ".building")

@@ -39,6 +39,7 @@ from ..metrics import Ranks, rank_gold, ranking_metrics
 from ..bundle import Bundle
 from .cache import _tqdm, encode_cached
 from .data import Triple, read_triples
+from .loop import Checkpoint
 from ..relations import Operator, normalize
 
 OPERATOR_KINDS = ("linear", "translation")
@@ -289,12 +290,13 @@ def _load(files) -> list[Triple]:
 
 
 def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConfig = TrainConfig(),
-                  encoder=None, descriptions: dict[str, str] | None = None) -> Bundle:
+                  encoder=None, descriptions: dict[str, str] | None = None, out=None) -> Bundle:
     """Train one operator per relation of ``train_files`` on a frozen encoder; return the bundle.
 
     ``encoder``: an :class:`~relsearch.encoder.model.Encoder` (default: the default encoder).
     Dev triples drive early stopping; test triples give ``operator.info["metrics"]`` for the trained
-    operator and for identity. A dev/test relation absent from training is an error.
+    operator and for identity. With ``out`` (the bundle's destination), each finished relation is
+    checkpointed in ``OUT.checkpoint`` and a rerun with the same settings resumes after it. A dev/test relation absent from training is an error.
     """
     if isinstance(train_files, (str, os.PathLike)):
         train_files = [train_files]
@@ -329,8 +331,24 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
     threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
+    # Resumable per relation: each finished operator is checkpointed; a rerun skips those.
+    checkpoint = Checkpoint(out, dict(_hyper(config), data=[str(f) for f in train_files])) if out else None
+    resumed = checkpoint.load() if checkpoint else None
+    done = resumed["state"]["done"] if resumed else {}
+    tensors = dict(resumed["tensors"]) if resumed else {}
+    operators = {}
     try:
-        operators = {name: _train_operator(name, loaded, texts, vectors, config, descriptions) for name in wanted}
+        for name in wanted:
+            if name in done:
+                params = {k.split("/", 1)[1]: v.numpy() for k, v in tensors.items() if k.split("/", 1)[0] == name}
+                operators[name] = Operator(name=name, kind=config.operator, params=params, info=done[name],
+                                           description=(descriptions or {}).get(name, ""))
+                continue
+            operators[name] = op = _train_operator(name, loaded, texts, vectors, config, descriptions)
+            if checkpoint:
+                done[name] = op.info
+                tensors.update({f"{name}/{k}": torch.from_numpy(v) for k, v in op.params.items()})
+                checkpoint.save({"done": done}, tensors)
     finally:
         torch.set_num_threads(threads)
     return Bundle(encoder=dict(encoder.identity), operators=operators,
