@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 RELSEARCH := HF_HUB_OFFLINE=1 $(VENV)/bin/relsearch
 DEMO_INDEX ?= demo-index
 
-.PHONY: demo test test-slow pack bench-speed clean
+.PHONY: demo test test-slow test-kill pack bench-speed clean
 
 # torch==2.13.0 first: it is the CPU build on this machine's disk; a bare `torch` would pull CUDA wheels.
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -29,6 +29,10 @@ test: $(VENV)/.installed
 
 test-slow: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow
+
+# SIGKILL at every named point of index / --append / delete / compact (docs/guarantees.md)
+test-kill: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m killpoints
 
 pack: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --data ../shared/data --out relsearch/pack

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import store
+from . import faults, store
 from .docstore import DocStore
 from .faiss_index import FaissSpec, build_index
 from .gpu import GpuFacts
@@ -62,6 +62,7 @@ def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts
 
     index, info = build_index(vectors, spec, facts=facts)
     faiss.write_index(index, str(gen / store.FAISS_FILE))
+    faults.point("build.faiss-written")
     return info
 
 
@@ -82,7 +83,8 @@ def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec
         raise RuntimeError(f"expected {n} documents, the blocks held {written}")
     out.flush()
     del out
-    vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r")
+    faults.point("build.rows-written")
+    vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
     info = write_faiss(gen, vectors, spec, facts)
     return {"counts": {"documents": n, "positions": n, "deleted": 0, "tombstones": 0}, "faiss": info,
             "metadata_fields": sorted(fields), "dim": d}

@@ -10,6 +10,7 @@ handed to the official client only and never logged or put in messages.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -271,6 +272,42 @@ def index_body(config: EsIndexConfig, metadata_sample: Mapping[str, Any] | None 
     if config.replicas is not None:
         settings["number_of_replicas"] = config.replicas
     return {"settings": settings, "mappings": mappings}
+
+
+def display_url(url: str) -> str:
+    """``scheme://host:port`` of ``url``: what messages show (never a path, query or user info)."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+
+
+class ElasticError(RuntimeError):
+    """Elasticsearch refused a request or could not be reached. The message names the action and
+    the server's answer; it never holds credentials (they travel in headers, never in URLs)."""
+
+
+@contextlib.contextmanager
+def reported(action: str):
+    """Turn the client's exceptions into an :class:`ElasticError` saying what failed, so a command
+    ends with one clear line instead of a client traceback."""
+    es = _require_elasticsearch()
+    import elastic_transport
+
+    try:
+        yield
+    except es.ApiError as e:
+        raise ElasticError(f"Elasticsearch refused to {action}: {e.meta.status} {_api_reason(e)}") from None
+    except elastic_transport.TransportError as e:
+        raise ElasticError(f"cannot {action}: {e.message}") from None
+
+
+def _api_reason(e) -> str:
+    body = getattr(e, "body", None)
+    error = body.get("error") if isinstance(body, dict) else body
+    if isinstance(error, dict):
+        return f"{error.get('type', 'error')}: {error.get('reason', '')}"[:300]
+    if error:
+        return str(error)[:300]
+    return type(e).__name__  # HEAD requests carry no body: AuthenticationException, ...
 
 
 def check_index_name(name: str) -> str:

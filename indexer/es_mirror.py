@@ -67,7 +67,7 @@ class EsMirror:
 
     def load(self, gen: Path, manifest: dict) -> dict:
         """Create a new index and bulk-load ``gen``'s live documents; returns reconciled counts."""
-        vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r")
+        vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
         docstore = DocStore(str(gen / store.DOCSTORE_FILE))
         stamp = self.clock().strftime("%Y%m%dt%H%M%S")
         self.index_name = elastic.check_index_name(f"{self.target.alias}-{stamp}-{uuid.uuid4().hex[:6]}")
@@ -75,26 +75,35 @@ class EsMirror:
                 "encoder": manifest.get("encoder", {}).get("weights_sha256"), "generation": gen.name}
         config = elastic.EsIndexConfig(dims=int(vectors.shape[1]), index_type=self.target.index_type)
         try:
-            elastic.create_index(self.client, self.index_name, config, _metadata_sample(docstore), meta=meta)
-            documents = docstore.count()
-            with open(gen / store.ES_REJECTED_FILE, "w") as out:
-                def sink(doc_id, reason):
-                    out.write(json.dumps({"id": doc_id, "reason": reason}, ensure_ascii=False) + "\n")
+            with elastic.reported(f"load {self.index_name} at {elastic.display_url(self.target.url)}"):
+                elastic.create_index(self.client, self.index_name, config, _metadata_sample(docstore), meta=meta)
+                documents = docstore.count()
+                with open(gen / store.ES_REJECTED_FILE, "w", encoding="utf-8") as out:
+                    def sink(doc_id, reason):
+                        out.write(json.dumps({"id": doc_id, "reason": reason}, ensure_ascii=False) + "\n")
 
-                counts = elastic.bulk_index(self.client, self.index_name, self._docs(docstore, vectors),
-                                            rejected_sink=sink, dims=config.dims)
+                    counts = elastic.bulk_index(self.client, self.index_name, self._docs(docstore, vectors),
+                                                rejected_sink=sink, dims=config.dims)
         except BaseException:
-            elastic.delete_index(self.client, self.index_name)  # never leave a half-loaded index behind
+            self._drop_quietly()  # never leave a half-loaded index behind
             raise
         finally:
             docstore.close()
         if not counts.reconciles or counts.read != documents:
-            elastic.delete_index(self.client, self.index_name)
+            self._drop_quietly()
             raise RuntimeError(f"Elasticsearch counts do not reconcile: {documents} documents, read {counts.read}, "
                                f"indexed {counts.indexed}, rejected {counts.failed}")
         return {"alias": self.target.alias, "index": self.index_name, "read": counts.read,
                 "indexed": counts.indexed, "rejected": counts.failed, "rejected_file": store.ES_REJECTED_FILE,
                 "index_type": self.target.index_type}
+
+    def _drop_quietly(self) -> None:
+        """Delete the half-loaded index; if that fails too, the first error is the one to report."""
+        try:
+            elastic.delete_index(self.client, self.index_name)
+        except Exception as e:  # noqa: BLE001
+            log.warning("could not delete the partial Elasticsearch index %s: %s", self.index_name,
+                        type(e).__name__)
 
     @staticmethod
     def _docs(docstore: DocStore, vectors: np.ndarray):
@@ -105,11 +114,14 @@ class EsMirror:
 
     def publish(self) -> list[str]:
         """Point the alias at the new index; delete the previous ``alias-…`` indices it left."""
-        old = elastic.swap_alias(self.client, self.target.alias, self.index_name)
-        if not self.target.keep_old:
-            for name in old:
-                if name.startswith(f"{self.target.alias}-"):
-                    elastic.delete_index(self.client, name)
+        where = elastic.display_url(self.target.url)
+        with elastic.reported(f"point alias {self.target.alias} at {self.index_name} ({where}); the local index "
+                              "is published: run the command again to bring the alias up to date"):
+            old = elastic.swap_alias(self.client, self.target.alias, self.index_name)
+            if not self.target.keep_old:
+                for name in old:
+                    if name.startswith(f"{self.target.alias}-"):
+                        elastic.delete_index(self.client, name)
         return old
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import store
+from . import faults, store
 from .build import Block, open_vectors, unit_rows, write_faiss
 from .docstore import DocStore
 from .faiss_index import FaissSpec, supports_removal
@@ -151,6 +151,7 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
                 index.add(np.ascontiguousarray(out[start + i:start + i + 65_536]))
         del out
         faiss.write_index(index, str(gen / store.FAISS_FILE))
+        faults.point("append.faiss-written")
         deleted = np.concatenate([src.deleted, np.asarray(replaced, np.int64)])
         _write_deleted(gen, deleted)
         tombstones = src.manifest["counts"].get("tombstones", 0) + (0 if removable else len(replaced))
@@ -179,6 +180,7 @@ def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
             documents = docstore.count()
         finally:
             docstore.close()
+        faults.point("delete.docstore-written")
         gone = np.asarray(sorted(found.values()), np.int64)
         removable = _removable(src)
         if removable and len(gone):
@@ -228,7 +230,8 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
             docstore.close()
         out.flush()
         del out
-        info = write_faiss(gen, np.load(gen / store.VECTORS_FILE, mmap_mode="r"), use, facts)
+        faults.point("compact.rows-copied")
+        info = write_faiss(gen, np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False), use, facts)
         _write_rejected(gen, [])
         counts = {"documents": n, "positions": n, "deleted": 0, "tombstones": 0}
         run = {"op": "compact", "kept": n, "dropped_positions": src.positions - n}
@@ -241,5 +244,5 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
 def _write_rejected(gen: Path, rejected: Iterable[dict]) -> None:
     import json
 
-    with open(gen / store.REJECTED_FILE, "w") as f:
+    with open(gen / store.REJECTED_FILE, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejected)

@@ -1,7 +1,14 @@
-"""Parse and validate corpus lines: each line becomes a Record or a Rejection with a reason."""
+"""Parse and validate corpus lines: each line becomes a Record or a Rejection with a reason.
+
+Input comes from people and programs we do not control, so nothing here may raise: every way a
+line can be wrong maps to one stable reason string. Size limits (:class:`Limits`) bound what one
+line can cost in memory, in the docstore and in the hits a query returns; the defaults are
+documented in docs/guarantees.md and set with ``relsearch index --max-line-bytes`` etc.
+"""
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 
 # Rejection reasons, stable strings (they appear in rejected.jsonl and in tests).
@@ -15,6 +22,38 @@ EMPTY_TEXT = "empty-text"
 NON_STRING_TEXT = "non-string-text"
 DUPLICATE_ID = "duplicate-id"
 EMPTY_LINE = "empty-line"
+LINE_TOO_LONG = "line-too-long"
+TEXT_TOO_LONG = "text-too-long"
+METADATA_TOO_LARGE = "metadata-too-large"
+INVALID_UNICODE = "invalid-unicode"  # valid UTF-8 bytes, but JSON escapes of lone surrogates (\ud800)
+
+MiB = 1 << 20
+BOM = b"\xef\xbb\xbf"
+MAX_METADATA_DEPTH = 64  # nesting of metadata values; SQLite's JSON functions stop at 1000
+PREVIEW_BYTES = 500
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-line size limits, in bytes of UTF-8.
+
+    ``max_line_bytes``: longer lines are rejected unparsed (and never held whole in memory);
+    ``max_text_bytes``: longer texts are rejected (texts merely longer than the model's window are
+    truncated by the encoder and counted, not rejected); ``max_metadata_bytes``: the other fields,
+    serialised as JSON.
+    """
+
+    max_line_bytes: int = 32 * MiB
+    max_text_bytes: int = 8 * MiB
+    max_metadata_bytes: int = 1 * MiB
+
+    def __post_init__(self):
+        for name in ("max_line_bytes", "max_text_bytes", "max_metadata_bytes"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+
+
+DEFAULT_LIMITS = Limits()
 
 
 @dataclass(frozen=True)
@@ -36,21 +75,116 @@ class Rejection:
         return {"line": self.line, "reason": self.reason, "detail": self.detail, "raw": self.raw}
 
 
-def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: str = "text") -> Record | Rejection:
-    """One input line (bytes, without newline) → Record or Rejection."""
-    preview = raw[:500].decode("utf-8", errors="replace")
+def read_numbered_lines(path: str, start: int = 0, end: int | None = None, first_line: int = 1,
+                        max_bytes: int | None = None):
+    """Yield (line_number, raw bytes without the newline) for the lines in bytes [start, end).
+
+    A line longer than ``max_bytes`` (default: ``DEFAULT_LIMITS.max_line_bytes``) is yielded as
+    its first ``max_bytes + 2`` bytes and the rest is skipped without holding it in memory, so a
+    hostile multi-gigabyte line costs no more than the limit; parse_line rejects it by its length.
+    """
+    limit = DEFAULT_LIMITS.max_line_bytes if max_bytes is None else max_bytes
+    with open(path, "rb") as f:
+        f.seek(start)
+        number, pos = first_line, start
+        while end is None or pos < end:
+            line = f.readline(limit + 2)  # + 2: a line of exactly ``limit`` bytes may end in \r\n
+            if not line:
+                return
+            pos += len(line)
+            if len(line) == limit + 2 and not line.endswith(b"\n"):
+                pos += _skip_rest_of_line(f)
+                yield number, line  # over the limit: rejected as line-too-long
+            else:
+                yield number, line.rstrip(b"\r\n")
+            number += 1
+
+
+def _skip_rest_of_line(f, piece: int = 1 << 20) -> int:
+    skipped = 0
+    while part := f.readline(piece):
+        skipped += len(part)
+        if part.endswith(b"\n"):
+            break
+    return skipped
+
+
+class _BadNumber(ValueError):
+    pass
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # 1e999: valid JSON grammar, but no float holds it
+        raise _BadNumber(f"number {text[:40]} is out of range")
+    return value
+
+
+def _no_constant(name: str):
+    raise _BadNumber(f"{name} is not valid JSON")  # json accepts NaN/Infinity; SQLite and ES do not
+
+
+def _preview(raw: bytes) -> str:
+    return raw[:PREVIEW_BYTES].decode("utf-8", errors="replace")
+
+
+def decode_line(line_no: int, raw: bytes, limits: Limits = DEFAULT_LIMITS) -> dict | Rejection:
+    """One input line (bytes, without newline) → its JSON object, or a Rejection.
+
+    A leading UTF-8 byte-order mark is ignored (editors on Windows write one; concatenated files
+    carry it mid-file). Strict JSON: NaN, Infinity and numbers out of float range are refused.
+    """
+    if len(raw) > limits.max_line_bytes:
+        return Rejection(line_no, LINE_TOO_LONG, f"line has more than {limits.max_line_bytes} bytes "
+                         "(--max-line-bytes)", _preview(raw))
+    raw = raw[len(BOM):] if raw.startswith(BOM) else raw
     if not raw.strip():
         return Rejection(line_no, EMPTY_LINE, "blank line")
     try:
         line = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        return Rejection(line_no, UNDECODABLE, f"not UTF-8 at byte {e.start}", preview)
+        return Rejection(line_no, UNDECODABLE, f"not UTF-8 at byte {e.start}", _preview(raw))
     try:
-        obj = json.loads(line)
+        obj = json.loads(line, parse_float=_finite_float, parse_constant=_no_constant)
     except json.JSONDecodeError as e:
-        return Rejection(line_no, INVALID_JSON, str(e), preview)
+        return Rejection(line_no, INVALID_JSON, str(e), _preview(raw))
+    except RecursionError:
+        return Rejection(line_no, INVALID_JSON, "nested too deeply", _preview(raw))
+    except ValueError as e:  # _BadNumber, or an integer over Python's 4300-digit limit
+        return Rejection(line_no, INVALID_JSON, str(e)[:200], _preview(raw))
     if not isinstance(obj, dict):
-        return Rejection(line_no, NOT_OBJECT, f"got {type(obj).__name__}", preview)
+        return Rejection(line_no, NOT_OBJECT, f"got {type(obj).__name__}", _preview(raw))
+    return obj
+
+
+def _depth(value, limit: int) -> int:
+    """Nesting depth of a JSON value, counting no further than ``limit + 1``."""
+    stack, deepest = [(value, 1)], 0
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            if d > limit:
+                return d
+            stack.extend((x, d + 1) for x in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def _utf8_size(s: str) -> int | None:
+    """UTF-8 size of ``s``, None when it holds lone surrogates (they cannot be written out)."""
+    try:
+        return len(s.encode("utf-8"))
+    except UnicodeEncodeError:
+        return None
+
+
+def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: str = "text",
+               limits: Limits = DEFAULT_LIMITS) -> Record | Rejection:
+    """One input line (bytes, without newline) → Record or Rejection; never raises."""
+    obj = decode_line(line_no, raw, limits)
+    if isinstance(obj, Rejection):
+        return obj
+    preview = _preview(raw)
     if id_field not in obj or obj[id_field] is None:
         return Rejection(line_no, MISSING_ID, f"no {id_field!r} field", preview)
     doc_id = obj[id_field]
@@ -59,6 +193,8 @@ def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: st
     doc_id = str(doc_id).strip()
     if not doc_id:
         return Rejection(line_no, EMPTY_ID, f"{id_field!r} is empty", preview)
+    if _utf8_size(doc_id) is None:
+        return Rejection(line_no, INVALID_UNICODE, f"{id_field!r} holds a lone surrogate escape", preview)
     if text_field not in obj or obj[text_field] is None:
         return Rejection(line_no, MISSING_TEXT, f"no {text_field!r} field", preview)
     text = obj[text_field]
@@ -66,5 +202,21 @@ def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: st
         return Rejection(line_no, NON_STRING_TEXT, f"{text_field!r} is {type(text).__name__}", preview)
     if not text.strip():
         return Rejection(line_no, EMPTY_TEXT, f"{text_field!r} is empty", preview)
+    size = _utf8_size(text)
+    if size is None:
+        return Rejection(line_no, INVALID_UNICODE, f"{text_field!r} holds a lone surrogate escape", preview)
+    if size > limits.max_text_bytes:
+        return Rejection(line_no, TEXT_TOO_LONG, f"{text_field!r} has {size} bytes, more than "
+                         f"{limits.max_text_bytes} (--max-text-bytes)", preview)
     metadata = {k: v for k, v in obj.items() if k not in (id_field, text_field)}
+    if _depth(metadata, MAX_METADATA_DEPTH) > MAX_METADATA_DEPTH:
+        return Rejection(line_no, METADATA_TOO_LARGE, f"metadata nested deeper than {MAX_METADATA_DEPTH} levels",
+                         preview)
+    try:
+        meta_size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
+    except UnicodeEncodeError:
+        return Rejection(line_no, INVALID_UNICODE, "metadata holds a lone surrogate escape", preview)
+    if meta_size > limits.max_metadata_bytes:
+        return Rejection(line_no, METADATA_TOO_LARGE, f"metadata has {meta_size} bytes as JSON, more than "
+                         f"{limits.max_metadata_bytes} (--max-metadata-bytes)", preview)
     return Record(line_no, doc_id, text, metadata)

@@ -12,9 +12,11 @@
                     FAISS type removes them (manifest ``counts.tombstones``)
     rejected.jsonl  input lines of the last run that were not indexed, with line number and reason
 
-A build or a mutation (indexer/mutations.py) writes a new generation and then swaps the symlink
-with ``os.replace`` (atomic on POSIX): readers see the old index or the new one, never a
-half-written one, and a killed writer leaves the previous index untouched. Writers of one index
+A build or a mutation (indexer/mutations.py) writes a new generation, writes its manifest last
+(with the size and sha256 of every file, indexer/integrity.py), fsyncs it, and then swaps the
+symlink with ``os.replace`` (atomic on POSIX): readers see the old index or the new one, never a
+half-written one, and a killed writer leaves the previous index untouched. Opening verifies the
+files against the manifest, so a damaged file is a clear error naming it. Writers of one index
 take ``writer_lock`` so two mutations cannot both start from the same generation. A reader keeps
 every file of its generation open (the FAISS file by descriptor), so it keeps answering even
 after a later publish removes that generation's folder.
@@ -27,6 +29,7 @@ import fcntl
 import json
 import os
 import shutil
+import sqlite3
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +37,9 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from . import faults, integrity
 from .docstore import DocStore
+from .integrity import IndexCorruptError  # noqa: F401  (re-exported: callers catch it from here)
 
 FORMAT = "relsearch-index/1"
 MANIFEST = "manifest.json"
@@ -72,14 +77,48 @@ def publish(target: str | os.PathLike, gen: Path) -> None:
     target = Path(target).absolute()
     tmp_link = target.parent / f".{target.name}.link-{uuid.uuid4().hex[:8]}"
     os.symlink(os.path.relpath(gen, target.parent), tmp_link)
+    faults.point("publish.link-created")
     os.replace(tmp_link, target)
+    _fsync_dir(target.parent)  # the swap itself survives a power cut once this returns
+    faults.point("publish.swapped")
     remove_stale_generations(target, keep=gen)
 
 
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_generation(gen: Path) -> None:
+    """Flush every file of ``gen`` and the folder itself to disk before it is published, so a
+    power cut after the swap cannot leave the symlink pointing at files still in the page cache."""
+    for path in gen.iterdir():
+        if path.is_file() and not path.is_symlink():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    _fsync_dir(gen)
+
+
 def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
-    """Delete generations other than the published one and ``keep`` whose writer is gone."""
+    """Delete generations other than the published one and ``keep``: debris of killed writers.
+
+    Runs inside ``publish``, under the writer lock that every generation is created under, so no
+    other writer of this index can be half-way through one: whatever is not published is debris
+    (the writer's pid in the name is only for people reading the folder). Readers still using a
+    removed generation keep answering from their open files.
+    """
     gens = generations_dir(target)
     current = Path(os.path.realpath(target)) if target.is_symlink() else None
+    # temporary links of publishes killed before their swap
+    for link in target.parent.glob(f".{target.name}.link-*"):
+        if link.is_symlink():
+            link.unlink(missing_ok=True)
     for gen in gens.glob("*") if gens.is_dir() else []:
         if gen in (current, keep) or not gen.is_dir():
             continue
@@ -87,12 +126,6 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
             if _unlocked(gen / "lock"):
                 shutil.rmtree(gen, ignore_errors=True)
             continue
-        try:
-            pid = int(gen.name.split("-")[1])
-        except (IndexError, ValueError):
-            continue
-        if pid != os.getpid() and _alive(pid):
-            continue  # another build in progress
         shutil.rmtree(gen, ignore_errors=True)
 
 
@@ -129,22 +162,18 @@ def _unlocked(lock: Path) -> bool:
         return True
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def write_manifest(gen: Path, manifest: dict) -> None:
-    fixed = ("format", "version", "created_at")
+def write_manifest(gen: Path, manifest: dict) -> dict:
+    """Write ``gen``'s manifest, last: it lists every file of the generation with size and sha256.
+    Written to a temporary name and renamed, so a manifest is never half-written."""
+    fixed = ("format", "version", "created_at", "files")
     manifest = {"format": FORMAT, "version": __version__,
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                **{k: v for k, v in manifest.items() if k not in fixed}}
-    (gen / MANIFEST).write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+                **{k: v for k, v in manifest.items() if k not in fixed},
+                "files": integrity.checksum_files(gen)}
+    tmp = gen / f".{MANIFEST}.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    os.replace(tmp, gen / MANIFEST)
+    return manifest
 
 
 def utc_now() -> str:
@@ -152,7 +181,15 @@ def utc_now() -> str:
 
 
 def read_manifest(gen: Path) -> dict:
-    return json.loads((Path(gen) / MANIFEST).read_text())
+    """The manifest of generation ``gen``; a damaged one is an IndexCorruptError naming it."""
+    path = Path(gen) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise IndexCorruptError(f"{path} is not valid JSON ({e.__class__.__name__}); the index is damaged") from None
+    if not isinstance(manifest, dict):
+        raise IndexCorruptError(f"{path} is not a JSON object; the index is damaged")
+    return manifest
 
 
 def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=()) -> dict:
@@ -166,8 +203,13 @@ def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=()) -> 
     backends = {name: {**entry, "stale": True} for name, entry in manifest.get("backends", {}).items()}
     for mirror in mirrors:
         backends[mirror.name] = mirror.load(gen, manifest)
-    write_manifest(gen, {**manifest, "backends": backends})
+    faults.point("commit.mirrors-loaded")
+    written = write_manifest(gen, {**manifest, "backends": backends})
+    fsync_generation(gen)
+    faults.point("commit.manifest-written")
     publish(target, gen)
+    integrity.remember(gen, written["files"])  # after the old generation's links are gone (ctime)
+    faults.point("commit.published")
     for mirror in mirrors:
         mirror.publish()
     return backends
@@ -195,8 +237,13 @@ class IndexFiles:
             path = str(self.root / FAISS_FILE)
             if self._faiss_fd is not None and os.path.exists(f"/proc/self/fd/{self._faiss_fd}"):
                 path = f"/proc/self/fd/{self._faiss_fd}"  # the generation may be gone by now
-            self._faiss = faiss.read_index(path)
-            self.close_faiss_fd()
+            try:
+                self._faiss = faiss.read_index(path)
+            except RuntimeError as e:
+                raise IndexCorruptError(f"{self.root / FAISS_FILE} cannot be read by FAISS: "
+                                        f"{str(e).strip().splitlines()[-1][:200]}") from None
+            finally:
+                self.close_faiss_fd()
         return self._faiss
 
     def close_faiss_fd(self) -> None:
@@ -223,16 +270,23 @@ class IndexFiles:
 
 
 def open_index(path: str | os.PathLike) -> IndexFiles:
-    """Open the generation ``path`` points to now; later swaps do not affect this reader."""
+    """Open the generation ``path`` points to now, after checking its files against the manifest;
+    later swaps do not affect this reader."""
     path = Path(path)
-    for attempt in range(3):
+    for attempt in range(5):
+        root = os.path.realpath(path)
         try:
             return _open(path)
-        except FileNotFoundError:
-            # a writer may have published and removed this generation between realpath and open
-            if attempt == 2 or not path.is_symlink():
-                raise
+        except (OSError, IndexCorruptError, sqlite3.Error):
+            # a writer may have published and removed this generation between realpath and open:
+            # then the link points elsewhere now, and the new generation is what to open
+            if attempt < 4 and path.is_symlink() and os.path.realpath(path) != root:
+                continue
+            raise
     raise AssertionError("unreachable")
+
+
+REQUIRED_FILES = (VECTORS_FILE, DOCSTORE_FILE, FAISS_FILE)
 
 
 def _open(path: Path) -> IndexFiles:
@@ -242,12 +296,35 @@ def _open(path: Path) -> IndexFiles:
     manifest_path = root / MANIFEST
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{path} is not a relsearch index (no {MANIFEST})")
-    manifest = json.loads(manifest_path.read_text())
+    manifest = read_manifest(root)
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: unsupported index format {manifest.get('format')!r} (expected {FORMAT})")
-    vectors = np.load(root / VECTORS_FILE, mmap_mode="r")
-    deleted = np.load(root / DELETED_FILE) if (root / DELETED_FILE).exists() else np.zeros(0, np.int64)
-    files = IndexFiles(root, manifest, vectors, DocStore(str(root / DOCSTORE_FILE)), np.asarray(deleted, np.int64))
+    integrity.verify(root, manifest, required=REQUIRED_FILES)
+    vectors = _load_npy(root / VECTORS_FILE, mmap_mode="r")
+    counts, dim = manifest.get("counts", {}), manifest.get("dim")
+    if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape != (counts.get("positions", vectors.shape[0]),
+                                                                             dim or vectors.shape[1]):
+        raise IndexCorruptError(f"{root / VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, the manifest says "
+                                f"float32 ({counts.get('positions')}, {dim})")
+    deleted = np.zeros(0, np.int64)
+    if (root / DELETED_FILE).exists():
+        deleted = np.asarray(_load_npy(root / DELETED_FILE), np.int64)
+        if deleted.ndim != 1 or (len(deleted) and (deleted.min() < 0 or deleted.max() >= vectors.shape[0])):
+            raise IndexCorruptError(f"{root / DELETED_FILE} holds positions outside the index")
+    try:
+        docstore = DocStore(str(root / DOCSTORE_FILE))
+        docstore.conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # binds the file now, and checks it
+    except sqlite3.DatabaseError as e:
+        raise IndexCorruptError(f"{root / DOCSTORE_FILE} cannot be read as SQLite ({e})") from None
+    files = IndexFiles(root, manifest, vectors, docstore, deleted)
     if (root / FAISS_FILE).exists():
         files._faiss_fd = os.open(root / FAISS_FILE, os.O_RDONLY)
     return files
+
+
+def _load_npy(path: Path, **kw) -> np.ndarray:
+    """np.load without pickles: an object array in an index is damage or an attack, never data."""
+    try:
+        return np.load(path, allow_pickle=False, **kw)
+    except ValueError as e:
+        raise IndexCorruptError(f"{path} is not a plain numeric .npy file ({e})") from None

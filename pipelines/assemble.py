@@ -37,14 +37,16 @@ class ShardPlan:
 
 
 def _rows(build: Path, number: int) -> list[dict]:
-    return [json.loads(line) for line in (build / f"{number:06d}.jsonl").read_text().splitlines()]
+    # split on "\n" only: str.splitlines also breaks at U+2028, U+0085, ... which JSON leaves unescaped
+    text = (build / f"{number:06d}.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.split("\n") if line]
 
 
 def plan_shards(build: Path, chunks) -> ShardPlan:
     """Pass 1: which records are kept, which lines are rejected and why, and the counts."""
     plan, seen = ShardPlan(), {}
     for chunk in chunks:
-        with np.load(build / f"{chunk.number:06d}.npz") as data:
+        with np.load(build / f"{chunk.number:06d}.npz", allow_pickle=False) as data:
             plan.truncated += int(data["truncated"])
             if plan.dim is None and data["vectors"].ndim == 2 and len(data["vectors"]):
                 plan.dim = int(data["vectors"].shape[1])
@@ -69,7 +71,7 @@ def shard_blocks(build: Path, chunks, plan: ShardPlan):
     for chunk, keep in zip(chunks, plan.keep):
         if not keep.any():
             continue
-        with np.load(build / f"{chunk.number:06d}.npz") as data:
+        with np.load(build / f"{chunk.number:06d}.npz", allow_pickle=False) as data:
             vectors = data["vectors"][keep]
         docs = [{"id": r["id"], "text": r["text"], "metadata": r["metadata"]}
                 for r, k in zip((r for r in _rows(build, chunk.number) if "rejected" not in r), keep) if k]
@@ -90,6 +92,6 @@ def check_same_encoder(index: str, encoder: dict) -> None:
 def keep_rejections(rejected: list[dict], target: str) -> str:
     """Write a refused run's rejections beside the index so the user can read them."""
     dest = f"{os.path.abspath(target)}.rejected.jsonl"
-    with open(dest, "w") as f:
+    with open(dest, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejected)
     return dest

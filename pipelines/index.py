@@ -28,7 +28,7 @@ import numpy as np
 
 from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.model import Encoder, EncoderConfig
-from ..indexer import mutations, store
+from ..indexer import faults, mutations, store
 from ..indexer import records as rec
 from ..indexer.build import write_generation
 from ..indexer.es_mirror import EsTarget, mirrors_for
@@ -53,6 +53,8 @@ class IndexJob:
     append: bool = False  # add to / replace in the published index instead of rebuilding it
     es: EsTarget | None = None  # mirror the published corpus into Elasticsearch
     chunk_lines: int = 2048  # lines per chunk: the unit of work, of progress and of resumption
+    chunk_bytes: int = 32 * rec.MiB  # a chunk also ends once it holds this many bytes (bounds memory)
+    limits: rec.Limits = rec.DEFAULT_LIMITS  # per-line size limits (indexer/records.py)
     precision: str = "auto"
     max_length: int | None = None
     strict: bool = False
@@ -99,27 +101,31 @@ class Chunk:
 
 # ---------------------------------------------------------------- reading
 
-def read_numbered_lines(path: str, start: int = 0, end: int | None = None, first_line: int = 1):
-    """Yield (line_number, raw bytes without the newline) for the lines in bytes [start, end)."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        number, pos = first_line, start
-        for line in f:
-            if end is not None and pos >= end:
-                return
-            pos += len(line)
-            yield number, line.rstrip(b"\r\n")
-            number += 1
+# The bounded line reader lives with the parser (indexer/records.py); lookup imports it from here.
+read_numbered_lines = rec.read_numbered_lines
 
 
-def plan_chunks(path: str, chunk_lines: int) -> list[Chunk]:
-    """Split the file into chunks of ``chunk_lines`` whole lines (one pass over the bytes)."""
-    chunks, start, pos, line, count = [], 0, 0, 1, 0
+def line_ends(f, piece: int = 1 << 20):
+    """Yield the byte offset just past each line of binary file ``f`` (long lines read in pieces)."""
+    pos, open_line = f.tell(), False
+    while part := f.readline(piece):
+        pos += len(part)
+        open_line = not part.endswith(b"\n")
+        if not open_line:
+            yield pos
+    if open_line:
+        yield pos
+
+
+def plan_chunks(path: str, chunk_lines: int, chunk_bytes: int | None = None) -> list[Chunk]:
+    """Split the file into chunks of whole lines: at most ``chunk_lines`` lines, and a chunk stops
+    after the line that reaches ``chunk_bytes`` bytes, so a worker's memory is bounded by bytes
+    too, not only by a line count (one pass, never more than 1 MiB of a line in memory)."""
+    chunks, start, line, count = [], 0, 1, 0
     with open(path, "rb") as f:
-        for raw in f:
-            pos += len(raw)
+        for pos in line_ends(f):
             count += 1
-            if count == chunk_lines:
+            if count == chunk_lines or (chunk_bytes and pos - start >= chunk_bytes):
                 chunks.append(Chunk(len(chunks), start, pos, line, count))
                 start, line, count = pos, line + count, 0
     if count:
@@ -168,16 +174,52 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
     done = shard_dir / f"{chunk.number:06d}.npz"
     if done.exists():
         return
-    parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field)
-              for n, raw in read_numbered_lines(path, chunk.start, chunk.end, chunk.first_line)]
+    parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field, limits=job.limits)
+              for n, raw in read_numbered_lines(path, chunk.start, chunk.end, chunk.first_line,
+                                                job.limits.max_line_bytes)]
     records = [r for r in parsed if isinstance(r, rec.Record)]
-    result = encoder.encode([r.text for r in records])
+    vectors, truncated = encode_texts(encoder, [r.text for r in records])
     rows = [{"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata} for r in records]
     rows += [{"rejected": r.to_json()} for r in parsed if isinstance(r, rec.Rejection)]
     _write_atomically(shard_dir / f"{chunk.number:06d}.jsonl", lambda p: p.write_text(
-        "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)))
-    _write_atomically(done, lambda p: np.savez(open(p, "wb"), vectors=result.vectors,
-                                               truncated=np.int64(result.truncated), lines=np.int64(chunk.lines)))
+        "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8"))
+    _write_atomically(done, lambda p: _save_npz(p, vectors=vectors, truncated=np.int64(truncated),
+                                                lines=np.int64(chunk.lines)))
+    faults.point("index.shard-written")
+
+
+def _save_npz(path: Path, **arrays) -> None:
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+# The encoder tokenizes a whole text before cutting it to its window: a 20 MB text costs ~25 s and
+# ~3 GB. No window position lies further than this many characters per token into the text for
+# ordinary writing (WordPiece words are at most 100 characters), so texts are cut here first.
+CHARS_PER_TOKEN_CAP = 100
+
+
+def encode_texts(encoder: Encoder, texts: list[str]) -> tuple[np.ndarray, int]:
+    """(raw vectors, texts truncated): texts longer than ``CHARS_PER_TOKEN_CAP`` × the encoder's
+    window are cut at a word boundary before encoding and counted as truncated."""
+    cap = CHARS_PER_TOKEN_CAP * int(encoder.max_length)
+    long = [i for i, t in enumerate(texts) if len(t) > cap]
+    if not long:
+        result = encoder.encode(texts)
+        return result.vectors, result.truncated
+    cut = set(long)
+    normal = [i for i in range(len(texts)) if i not in cut]
+    a = encoder.encode([texts[i] for i in normal])
+    b = encoder.encode([_cut(texts[i], cap) for i in long])
+    vectors = np.empty((len(texts), a.vectors.shape[1]), dtype=np.float32)
+    vectors[normal], vectors[long] = a.vectors, b.vectors
+    return vectors, a.truncated + len(long)
+
+
+def _cut(text: str, cap: int) -> str:
+    head = text[:cap]
+    space = head.rfind(" ", cap - cap // 10)  # do not split the last word when a space is near
+    return head[:space] if space > 0 else head
 
 
 class _Holder:  # Beam's Shared keeps only a weak reference to what it caches
@@ -199,7 +241,8 @@ def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig,
             self._holder = self._shared.acquire(lambda: _Holder(Encoder(encoder_config)), tag=repr(encoder_config))
             identity = Path(shard_dir) / ENCODER_FILE  # tells the driver which encoder wrote the shards
             if not identity.exists():
-                _write_atomically(identity, lambda p: p.write_text(json.dumps(self._holder.value.identity)))
+                _write_atomically(identity, lambda p: p.write_text(json.dumps(self._holder.value.identity),
+                                                                   encoding="utf-8"))
 
         def process(self, chunk):
             encode_chunk(chunk, path=path, job=job, encoder=self._holder.value, shard_dir=Path(shard_dir))
@@ -236,7 +279,8 @@ def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> 
     """Where shards of this exact job live: same input and settings → same folder → resumable."""
     encoder = {**asdict(encoder_config), "threads": None}  # thread count does not change the vectors
     key = hashlib.sha256(json.dumps({"input": input_sha, "encoder": encoder, "id": job.id_field, "text": job.text_field,
-                                     "chunk_lines": job.chunk_lines}, sort_keys=True).encode()).hexdigest()[:16]
+                                     "chunk_lines": job.chunk_lines, "chunk_bytes": job.chunk_bytes,
+                                     "limits": asdict(job.limits)}, sort_keys=True).encode()).hexdigest()[:16]
     target = Path(job.index).absolute()
     return store.generations_dir(target) / f"build-{key}"
 
@@ -249,7 +293,7 @@ def _watch_progress(shard_dir: Path, total: int, already: int, stop: threading.E
         n = 0
         for p in shard_dir.glob("*.npz"):
             try:
-                with np.load(p) as data:
+                with np.load(p, allow_pickle=False) as data:
                     n += int(data["lines"])
             except (OSError, ValueError, KeyError):
                 pass
@@ -283,7 +327,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
                                    # local worker processes share the cores instead of oversubscribing them
                                    threads=max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
     input_sha = file_sha256(job.input)
-    chunks = plan_chunks(job.input, job.chunk_lines)
+    chunks = plan_chunks(job.input, job.chunk_lines, job.chunk_bytes)
     if Path(job.index).exists() and not Path(job.index).is_symlink():
         raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")
     build = _build_dir(job, encoder_config, input_sha)
@@ -327,7 +371,7 @@ def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], in
     if job.strict and report.rejected:
         raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
                               f"rejected lines in {keep_rejections(plan.rejected, job.index)}")
-    encoder = json.loads((build / ENCODER_FILE).read_text())
+    encoder = json.loads((build / ENCODER_FILE).read_text(encoding="utf-8"))
     run = {"read": report.read, "indexed": report.indexed, "rejected": report.rejected, "truncated": report.truncated,
            "input": {"path": os.path.abspath(job.input), "sha256": input_sha}}
     mirrors = mirrors_for(job.es)
@@ -341,7 +385,7 @@ def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], in
     with store.writer_lock(job.index):
         gen = store.new_generation(job.index)
         try:
-            with open(gen / store.REJECTED_FILE, "w") as f:
+            with open(gen / store.REJECTED_FILE, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in plan.rejected)
             parts = write_generation(gen, shard_blocks(build, chunks, plan), n=plan.kept, d=plan.dim,
                                      spec=job.faiss_spec())

@@ -133,8 +133,8 @@ def parse_lookup_line(line_no: int, raw: bytes, *, id_field: str = "id", text_fi
             return rec.Rejection(line_no, MISSING_SAME_FIELD, f"the line (new text) has {values}",
                                  raw[:500].decode("utf-8", "replace"))
         return LookupInput(line_no, parsed.id, parsed.text, values)
-    if parsed.reason == rec.MISSING_TEXT:  # id and JSON already validated by parse_line
-        return LookupInput(line_no, str(json.loads(raw)[id_field]).strip())
+    if parsed.reason == rec.MISSING_TEXT:  # id and JSON already validated by parse_line (BOM and all)
+        return LookupInput(line_no, str(rec.decode_line(line_no, raw)[id_field]).strip())
     return parsed
 
 

@@ -51,7 +51,10 @@ def relations(index_dir, model, as_json):
     if index_dir and not model:
         from relsearch.indexer.store import open_index
 
-        model = open_index(index_dir).manifest.get("bundle", {}).get("path")
+        try:
+            model = open_index(index_dir).manifest.get("bundle", {}).get("path")
+        except (ValueError, OSError) as e:  # a missing or damaged index: one line, no traceback
+            raise click.ClickException(str(e)) from e
     bundle = load_bundle(model)
     rows = []
     for name, op in sorted(bundle.operators.items()):

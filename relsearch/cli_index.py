@@ -9,6 +9,8 @@ import os
 
 import click
 
+from relsearch.indexer.records import DEFAULT_LIMITS
+
 
 def es_options(f):
     """--es-url / --es-index / credentials options shared by the writing commands."""
@@ -69,16 +71,26 @@ def _echo_backends(backends: dict) -> None:
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
 @click.option("--strict", is_flag=True, help="Exit non-zero (and keep the old index) if any line is rejected.")
+@click.option("--max-line-bytes", type=click.IntRange(min=1), default=DEFAULT_LIMITS.max_line_bytes,
+              show_default=True, help="Longer input lines are rejected (line-too-long) without being parsed.")
+@click.option("--max-text-bytes", type=click.IntRange(min=1), default=DEFAULT_LIMITS.max_text_bytes,
+              show_default=True, help="Longer texts are rejected (text-too-long). Texts longer than the model's "
+              "window are truncated and counted, not rejected.")
+@click.option("--max-metadata-bytes", type=click.IntRange(min=1), default=DEFAULT_LIMITS.max_metadata_bytes,
+              show_default=True,
+              help="Records whose other fields exceed this as JSON are rejected (metadata-too-large).")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @es_options
 @click.pass_context
 def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, recall_target, faiss_device, append,
-          chunk_lines, max_length, precision, workers, strict, quiet, **es):
+          chunk_lines, max_length, precision, workers, strict, max_line_bytes, max_text_bytes, max_metadata_bytes,
+          quiet, **es):
     """Encode CORPUS (JSONL) with a Beam pipeline into a FAISS index + docstore at --index.
 
     Unknown options (--runner, --direct_num_workers, ...) pass through to Apache Beam. The new
     index replaces the old one atomically, and only when the run succeeds.
     """
+    from relsearch.indexer.records import Limits
     from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
 
     beam_args = list(ctx.args)
@@ -87,11 +99,15 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
     job = IndexJob(input=corpus, index=index_dir, model=model, id_field=id_field, text_field=text_field,
                    faiss_factory=faiss_factory, recall_target=recall_target, faiss_device=faiss_device,
                    append=append, es=es_target(**es), chunk_lines=chunk_lines, max_length=max_length,
-                   precision=precision, strict=strict, progress=not quiet)
+                   precision=precision, strict=strict, progress=not quiet,
+                   limits=Limits(max_line_bytes, max_text_bytes, max_metadata_bytes))
     try:
         report = run_index(job, beam_args)
     except (IndexInputError, FileExistsError, ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
+    except OSError as e:  # disk full, permissions: the previous index is untouched
+        raise click.ClickException(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}; "
+                                   "nothing was published") from None
     if report.resumed_chunks:
         click.echo(f"resumed: {report.resumed_chunks} chunks were already encoded by an interrupted run")
     click.echo(report.summary() + (f" (replaced {report.replaced})" if append else ""))
@@ -109,21 +125,28 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
 
 
 def read_ids(path: str) -> list[str]:
-    """One id per line; a JSON object line gives its "id"; blank lines are skipped."""
+    """One id per line; a JSON object line gives its "id"; blank lines are skipped.
+
+    Never fails on content: bytes that are not UTF-8 (and JSON escapes of lone surrogates) become
+    U+FFFD, so such a line matches no document and is reported as not found; a line longer than
+    the default --max-line-bytes is cut there.
+    """
+    from relsearch.indexer.records import BOM, read_numbered_lines
+
     ids = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            if line.startswith("{"):
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    obj = None
-                if isinstance(obj, dict) and "id" in obj:
-                    line = str(obj["id"])
-            ids.append(line)
+    for _, raw in read_numbered_lines(path):
+        line = raw.removeprefix(BOM).decode("utf-8", errors="replace").strip()
+        if not line:
+            continue
+        if line.startswith("{"):
+            try:
+                obj = json.loads(line)
+            except (ValueError, RecursionError):
+                obj = None
+            if isinstance(obj, dict) and obj.get("id") is not None:
+                line = str(obj["id"]).strip()
+        if line:
+            ids.append(line.encode("utf-8", errors="replace").decode("utf-8"))  # lone surrogates → "?"
     return ids
 
 
@@ -139,7 +162,7 @@ def delete(index_dir, ids_file, **es):
 
     try:
         report = mutations.delete(index_dir, read_ids(ids_file), mirrors=mirrors_for(es_target(**es)))
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     _report_mutation(report, index_dir)
 
@@ -154,7 +177,7 @@ def compact(index_dir, **es):
 
     try:
         report = mutations.compact(index_dir, mirrors=mirrors_for(es_target(**es)))
-    except (FileNotFoundError, ValueError, RuntimeError) as e:
+    except (OSError, ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
     _report_mutation(report, index_dir)
 

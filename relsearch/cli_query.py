@@ -25,33 +25,6 @@ def key_values(ctx, param, specs) -> dict[str, str]:
     return out
 
 
-def _read_queries(path: str, default_relations: dict[str, float]):
-    from relsearch.retrieval.search import Query
-
-    queries, errors = [], []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError("not a JSON object")
-                qid = obj.get("id", obj.get("query_id", obj.get("doc_id", n)))
-                rel = obj.get("relation")
-                relations = ({rel: 1.0} if isinstance(rel, str) else
-                             {str(k): float(v) for k, v in rel.items()} if isinstance(rel, dict) else default_relations)
-                if isinstance(obj.get("doc_id"), (str, int)):
-                    queries.append(Query(doc_id=str(obj["doc_id"]), relations=relations, query_id=qid))
-                elif isinstance(obj.get("text"), str) and obj["text"].strip():
-                    queries.append(Query(text=obj["text"], relations=relations, query_id=qid))
-                else:
-                    raise ValueError("needs a non-empty 'text' or a 'doc_id'")
-            except (ValueError, AttributeError) as e:
-                errors.append({"line": n, "error": str(e)})
-    return queries, errors
-
-
 def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
     named = {"efSearch": ef_search, "nprobe": nprobe, "rerank": rerank}
     return {**extra, **{key: value for key, value in named.items() if value is not None}}
@@ -118,7 +91,9 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
                                  search_params=_search_params(ef_search, nprobe, rerank, search_param))
         searcher.check(weights, filters)
         if queries_file:
-            queries, errors = _read_queries(queries_file, weights)
+            from relsearch.retrieval.queries import read_queries
+
+            queries, errors = read_queries(queries_file, weights, known_relations=searcher.operators)
             unknown = searcher.unknown_ids(queries)
             errors += [{"line": q.query_id, "error": f"doc_id {q.doc_id!r} is not in the index"}
                        for q in queries if q.doc_id in unknown]

@@ -58,8 +58,12 @@ class EsSearcher:
             return []
         _, qv = self.searcher.query_vectors(queries, filters)
         texts = self._texts(queries) if self.options.hybrid else None
-        raw = knn_search(self.client, self.options.index, qv, k=k + 1, num_candidates=self.options.num_candidates,
-                         filters=filters or None, hybrid_text=texts, fusion=self.options.fusion)
+        from ..indexer.elastic import display_url, reported
+
+        with reported(f"search {self.options.index} at {display_url(self.options.url)}"):
+            raw = knn_search(self.client, self.options.index, qv, k=k + 1,
+                             num_candidates=self.options.num_candidates, filters=filters or None,
+                             hybrid_text=texts, fusion=self.options.fusion)
         scale = np.linalg.norm(qv, axis=1)
         results = []
         for i, (q, hits) in enumerate(zip(queries, raw)):

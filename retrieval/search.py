@@ -131,7 +131,9 @@ class Searcher:
                 out[i] = self.files.vectors[pos] * docs[pos]["norm"]
         by_text = [i for i, q in enumerate(queries) if q.doc_id is None]
         if by_text:
-            out[by_text] = self.encoder.encode([queries[i].text for i in by_text]).vectors
+            from ..pipelines.index import encode_texts  # cuts huge texts before tokenizing, as indexing does
+
+            out[by_text] = encode_texts(self.encoder, [queries[i].text for i in by_text])[0]
         return out
 
     def query_vectors(self, queries: list[Query], filters: dict[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:

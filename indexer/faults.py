@@ -1,0 +1,50 @@
+"""Test-only fault injection: die by SIGKILL at a named point of a write.
+
+``RELSEARCH_FAULT=POINT`` (or ``POINT:N`` for the N-th time the process reaches it) makes the
+process send itself SIGKILL there: no ``finally`` block, no ``atexit``, no flush, exactly what a
+kill -9, an OOM kill or a power cut does to the process. tests/test_kill_points.py uses it to
+prove that every write either happens completely or leaves the previous index answering.
+
+Never set it in production. Unset (the normal case), :func:`point` costs one dictionary lookup.
+The points are listed in :data:`POINTS` (documented in docs/guarantees.md).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections import Counter
+
+ENV = "RELSEARCH_FAULT"
+
+POINTS = (
+    "index.shard-written",      # a chunk's shard is complete (use :N for "after N shards")
+    "build.rows-written",       # a new build's vectors.npy and docstore.sqlite are written
+    "build.faiss-written",      # ... its index.faiss (build, compact)
+    "append.faiss-written",     # append: the new generation's data files are written
+    "delete.docstore-written",  # delete: the docstore copy has lost the deleted rows
+    "compact.rows-copied",      # compact: live rows copied into the new generation
+    "commit.mirrors-loaded",    # Elasticsearch holds the new index, the manifest is not written
+    "commit.manifest-written",  # the generation is complete, not yet published
+    "publish.link-created",     # the new symlink exists under a temporary name
+    "publish.swapped",          # the index points at the new generation; old ones not yet removed
+    "commit.published",         # published; the Elasticsearch alias not yet swapped
+)
+
+_hits: Counter = Counter()
+_lock = threading.Lock()
+
+
+def point(name: str) -> None:
+    """SIGKILL this process if ``RELSEARCH_FAULT`` names ``name`` (and this is the N-th arrival)."""
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    wanted, _, nth = spec.partition(":")
+    if wanted != name:
+        return
+    with _lock:
+        _hits[name] += 1
+        arrived = _hits[name]
+    if arrived >= int(nth or 1):
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,132 @@
+"""Checksums of an index generation's files, and their verification when an index is opened.
+
+The manifest's ``files`` section names every data file of the generation with its size and
+sha256. Opening an index checks, before any file is parsed (a damaged FAISS file can crash the
+process, a damaged docstore can return wrong rows):
+
+- every name is a plain file name inside the generation folder (no ``/``, ``..``, symlinks out);
+- every file exists with the recorded size (always: one ``stat`` per file);
+- every file hashes to the recorded sha256, unless this user already verified this very file:
+  a verified file is remembered in ``$RELSEARCH_CACHE_DIR/verified`` (default
+  ``~/.cache/relsearch/verified``) by device, inode, size, mtime and ctime, so a file rewritten or
+  damaged in place (which changes its mtime and ctime, even after ``touch -d``) is hashed again.
+  The writer seeds this cache when it publishes, so queries normally hash nothing.
+
+``RELSEARCH_VERIFY=full`` hashes every file on every open; ``RELSEARCH_VERIFY=size`` checks
+sizes only (for very large indexes on trusted storage). The threat model is accidental damage
+(truncated copies, full disks, bit rot, a file from another generation) and careless edits, not
+an attacker who can rewrite the manifest too.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+ENV_VERIFY = "RELSEARCH_VERIFY"
+ENV_CACHE = "RELSEARCH_CACHE_DIR"
+MODES = ("cached", "full", "size")
+
+log = logging.getLogger(__name__)
+
+
+class IndexCorruptError(ValueError):
+    """An index file is missing, truncated, altered or outside its generation folder."""
+
+
+def safe_name(name: object) -> bool:
+    """A bare file name: no separators, not ``.``/``..``, no NUL, not hidden-path tricks."""
+    return (isinstance(name, str) and bool(name) and name not in (".", "..") and "/" not in name
+            and "\\" not in name and "\0" not in name and not os.path.isabs(name))
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def checksum_files(gen: Path) -> dict[str, dict]:
+    """``{name: {"size", "sha256"}}`` for every regular file of ``gen`` except the manifest."""
+    out = {}
+    for path in sorted(Path(gen).iterdir()):
+        if path.name != MANIFEST and path.is_file() and not path.is_symlink():
+            out[path.name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+    return out
+
+
+def _cache_dir() -> Path:
+    if os.environ.get(ENV_CACHE):
+        return Path(os.environ[ENV_CACHE]) / "verified"
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "relsearch" / "verified"
+
+
+def _marker(path: Path, sha256: str) -> Path:
+    st = os.stat(path)
+    key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{sha256}"
+    return _cache_dir() / hashlib.sha256(key.encode()).hexdigest()
+
+
+def remember(gen: Path, files: dict[str, dict]) -> None:
+    """Record ``gen``'s files as verified (after a writer computed their hashes itself)."""
+    try:
+        _cache_dir().mkdir(parents=True, exist_ok=True)
+        for name, entry in files.items():
+            _marker(Path(gen) / name, entry["sha256"]).touch()
+    except OSError:
+        pass  # a read-only home only costs a re-hash later
+
+
+def verify(root: Path, manifest: dict, *, required: tuple[str, ...] = (), mode: str | None = None) -> None:
+    """Raise IndexCorruptError unless every file named by ``manifest["files"]`` is intact.
+
+    ``required``: names that must be listed (the data files a reader opens).
+    """
+    mode = mode or os.environ.get(ENV_VERIFY) or "cached"
+    if mode not in MODES:
+        raise ValueError(f"{ENV_VERIFY}={mode!r}: choose one of {', '.join(MODES)}")
+    files = manifest.get("files")
+    if files is None:
+        log.warning("%s has no checksums (written before relsearch recorded them): opened unverified; "
+                    "`relsearch compact` adds them", root / MANIFEST)
+        return
+    if not isinstance(files, dict):
+        raise IndexCorruptError(f"{root / MANIFEST}: malformed 'files' checksums section")
+    for name in required:
+        if name not in files:
+            raise IndexCorruptError(f"{root / MANIFEST} does not list {name}")
+    root = Path(root)
+    real_root = os.path.realpath(root)
+    for name, entry in files.items():
+        if not safe_name(name):
+            raise IndexCorruptError(f"{root / MANIFEST} names {name!r}, which is not a file inside the index")
+        path = root / name
+        if not (isinstance(entry, dict) and isinstance(entry.get("size"), int)
+                and isinstance(entry.get("sha256"), str)):
+            raise IndexCorruptError(f"{root / MANIFEST}: malformed checksum entry for {name}")
+        if path.is_symlink() or os.path.dirname(os.path.realpath(path)) != real_root:
+            raise IndexCorruptError(f"{path} is a link; index files must be regular files inside the index")
+        if not path.is_file():
+            raise IndexCorruptError(f"{path} is missing")
+        size = path.stat().st_size
+        if size != entry["size"]:
+            raise IndexCorruptError(f"{path} has {size} bytes, the manifest says {entry['size']}: "
+                                    "the file is truncated or was replaced; rebuild the index")
+        if mode == "size":
+            continue
+        marker = _marker(path, entry["sha256"])
+        if mode == "cached" and marker.exists():
+            continue
+        if sha256_file(path) != entry["sha256"]:
+            raise IndexCorruptError(f"{path} does not match its sha256 in the manifest: the file was altered "
+                                    "or damaged; rebuild the index")
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            marker.touch()
+        except OSError:
+            pass

@@ -1,0 +1,236 @@
+"""Index integrity and safe loading: checksums in the manifest, damaged files named in clear errors
+(never a segfault or wrong results), manifest paths confined to the index, no pickles anywhere."""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from relsearch.cli import cli
+from relsearch.indexer import integrity, store
+from relsearch.indexer.store import IndexCorruptError, open_index
+
+from synthetic_index import answers, build
+
+REPO = Path(__file__).resolve().parents[1]
+DATA_FILES = [store.FAISS_FILE, store.VECTORS_FILE, store.DOCSTORE_FILE, store.DELETED_FILE]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(integrity.ENV_CACHE, str(tmp_path / "cache"))
+    monkeypatch.delenv(integrity.ENV_VERIFY, raising=False)
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    """A published index with every kind of file (a delete adds deleted.npy)."""
+    from relsearch.indexer import mutations
+
+    target = tmp_path_factory.mktemp("pristine") / "idx"
+    build(target, n=300)
+    mutations.delete(str(target), ["d5", "d6"])
+    return target
+
+
+@pytest.fixture
+def index(pristine, tmp_path):
+    """A private copy of ``pristine`` (same layout: a symlink to a generation)."""
+    gen = Path(os.path.realpath(pristine))
+    copy = tmp_path / ".idx.generations" / gen.name
+    shutil.copytree(gen, copy)
+    os.symlink(os.path.relpath(copy, tmp_path), tmp_path / "idx")
+    return tmp_path / "idx"
+
+
+def query_cli(target):
+    return CliRunner().invoke(cli, ["query", "--id", "d1", "--index", str(target), "-k", "3", "--json"])
+
+
+def test_manifest_lists_every_file_with_size_and_sha256(index):
+    root = Path(os.path.realpath(index))
+    files = store.read_manifest(root)["files"]
+    on_disk = sorted(p.name for p in root.iterdir() if p.name != store.MANIFEST)
+    assert sorted(files) == on_disk and set(DATA_FILES) <= set(files)
+    for name, entry in files.items():
+        assert entry == {"size": (root / name).stat().st_size, "sha256": integrity.sha256_file(root / name)}
+
+
+@pytest.mark.parametrize("name", DATA_FILES)
+@pytest.mark.parametrize("damage", ["truncate", "flip", "flip-keep-mtime"])
+def test_damaged_file_is_a_clear_error_naming_it(index, name, damage):
+    expected = answers(index)  # also fills the verification cache: damage must invalidate it
+    path = Path(os.path.realpath(index)) / name
+    size = path.stat().st_size
+    st = path.stat()
+    if damage == "truncate":
+        os.truncate(path, size // 2)
+    else:
+        with open(path, "r+b") as f:
+            f.seek(size // 2)
+            byte = f.read(1)
+            f.seek(size // 2)
+            f.write(bytes([byte[0] ^ 0x55]))
+        if damage == "flip-keep-mtime":  # `touch -d`: the ctime in the cache key still changes
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(IndexCorruptError, match=name):
+        open_index(index)
+    out = query_cli(index)  # the CLI: exit 1 with the message (a ClickException), no traceback
+    assert out.exit_code == 1 and name in out.output and "rebuild the index" in out.output
+    assert isinstance(out.exception, SystemExit) and "Traceback" not in out.output
+    assert expected and len(expected) == 15  # the undamaged copy answered every query
+
+
+def test_size_mode_trades_the_hash_for_speed_full_mode_rehashes(index, monkeypatch):
+    path = Path(os.path.realpath(index)) / store.VECTORS_FILE
+    answers(index)
+    calls = []
+    real = integrity.sha256_file
+    monkeypatch.setattr(integrity, "sha256_file", lambda p: calls.append(Path(p).name) or real(p))
+    open_index(index)
+    assert calls == []  # verified once, remembered: an ordinary open hashes nothing
+    monkeypatch.setenv(integrity.ENV_VERIFY, "full")
+    open_index(index)
+    assert sorted(calls) == sorted(store.read_manifest(path.parent)["files"])
+    with open(path, "r+b") as f:  # same size, different bytes
+        f.seek(200)
+        f.write(b"\x00\x01\x02\x03")
+    with pytest.raises(IndexCorruptError, match=store.VECTORS_FILE):
+        open_index(index)
+    monkeypatch.setenv(integrity.ENV_VERIFY, "size")  # documented: sizes only
+    open_index(index)
+
+
+def test_a_fresh_build_is_verified_without_hashing(tmp_path, monkeypatch):
+    """The writer seeds the cache when it publishes, so the first query after a build is cheap."""
+    build(tmp_path / "idx", n=50)
+    calls = []
+    monkeypatch.setattr(integrity, "sha256_file", lambda p: calls.append(p))
+    open_index(tmp_path / "idx")
+    assert calls == []
+
+
+def _rewrite_manifest(index, change):
+    root = Path(os.path.realpath(index))
+    manifest = store.read_manifest(root)
+    change(manifest, root)
+    (root / store.MANIFEST).write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("name", ["../outside.npy", "/etc/passwd", "sub/deleted.npy", "..", "", "a\\b"])
+def test_manifest_paths_cannot_leave_the_index(index, name):
+    (index.parent / "outside.npy").write_bytes(b"x")
+    _rewrite_manifest(index, lambda m, root: m["files"].update({name: {"size": 1, "sha256": "0" * 64}}))
+    with pytest.raises(IndexCorruptError, match="not a file inside the index"):
+        open_index(index)
+    assert query_cli(index).exit_code == 1
+
+
+def test_a_symlink_out_of_the_index_is_refused(index, tmp_path):
+    root = Path(os.path.realpath(index))
+    outside = tmp_path / "elsewhere.sqlite"
+    shutil.move(root / store.DOCSTORE_FILE, outside)
+    os.symlink(outside, root / store.DOCSTORE_FILE)  # same bytes, same size: only the link is wrong
+    with pytest.raises(IndexCorruptError, match="is a link"):
+        open_index(index)
+
+
+def test_a_file_missing_from_the_manifest_or_the_disk(index):
+    root = Path(os.path.realpath(index))
+    os.remove(root / store.FAISS_FILE)
+    with pytest.raises(IndexCorruptError, match=f"{store.FAISS_FILE} is missing"):
+        open_index(index)
+    _rewrite_manifest(index, lambda m, root: m["files"].pop(store.FAISS_FILE))
+    with pytest.raises(IndexCorruptError, match=f"does not list {store.FAISS_FILE}"):
+        open_index(index)
+
+
+def test_a_damaged_manifest_is_named(index):
+    (Path(os.path.realpath(index)) / store.MANIFEST).write_bytes(b'{"format": "relsearch-index/1", "files": {')
+    with pytest.raises(IndexCorruptError, match="manifest.json is not valid JSON"):
+        open_index(index)
+    out = query_cli(index)
+    assert out.exit_code == 1 and "manifest.json" in out.output
+
+
+def test_a_pickled_array_is_refused_not_unpickled(index, tmp_path):
+    """A crafted deleted.npy holding an object array (with a matching checksum, as an attacker who
+    can write the manifest would make it) is refused before anything is unpickled."""
+    sentinel = tmp_path / "unpickled"
+
+    class Boom:
+        def __reduce__(self):
+            return (Path.touch, (sentinel,))
+
+    root = Path(os.path.realpath(index))
+    np.save(root / store.DELETED_FILE, np.array([Boom()], dtype=object), allow_pickle=True)
+    _rewrite_manifest(index, lambda m, root: m["files"].update(
+        {store.DELETED_FILE: {"size": (root / store.DELETED_FILE).stat().st_size,
+                              "sha256": integrity.sha256_file(root / store.DELETED_FILE)}}))
+    with pytest.raises(IndexCorruptError, match="not a plain numeric .npy"):
+        open_index(index)
+    assert not sentinel.exists()
+
+
+def test_vectors_that_disagree_with_the_manifest_are_refused(index):
+    _rewrite_manifest(index, lambda m, root: m["counts"].update(positions=m["counts"]["positions"] + 1))
+    with pytest.raises(IndexCorruptError, match="vectors.npy holds float32"):
+        open_index(index)
+
+
+# ---------------------------------------------------------------- static audit of loaders
+
+PACKAGE_DIRS = ["relsearch", "encoder", "indexer", "retrieval", "pipelines", "bench", "tools"]
+
+
+def _calls(tree):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            kwargs = {k.arg: ast.unparse(k.value) for k in node.keywords if k.arg}
+            yield node, name, kwargs
+
+
+def test_no_unsafe_deserialisation_anywhere_in_the_package():
+    """Weights only through safetensors or torch.load(weights_only=True); no pickle, no
+    allow_pickle, no remote code, no eval of data."""
+    problems = []
+    for folder in PACKAGE_DIRS:
+        for path in sorted((REPO / folder).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
+                    if {"pickle", "cPickle", "dill", "joblib", "cloudpickle", "marshal", "shelve"} & set(names):
+                        problems.append(f"{path}:{node.lineno} imports a pickle-like module")
+            for node, name, kwargs in _calls(tree):
+                where = f"{path.relative_to(REPO)}:{node.lineno}"
+                if name.endswith("torch.load") and kwargs.get("weights_only") != "True":
+                    problems.append(f"{where} torch.load without weights_only=True")
+                if kwargs.get("allow_pickle") == "True":
+                    problems.append(f"{where} allow_pickle=True")
+                if kwargs.get("trust_remote_code") == "True":
+                    problems.append(f"{where} trust_remote_code=True")
+                if name in ("eval", "exec") or name.endswith(("yaml.load", "yaml.unsafe_load")):
+                    problems.append(f"{where} {name}")
+    assert problems == []
+
+
+def test_the_installed_transformers_loads_bin_weights_with_weights_only():
+    """Hugging Face folders may hold pytorch_model.bin: the installed transformers reads those with
+    torch.load(weights_only=True), so even that path unpickles no code."""
+    import importlib.util
+    import re
+
+    folder = importlib.util.find_spec("transformers").submodule_search_locations[0]
+    source = Path(folder, "modeling_utils.py").read_text(encoding="utf-8")  # read, not imported: no torch start-up
+    load_state_dict = source[source.index("def load_state_dict("):]
+    load_state_dict = load_state_dict[:load_state_dict.index("\ndef ")]
+    assert re.search(r"weights_only: bool = True", load_state_dict)
+    assert "weights_only=weights_only" in load_state_dict
