@@ -29,6 +29,8 @@ POINTS = (
     "publish.link-created",     # the new symlink exists under a temporary name
     "publish.swapped",          # the index points at the new generation; old ones not yet removed
     "commit.published",         # published; the Elasticsearch alias not yet swapped
+    "train.checkpoint-saved",   # train: a checkpoint (epoch / relation / evaluation) is complete
+    "train.bundle-set-aside",   # train: the previous bundle is renamed aside, the new one not yet in place
 )
 
 _hits: Counter = Counter()

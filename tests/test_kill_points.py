@@ -196,3 +196,39 @@ def test_first_build_killed_leaves_no_index(corpora, tmp_path, point):
     assert run_cli(*_index_args(corpora, target, "index")).returncode == 0
     assert store.open_index(target).docstore.count() == 30
     assert_clean(target)
+
+
+# ------------------------------------------------------------------------------------- train
+@kill
+def test_killed_train_resumes_from_its_checkpoint_and_never_loses_the_last_bundle(tmp_path):
+    """SIGKILL `relsearch train` after its first checkpoint, and again while swapping in the new
+    bundle: the rerun resumes (the finished relation is not retrained) and ends with the bundle an
+    uninterrupted run writes; the previous bundle is never lost."""
+    import json
+
+    from relsearch.encoder.bundle import load_bundle
+
+    from conftest import shared
+
+    rows = [json.loads(line) for line in open(shared("trecqa", "triples", "train.jsonl"))][:60]
+    for i, r in enumerate(rows):
+        r["relation"] = "a" if i % 2 else "b"
+    data = tmp_path / "two.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    common = [data, "--epochs", "2", "--quiet", "--cache-dir", tmp_path / "cache"]
+    assert run_cli("train", *common, "--out", tmp_path / "whole").returncode == 0
+    out = tmp_path / "resumed"
+    killed("train", *common, "--out", out, point="train.checkpoint-saved:1")
+    assert not out.exists() and (tmp_path / "resumed.checkpoint").is_dir()
+    done = run_cli("train", *common, "--out", out)
+    assert done.returncode == 0, done.stderr
+    assert not (tmp_path / "resumed.checkpoint").exists()
+    whole, resumed = load_bundle(str(tmp_path / "whole")), load_bundle(str(out))
+    for name in ("a", "b"):
+        assert (whole.operators[name].params["W"] == resumed.operators[name].params["W"]).all()
+    before = (out / "bundle.json").read_text()
+    killed("train", *common, "--out", out, "--seed", "14", point="train.bundle-set-aside")
+    assert (tmp_path / "resumed.old" / "bundle.json").read_text() == before  # set aside, not lost
+    again = run_cli("train", *common, "--out", out, "--seed", "14")
+    assert again.returncode == 0, again.stderr
+    assert load_bundle(str(out)).info["config"]["seed"] == 14 and before != (out / "bundle.json").read_text()

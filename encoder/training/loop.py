@@ -84,6 +84,8 @@ class Checkpoint:
         import torch
         from safetensors.torch import save_file
 
+        from ...indexer import faults
+
         tmp = self.path.with_name(self.path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
@@ -96,6 +98,7 @@ class Checkpoint:
             os.replace(self.path, self._old)
         os.replace(tmp, self.path)
         shutil.rmtree(self._old, ignore_errors=True)
+        faults.point("train.checkpoint-saved")
 
     @property
     def _old(self) -> Path:
@@ -116,8 +119,12 @@ def write_bundle(bundle, out: str | os.PathLike, *, encoder=None, card: str | No
     """
     from .finetune import ENCODER_DIR, encoder_identity
 
+    from ...indexer import faults
+
     out = Path(out)
     tmp, old = out.with_name(out.name + ".partial"), out.with_name(out.name + ".old")
+    if old.exists() and not out.exists():  # an earlier run died between the two renames below
+        os.replace(old, out)
     shutil.rmtree(tmp, ignore_errors=True)
     if encoder is not None:
         encoder.save(tmp / ENCODER_DIR)
@@ -128,6 +135,7 @@ def write_bundle(bundle, out: str | os.PathLike, *, encoder=None, card: str | No
     shutil.rmtree(old, ignore_errors=True)
     if out.exists():
         os.replace(out, old)
+        faults.point("train.bundle-set-aside")
     os.replace(tmp, out)
     shutil.rmtree(old, ignore_errors=True)
     bundle.path = str(out)
