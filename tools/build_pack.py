@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
             bundle.heads.update(heads)
     for op in bundle.operators.values():  # temp paths mean nothing later: keep the file names only
         for split in op.info.get("data", {}).values():
-            split["files"] = [Path(f).name for f in split["files"]]
+            if "files" in split:
+                split["files"] = [Path(f).name for f in split["files"]]
     bundle.info["sources"] = {r: {k: SOURCES[r][k] for k in ("dataset", "files", "licence")}
                               for r in bundle.operators if r in SOURCES}
     bundle.info["preparation"] = "tools/build_pack.py " + " ".join(sys.argv[1:] if argv is None else argv)
