@@ -15,10 +15,16 @@ from .encoder.training.card import CARD, render_model_card, summary_lines
 OBJECTIVES = ("rse", "aspect", "transition", "pu", "distill")
 # Which objectives accept each objective-specific option (checked after parsing).
 ONLY_FOR = {
-    "regime": ("rse", "aspect", "pu"), "operator": ("rse",), "negatives": ("rse",), "max_candidates": ("rse", "aspect"),
-    "relations": ("rse", "transition"), "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",),
-    "text_field": ("aspect", "distill"), "lambda_": ("transition",), "label_fraction": ("pu",), "prior": ("pu",),
-    "pu_weight": ("pu",), "relation_lr": ("rse",), "eval_every": ("rse",), "positive": ("pu",), "teachers": ("distill",), "max_length": ("rse", "aspect", "pu", "distill"),
+    "regime": ("rse", "aspect", "pu"),
+    "operator": ("rse",), "negatives": ("rse",), "candidates": ("rse",), "relation_lr": ("rse",), "eval_every": ("rse",),
+    "max_candidates": ("rse", "aspect"),
+    "relations": ("rse", "transition"),
+    "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",),
+    "text_field": ("aspect", "distill"),
+    "lambda_": ("transition",),
+    "label_fraction": ("pu",), "prior": ("pu",), "pu_weight": ("pu",), "positive": ("pu",),
+    "teachers": ("distill",),
+    "max_length": ("rse", "aspect", "pu", "distill"),
 }
 
 
@@ -53,6 +59,9 @@ def _description_map(specs) -> dict[str, str]:
               help="rse adapter: all training texts of the relation, or in-batch tails + one hard negative")
 @click.option("--max-candidates", type=int, default=None, help="sampled softmax above this many texts")
 @click.option("--relation", "relations", multiple=True, help="train only these relations (repeatable)")
+@click.option("--candidates", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="rse adapter: JSONL ({\"text\"}) or text lines every relation's softmax also contrasts against, "
+                   "e.g. all entity descriptions of a knowledge graph")
 @click.option("--aspect", "aspects", multiple=True, help="aspect: label field (repeatable)")
 @click.option("--combine", type=click.Choice(["separate", "union", "intersection"]), default=None,
               help="aspect: one operator per field, or one for sharing any / all of them")
@@ -160,9 +169,15 @@ def _rse(data, dev, test, base, out, given):
     if "max_length" in given:
         raise click.UsageError("--max-length applies to fine-tuning (--regime joint); the adapter regime encodes "
                                "with the base encoder's own maximum")
+    candidates = given.pop("candidates", None)
+    if candidates:
+        from .bench.linkpred import read_texts
+
+        candidates = read_texts(candidates)
     config = TrainConfig(**_pick(TrainConfig, given))
     encoder = Encoder(EncoderConfig(model=base) if base else EncoderConfig())
-    return train_adapter(data, dev_files=dev, test_files=test, config=config, encoder=encoder, out=out), None
+    return train_adapter(data, dev_files=dev, test_files=test, config=config, encoder=encoder, out=out,
+                         candidates=candidates), None
 
 
 def _flag(name: str) -> str:

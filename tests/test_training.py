@@ -211,7 +211,9 @@ def test_cli_train_writes_bundle_card_and_table(tmp_path, encoder, trecqa, monke
     monkeypatch.setattr(model, "Encoder", lambda config: encoder)
     train, _, test, cache = trecqa
     out = tmp_path / "bundle"
-    res = CliRunner().invoke(cli_train.train, [train, "--out", str(out), "--test", test,
+    extra = tmp_path / "entities.jsonl"
+    extra.write_text('{"text": "An unrelated sentence about boats."}\n')
+    res = CliRunner().invoke(cli_train.train, [train, "--out", str(out), "--test", test, "--candidates", str(extra),
                                                "--epochs", "2", "--quiet", "--cache-dir", cache,
                                                "--card-note", "TrecQA: public domain",
                                                "--description", "qa-entailment=tail answers the head"])

@@ -211,7 +211,8 @@ def _numpy_apply(params: dict):
 
 
 def _train_relation(name: str, vectors: np.ndarray, train: _Split, dev: _Split | None,
-                    known: dict[int, set[int]], config: TrainConfig) -> tuple[dict, dict]:
+                    known: dict[int, set[int]], config: TrainConfig,
+                    extra: np.ndarray | None = None) -> tuple[dict, dict]:
     """Learn one operator; returns (numpy params, training info)."""
     import torch
 
@@ -221,7 +222,8 @@ def _train_relation(name: str, vectors: np.ndarray, train: _Split, dev: _Split |
     params = _init_params(config.operator, vectors.shape[1], gen)
     opt = torch.optim.Adam(params.values(), lr=config.learning_rate)
     excl = _exclusions(train)
-    pool = np.unique(np.concatenate([train.head, train.tail, train.neg[train.neg >= 0]]))
+    pool = np.unique(np.concatenate([train.head, train.tail, train.neg[train.neg >= 0]]
+                                    + ([extra] if extra is not None else [])))
     tail_pool = np.unique(train.tail)
     raw = torch.from_numpy(vectors)
     unit = torch.nn.functional.normalize(raw, dim=-1)
@@ -290,13 +292,16 @@ def _load(files) -> list[Triple]:
 
 
 def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConfig = TrainConfig(),
-                  encoder=None, descriptions: dict[str, str] | None = None, out=None) -> Bundle:
+                  encoder=None, descriptions: dict[str, str] | None = None, out=None,
+                  candidates: list[str] | None = None) -> Bundle:
     """Train one operator per relation of ``train_files`` on a frozen encoder; return the bundle.
 
     ``encoder``: an :class:`~relsearch.encoder.model.Encoder` (default: the default encoder).
     Dev triples drive early stopping; test triples give ``operator.info["metrics"]`` for the trained
     operator and for identity. With ``out`` (the bundle's destination), each finished relation is
-    checkpointed in ``OUT.checkpoint`` and a rerun with the same settings resumes after it. A dev/test relation absent from training is an error.
+    checkpointed in ``OUT.checkpoint`` and a rerun with the same settings resumes after it.
+    ``candidates``: more texts every relation's softmax contrasts against (e.g. all entity
+    descriptions of a knowledge graph, the table its tails are later ranked in). A dev/test relation absent from training is an error.
     """
     if isinstance(train_files, (str, os.PathLike)):
         train_files = [train_files]
@@ -324,6 +329,9 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
                 for x in (t.head, t.tail, t.negative):
                     if x is not None:
                         texts.setdefault(x, len(texts))
+    for x in candidates or ():
+        texts.setdefault(x, len(texts))
+    extra = np.array([texts[x] for x in candidates], dtype=np.int64) if candidates else None
     vectors = encode_cached(encoder, list(texts), cache_dir=config.cache_dir, progress=config.progress)
 
     import torch
@@ -344,7 +352,7 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
                 operators[name] = Operator(name=name, kind=config.operator, params=params, info=done[name],
                                            description=(descriptions or {}).get(name, ""))
                 continue
-            operators[name] = op = _train_operator(name, loaded, texts, vectors, config, descriptions)
+            operators[name] = op = _train_operator(name, loaded, texts, vectors, config, descriptions, extra)
             if checkpoint:
                 done[name] = op.info
                 tensors.update({f"{name}/{k}": torch.from_numpy(v) for k, v in op.params.items()})
@@ -356,7 +364,7 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
                         "config": _hyper(config)})
 
 
-def _train_operator(name, loaded, texts, vectors, config, descriptions) -> Operator:
+def _train_operator(name, loaded, texts, vectors, config, descriptions, extra=None) -> Operator:
     """Train, evaluate and describe the operator of one relation."""
     groups: dict[str, int] = {}
     splits = {k: _split([t for t in v if t.relation == name], texts, groups) for k, v in loaded.items()}
@@ -364,7 +372,7 @@ def _train_operator(name, loaded, texts, vectors, config, descriptions) -> Opera
     if len(train) == 0:
         raise ValueError(f"relation {name!r}: no usable training triples (all have head == tail)")
     known = _true_tails(train, dev, test)
-    params, info = _train_relation(name, vectors, train, dev if len(dev) else None, known, config)
+    params, info = _train_relation(name, vectors, train, dev if len(dev) else None, known, config, extra)
     op = Operator(name=name, kind=config.operator, description=(descriptions or {}).get(name, ""), params=params)
     metrics = {"split": "test", "protocol": PROTOCOL}
     if len(test):
