@@ -73,13 +73,13 @@ def relations(index_dir, model, as_json):
 
 
 def _format_metrics(metrics: dict) -> str:
-    """One line: test MRR and Hits@10 of the operator beside identity's, when the bundle has them."""
+    """One line: the operator's main test metrics beside identity's, when the bundle has them."""
     if isinstance(metrics.get("accuracy"), (int, float)):  # a re-ranking head: pair classification
         return (f"test accuracy {metrics['accuracy']:.3f}, macro F1 {metrics.get('macro_f1', float('nan')):.3f}, "
                 f"{int(metrics.get('pairs', 0))} pairs (re-ranker: --rerank)")
     trained, identity = metrics.get("trained", {}), metrics.get("identity", {})
     parts = [f"test {key} {trained[key]:.3f} (identity {identity.get(key, float('nan')):.3f})"
-             for key in ("mrr", "hits@10") if isinstance(trained.get(key), (int, float))]
+             for key in ("mrr", "hits@10", "p@10", "mrr@10", "spearman") if isinstance(trained.get(key), (int, float))]
     if parts and metrics.get("queries"):
         parts.append(f"{int(metrics['queries'])} queries, {int(metrics.get('candidates', 0))} candidates")
     return ", ".join(parts)
