@@ -21,7 +21,8 @@ ONLY_FOR = {
     "relations": ("rse", "transition"),
     "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",),
     "text_field": ("aspect", "distill"),
-    "lambda_": ("transition",),
+    "lambda_": ("transition",), "off_temperature": ("transition",), "group_field": ("transition",),
+    "max_sentences": ("distill",),
     "label_fraction": ("pu",), "prior": ("pu",), "pu_weight": ("pu",), "positive": ("pu",),
     "teachers": ("distill",),
     "max_length": ("rse", "aspect", "pu", "distill"),
@@ -68,6 +69,10 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--split-field", default=None, help="aspect: field of DATA naming each row's split (train/dev/test)")
 @click.option("--text-field", default=None, help="aspect/distill: the text field of DATA (default text)")
 @click.option("--lambda", "lambda_", type=float, default=None, help="transition: weight of the diagonal term")
+@click.option("--off-temperature", type=float, default=None,
+              help="transition: soft-max temperature of the off-diagonal term (0 = its plain mean)")
+@click.option("--group-field", default=None, help="transition: field naming each pair's meaning group (default group)")
+@click.option("--max-sentences", type=int, default=None, help="distill: seeded subsample of the corpus sentences")
 @click.option("--label-fraction", type=float, default=None, help="pu: keep labels on this fraction of pairs")
 @click.option("--prior", type=float, default=None, help="pu: class prior π of the positive class")
 @click.option("--pu-weight", type=float, default=None, help="pu: weight of the PU risk (0 = cross-entropy only)")
@@ -118,7 +123,13 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
     notes = [f"Trained with `relsearch train {' '.join(data)} --objective {objective}`."] + list(card_notes)
-    path = write_bundle(bundle, out, encoder=encoder, card=render_model_card(bundle, notes=notes))
+    if objective == "distill":
+        from .encoder.training.distill import distill_card
+
+        card = distill_card(bundle, notes=notes)
+    else:
+        card = render_model_card(bundle, notes=notes)
+    path = write_bundle(bundle, out, encoder=encoder, card=card)
     Checkpoint(out, {}).clear()
     for line in summary_lines(bundle):
         click.echo(line)
@@ -141,6 +152,8 @@ def _run(objective, data, dev, test, base, out, given: dict):
         from .encoder.training.transition import TransitionConfig, train_transition
 
         given = _renamed(given, lambda_="lam")
+        if given.get("off_temperature") == 0:
+            given["off_temperature"] = None
         config = TransitionConfig(**_pick(TransitionConfig, given))
         return train_transition(data, dev_files=dev, test_files=test, config=config, base=base, out=out), None
     if objective == "pu":
