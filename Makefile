@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 RELSEARCH := HF_HUB_OFFLINE=1 $(VENV)/bin/relsearch
 DEMO_INDEX ?= demo-index
 
-.PHONY: demo test test-slow test-kill pack bench-speed clean
+.PHONY: demo test test-slow test-kill pack company-bundle bench-speed clean
 
 # torch==2.13.0 first: it is the CPU build on this machine's disk; a bare `torch` would pull CUDA wheels.
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -36,6 +36,10 @@ test-kill: $(VENV)/.installed
 
 pack: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --data ../shared/data --out relsearch/pack
+
+# Company-tuned encoder + similar-company / aspect operators (about 15 min on 2 cores; README "Similar companies")
+company-bundle: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) tools/build_company_bundle.py --data ../shared/data --out company-bundle
 
 clean:
 	rm -rf $(DEMO_INDEX) .$(DEMO_INDEX).generations .$(DEMO_INDEX).lock build dist *.egg-info

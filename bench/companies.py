@@ -97,7 +97,9 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
             m = aspect_retrieval_metrics(lambda a, b, s=scores: s[a:b], labels[aspect], K)
             row[aspect] = {key: m[key] for key in (f"p@{K}", f"r@{K}", f"mrr@{K}", "seeds")}
         results.append(row)
-    cross = _cross_source(rows, bundles[0], bm25, job)
+    cross = [dict(c, method=(f"{ref or 'pack'}:" if len(bundles) > 1 and c["method"] != "bm25" else "") + c["method"])
+             for ref, bundle in zip(job.models, bundles)
+             for c in _cross_source(rows, bundle, bm25, job, with_bm25=bundle is bundles[0])]
     ident = next(r for r in results if r["method"].endswith("identity"))
     table_rows = [[r["method"]] + [r[a][key] for a, _ in ASPECTS for key in (f"p@{K}", f"r@{K}", f"mrr@{K}")]
                   + [r["industry"][f"p@{K}"] - ident["industry"][f"p@{K}"]] for r in results]
@@ -127,7 +129,7 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
     return res
 
 
-def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob) -> list[dict]:
+def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob, *, with_bm25: bool = True) -> list[dict]:
     """Queries: another source's description; candidates: every pool company's Yahoo description."""
     texts = [r["text"] for r in rows]
     industry = np.array([str(r["gics_industry"]) for r in rows])
@@ -142,7 +144,8 @@ def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob) -> li
             continue
         queries = [rows[i][field] for i in idx]
         h_q = raw_vectors(bundle, queries, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
-        scorers = {"bm25": np.vstack([bm25.scores(queries[s:s + 256]) for s in range(0, len(queries), 256)])}
+        scorers = {"bm25": np.vstack([bm25.scores(queries[s:s + 256]) for s in range(0, len(queries), 256)])} \
+            if with_bm25 else {}
         scorers.update({name: op.apply(h_q) @ unit.T for name, op in ops.items()})
         for method, scores in scorers.items():
             own = scores[np.arange(len(idx)), idx]

@@ -187,8 +187,11 @@ def _rse(data, dev, test, base, out, given):
         from .bench.linkpred import read_texts
 
         candidates = read_texts(candidates)
+    from .encoder.bundle import load_bundle
+
     config = TrainConfig(**_pick(TrainConfig, given))
-    encoder = Encoder(EncoderConfig(model=base) if base else EncoderConfig())
+    base_encoder = load_bundle(base).encoder  # a bundle's encoder (fine-tuned or not) or the model itself
+    encoder = Encoder(EncoderConfig(model=base_encoder["model"], max_length=base_encoder.get("max_length")))
     return train_adapter(data, dev_files=dev, test_files=test, config=config, encoder=encoder, out=out,
                          candidates=candidates), None
 

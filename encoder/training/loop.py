@@ -129,6 +129,9 @@ def write_bundle(bundle, out: str | os.PathLike, *, encoder=None, card: str | No
     if encoder is not None:
         encoder.save(tmp / ENCODER_DIR)
         bundle.encoder = encoder_identity(tmp / ENCODER_DIR, encoder)
+    elif _inside_a_bundle(bundle.encoder.get("model")):  # trained on a fine-tuned base: carry its weights along
+        shutil.copytree(bundle.encoder["model"], tmp / ENCODER_DIR)
+        bundle.encoder = dict(bundle.encoder, model=ENCODER_DIR, path=ENCODER_DIR)
     bundle.save(tmp)
     if card is not None:
         (tmp / "MODEL_CARD.md").write_text(card)
@@ -139,6 +142,13 @@ def write_bundle(bundle, out: str | os.PathLike, *, encoder=None, card: str | No
     os.replace(tmp, out)
     shutil.rmtree(old, ignore_errors=True)
     bundle.path = str(out)
-    if encoder is not None:
+    if bundle.encoder.get("path"):
         bundle.encoder["model"] = str(out / ENCODER_DIR)
     return out
+
+
+def _inside_a_bundle(model) -> bool:
+    """True for the fine-tuned encoder folder of another bundle (``BUNDLE/encoder``)."""
+    from ..bundle import is_bundle
+
+    return bool(model) and os.path.isdir(model) and is_bundle(Path(model).parent)
