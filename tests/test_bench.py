@@ -324,3 +324,23 @@ def test_bench_retrieval_and_sts_against_direct_computation(qa_bundles, tmp_path
         expected = stats.spearmanr(pred, [x["score"] for x in rec]).statistic
         assert rows[name]["spearman"] == pytest.approx(expected, abs=1e-6)
     assert set(rows) == {"bm25", "identity", "qa-entailment"}
+
+
+def test_companies_reports_every_method_for_industry_and_sector_and_cross_source(tmp_path):
+    from relsearch.bench.companies import CompaniesJob, run_companies
+
+    rows = [json.loads(line) for line in open(shared("russell3000_companies", "corpus.jsonl"))]
+    picked = [r for r in rows if r["split"] == "test" and r.get("text") and r.get("text_wikipedia")][:60]
+    corpus = tmp_path / "companies.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in picked))
+    res = run_companies(CompaniesJob(corpus=str(corpus), cache_dir=str(tmp_path / "cache"), depth=10),
+                        plot_out=str(tmp_path / "map.png"), json_out=str(tmp_path / "c.json"))
+    methods = [r["method"] for r in res.payload["rows"]]
+    assert methods[:2] == ["bm25", "identity"]
+    assert {"similar-company", "aspect:sector", "aspect:industry", "pu-head (re-ranks identity top 10)"} <= set(methods)
+    for r in res.payload["rows"]:
+        for aspect in ("industry", "sector"):
+            assert 0 <= r[aspect]["p@10"] <= 1 and r[aspect]["seeds"] > 0
+    cross = {(c["source"], c["method"]) for c in res.payload["cross_source"]}
+    assert ("wikipedia", "identity") in cross and ("wikipedia", "bm25") in cross
+    assert (tmp_path / "map.png").stat().st_size > 0 and json.loads((tmp_path / "c.json").read_text())["companies"] == 60
