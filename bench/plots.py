@@ -14,7 +14,7 @@ import numpy as np
 from ..encoder.relations import Operator, normalize
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
-           "#bab0ac")
+           "#bab0ac", "#1b1b1b")  # 11 distinct colours: one per GICS sector
 
 
 def figure(ncols: int = 1, *, width: float = 6.5, height: float = 4.5):

@@ -238,7 +238,8 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
         history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5)})
         if np.isnan(score) or stopper.improved(score):
             best = (W.detach().clone(), b.detach().clone())
-        stopper.update(score, epoch) if not np.isnan(score) else None
+        if not np.isnan(score):
+            stopper.update(score, epoch)
         bar.update(1)
         bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", dev_p10=f"{score:.3f}")
         if checkpoint:
