@@ -110,8 +110,9 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
 
     Runs inside ``publish``, under the writer lock that every generation is created under, so no
     other writer of this index can be half-way through one: whatever is not published is debris
-    (the writer's pid in the name is only for people reading the folder). Readers still using a
-    removed generation keep answering from their open files.
+    (the writer's pid in the name is only for people reading the folder). A generation a reader is
+    opening right now (shared lock on its manifest) is left for the next write; readers that have
+    opened a removed generation keep answering from their open files.
     """
     gens = generations_dir(target)
     current = Path(os.path.realpath(target)) if target.is_symlink() else None
@@ -126,7 +127,20 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
             if _unlocked(gen / "lock"):
                 shutil.rmtree(gen, ignore_errors=True)
             continue
-        shutil.rmtree(gen, ignore_errors=True)
+        if not _being_opened(gen):  # else a reader is opening it: the next write removes it
+            shutil.rmtree(gen, ignore_errors=True)
+
+
+def _being_opened(gen: Path) -> bool:
+    """True while a reader holds ``gen``'s manifest under a shared lock (see :func:`_open`)."""
+    try:
+        with open(gen / MANIFEST, "rb") as f:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+    except BlockingIOError:
+        return True
+    except OSError:  # no manifest: debris nothing can open
+        return False
 
 
 @contextlib.contextmanager
@@ -296,6 +310,12 @@ def _open(path: Path) -> IndexFiles:
     manifest_path = root / MANIFEST
     if not manifest_path.is_file():
         raise FileNotFoundError(f"{path} is not a relsearch index (no {MANIFEST})")
+    with open(manifest_path, "rb") as guard:
+        fcntl.flock(guard, fcntl.LOCK_SH)  # writers do not remove a generation while a reader opens it
+        return _open_locked(path, root)
+
+
+def _open_locked(path: Path, root: Path) -> IndexFiles:
     manifest = read_manifest(root)
     if manifest.get("format") != FORMAT:
         raise ValueError(f"{path}: unsupported index format {manifest.get('format')!r} (expected {FORMAT})")
