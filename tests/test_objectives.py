@@ -142,3 +142,25 @@ def test_aspect_sector_beats_identity_on_russell3000(tmp_path):
     m = bundle.operators["aspect:gics_sector"].info["metrics"]
     print(m)
     assert m["trained"]["p@10"] > m["identity"]["p@10"]
+
+
+def test_gradient_caching_gives_the_full_batch_gradient():
+    import torch
+
+    from relsearch.encoder.training.finetune import TrainableEncoder, chunked_backward
+
+    enc = TrainableEncoder("all-MiniLM-L6-v2", max_length=16, precision="fp32")
+    enc.train(False)  # no dropout: the two passes are then comparable bit for bit in fp32
+    heads = ["a cat sits", "stocks fell", "rain tomorrow", "the bank raised rates"]
+    tails = ["a kitten rests", "markets dropped", "showers expected", "interest rates went up"]
+
+    def loss_fn(h, t):
+        logits = torch.nn.functional.normalize(h, dim=-1) @ torch.nn.functional.normalize(t, dim=-1).T / 0.05
+        return torch.nn.functional.cross_entropy(logits, torch.arange(len(h)))
+
+    weight = enc.model.encoder.layer[0].attention.self.query.weight
+    loss_fn(enc(heads), enc(tails)).backward()
+    full = weight.grad.clone()
+    weight.grad = None
+    chunked_backward(enc, [heads, tails], loss_fn, chunk=1)
+    torch.testing.assert_close(weight.grad, full, rtol=1e-4, atol=1e-6)

@@ -1,7 +1,7 @@
 """A trainable encoder for the objectives that fine-tune weights (RSE joint, PU, distillation).
 
 :class:`TrainableEncoder` is the inference :class:`~relsearch.encoder.model.Encoder`'s model and
-pooling as a ``torch.nn.Module`` in fp32 (autocast to bf16 on AMX CPUs / fp16 on CUDA for speed).
+pooling with gradients, weights in fp32 (autocast to bf16 on AMX CPUs / fp16 on CUDA for speed).
 :func:`chunked_backward` is gradient caching (Gao et al., 2021): the embeddings of a large batch
 are computed without graphs, the loss is back-propagated to the embeddings only, then each chunk
 is re-encoded with a graph and receives its slice of the embedding gradient — a batch of any size
