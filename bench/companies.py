@@ -85,7 +85,7 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
         unit = normalize(h)
         for name, op in sorted(bundle.operators.items(), key=lambda kv: (kv[0] != "identity", kv[0])):
             q = op.apply(h)
-            methods.append((prefix + name, q @ unit.T))
+            methods.append((prefix + name, q @ op.documents(unit).T))
             views[prefix + name] = q
         for name, head in sorted(bundle.heads.items()):
             methods.append((f"{prefix}{name} (re-ranks identity top {job.depth})",
@@ -146,7 +146,7 @@ def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob, *, wi
         h_q = raw_vectors(bundle, queries, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
         scorers = {"bm25": np.vstack([bm25.scores(queries[s:s + 256]) for s in range(0, len(queries), 256)])} \
             if with_bm25 else {}
-        scorers.update({name: op.apply(h_q) @ unit.T for name, op in ops.items()})
+        scorers.update({name: op.apply(h_q) @ op.documents(unit).T for name, op in ops.items()})
         for method, scores in scorers.items():
             own = scores[np.arange(len(idx)), idx]
             rank = 1 + (scores > own[:, None]).sum(axis=1)  # optimistic ties: BM25 zeros rarely tie the gold

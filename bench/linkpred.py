@@ -196,7 +196,7 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
     if method == "bm25":
         return bm25.scores([it.query for it in items])
     h = np.stack([cands.raw[it.query] for it in items])
-    return op.apply(h) @ cands.unit.T
+    return op.apply(h) @ op.documents(cands.unit).T
 
 
 def _rank(method, items, cands, bm25, op, columns, chunk) -> tuple[Ranks, Ranks]:

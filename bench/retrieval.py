@@ -114,8 +114,8 @@ def run_retrieval(job: RetrievalJob, *, json_out: str | None = None, plot_out: s
     bm25 = BM25(texts)
     rows = [dict(method="bm25", **evaluate(lambda a, b: bm25.scores(texts[a:b]), labels, job.k, chunk=job.chunk))]
     for name, op in ops.items():
-        q = op.apply(h)
-        rows.append(dict(method=name, **evaluate(lambda a, b, q=q: q[a:b] @ unit.T, labels, job.k, chunk=job.chunk)))
+        q, docs = op.apply(h), op.documents(unit)
+        rows.append(dict(method=name, **evaluate(lambda a, b, q=q, docs=docs: q[a:b] @ docs.T, labels, job.k, chunk=job.chunk)))
     payload = {"protocol": PROTOCOL, "aspect": job.aspect, "split": job.split, "k": job.k, "counts": counts,
                "rows": rows}
     title = f"same-{job.aspect} retrieval: {job.corpus} (split {job.split}, {counts['pool']} documents)"

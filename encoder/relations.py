@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-KINDS = ("identity", "translation", "linear")
+KINDS = ("identity", "translation", "linear", "projection")
 
 
 def normalize(x: np.ndarray) -> np.ndarray:
@@ -23,7 +23,10 @@ class Operator:
     """A named relation operator.
 
     kind ``identity``: q = ĥ;  ``translation``: q = normalize(h + r);
-    ``linear``: q = normalize(h Wᵀ + b).  ``params`` holds ``r`` or ``W``/``b`` as float32 arrays.
+    ``linear``: q = normalize(h Wᵀ + b);  ``projection``: q = normalize(h Pᵀ) on *both* sides — the
+    documents searched are normalize(t̂ Pᵀ) too (:meth:`documents`), so such an operator is searched
+    in its own projected copy of the index (design.md §3: maps on both sides do not collapse).
+    ``params`` holds ``r``, ``W``/``b`` or ``P`` as float32 arrays.
     """
 
     name: str
@@ -35,7 +38,7 @@ class Operator:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"operator {self.name!r}: unknown kind {self.kind!r}; choose one of {', '.join(KINDS)}")
-        needed = {"identity": set(), "translation": {"r"}, "linear": {"W", "b"}}[self.kind]
+        needed = {"identity": set(), "translation": {"r"}, "linear": {"W", "b"}, "projection": {"P"}}[self.kind]
         missing = needed - set(self.params)
         if missing:
             raise ValueError(f"operator {self.name!r} ({self.kind}) lacks parameters {sorted(missing)}")
@@ -44,9 +47,14 @@ class Operator:
     def dim(self) -> int | None:
         if self.kind == "translation":
             return int(self.params["r"].shape[0])
-        if self.kind == "linear":
-            return int(self.params["W"].shape[1])
+        if self.kind in ("linear", "projection"):
+            return int(self.params["W" if self.kind == "linear" else "P"].shape[1])
         return None
+
+    @property
+    def both_sides(self) -> bool:
+        """True when documents must be transformed too (:meth:`documents` is not the identity)."""
+        return self.kind == "projection"
 
     def apply(self, h: np.ndarray) -> np.ndarray:
         """(n, d) raw vectors → (n, d) unit query vectors."""
@@ -55,7 +63,17 @@ class Operator:
             h = h + self.params["r"]
         elif self.kind == "linear":
             h = h @ self.params["W"].T + self.params["b"]
+        elif self.kind == "projection":
+            h = h @ self.params["P"].T
         return normalize(h)
+
+    def documents(self, unit: np.ndarray) -> np.ndarray:
+        """The document side of the score: unit vectors t̂ (n, d) as this operator compares them.
+
+        Query-side operators leave documents alone; a projection maps them like queries
+        (normalize(P t̂) = normalize(P h_t): the norm of h does not matter, no bias).
+        """
+        return normalize(np.asarray(unit, dtype=np.float32) @ self.params["P"].T) if self.both_sides else unit
 
 
 IDENTITY = Operator(name="identity", kind="identity", description="plain cosine similarity (no relation)")
@@ -82,6 +100,9 @@ def mixture_query(operators: dict[str, Operator], h: np.ndarray, weights: dict[s
     Not renormalised, so scores stay the exact weighted sum of per-relation cosines.
     """
     q = np.zeros_like(np.asarray(h, dtype=np.float32))
+    for name in weights:
+        if lookup(operators, name).both_sides and len(weights) > 1:
+            raise ValueError(f"{name!r} projects documents too (its own index); query it alone, not in a mixture")
     for name, w in weights.items():
         q += np.float32(w) * lookup(operators, name).apply(h)
     return q

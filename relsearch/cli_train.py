@@ -19,7 +19,7 @@ ONLY_FOR = {
     "operator": ("rse",), "negatives": ("rse",), "candidates": ("rse",), "relation_lr": ("rse",), "eval_every": ("rse",),
     "max_candidates": ("rse", "aspect"),
     "relations": ("rse", "transition"),
-    "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",),
+    "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",), "project": ("aspect",),
     "text_field": ("aspect", "distill"),
     "lambda_": ("transition",), "off_temperature": ("transition",), "group_field": ("transition",),
     "max_sentences": ("distill",),
@@ -67,6 +67,8 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--combine", type=click.Choice(["separate", "union", "intersection"]), default=None,
               help="aspect: one operator per field, or one for sharing any / all of them")
 @click.option("--split-field", default=None, help="aspect: field of DATA naming each row's split (train/dev/test)")
+@click.option("--project", is_flag=True, default=None,
+              help="aspect: learn a both-sides projection (documents projected too; searched in its own index)")
 @click.option("--text-field", default=None, help="aspect/distill: the text field of DATA (default text)")
 @click.option("--lambda", "lambda_", type=float, default=None, help="transition: weight of the diagonal term")
 @click.option("--off-temperature", type=float, default=None,

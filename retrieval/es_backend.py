@@ -56,6 +56,8 @@ class EsSearcher:
                              "for Elasticsearch use --num-candidates")
         if not queries:
             return []
+        if self.searcher.projection_of(queries):
+            raise QueryError("projection operators search their own projected index: use the FAISS backend")
         _, qv = self.searcher.query_vectors(queries, filters)
         texts = self._texts(queries) if self.options.hybrid else None
         from ..indexer.elastic import display_url, reported

@@ -91,6 +91,7 @@ class Searcher:
         self.exact_subset_max = exact_subset_max
         self.gpu_facts = gpu_facts if gpu_facts is not None else gpu.detect()
         self._gpu = None
+        self._projected: dict[str, np.ndarray] = {}  # projection operator → its projected document vectors
 
     @property
     def encoder(self) -> Encoder:
@@ -166,11 +167,43 @@ class Searcher:
                explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
         """Top-k hits per query (never the query document itself). ``params`` overrides the
         index's tuned search parameters for this call (indexer/ann.py)."""
+        projection = self.projection_of(queries)
         h, qv = self.query_vectors(queries, filters)
         subset = np.asarray(self.files.docstore.matching(filters), dtype=np.int64) if filters else None
         # one extra candidate per query so that dropping the query document still leaves k
-        result = self.ann(qv, k + 1, subset=subset, params=params)
+        if projection:
+            result = self.projected_search(projection, qv, k + 1, subset)
+        else:
+            result = self.ann(qv, k + 1, subset=subset, params=params)
         return self.hits(result, queries, k, h if explain else None)
+
+    def projection_of(self, queries: list[Query]) -> str | None:
+        """The projection operator these queries search with (each alone), or None."""
+        names = {n for q in queries for n in q.relations if lookup(self.operators, n).both_sides}
+        if not names:
+            return None
+        if len(names) > 1 or any(set(q.relations) != names for q in queries):
+            raise QueryError(f"{', '.join(sorted(names))}: a projection maps documents too and is searched in its "
+                             "own projected index, so query it alone, not mixed with other relations")
+        return names.pop()
+
+    def projected_search(self, name: str, qv: np.ndarray, k: int, subset: np.ndarray | None = None) -> SearchResult:
+        """Exact search of normalize(P h_q) among normalize(P t̂) for projection operator ``name``.
+
+        The projected copy of the index is built in memory from the stored unit vectors on first
+        use (n × d × d operations), then reused; deleted documents never come back.
+        """
+        if name not in self._projected:
+            op, vectors = lookup(self.operators, name), self.files.vectors
+            self._projected[name] = np.concatenate(
+                [op.documents(np.asarray(vectors[i:i + 65536])) for i in range(0, len(vectors), 65536)]
+                or [np.zeros((0, op.dim), np.float32)])
+        if subset is None:
+            live = self.files.live()
+            subset = None if live is None else np.flatnonzero(live.mask)
+        else:
+            subset = np.setdiff1d(subset, self.files.deleted)
+        return ann.exact_search(self._projected[name], qv, k, subset)
 
     def hits(self, result: SearchResult, queries: list[Query], k: int, h: np.ndarray | None = None) -> list[list[Hit]]:
         """Attach docstore fields to ``result`` (one fetch per batch); drop each query's own
@@ -225,7 +258,7 @@ class Searcher:
 
     def _explain(self, h: np.ndarray, hits: list[Hit], positions: list[int]) -> list[Hit]:
         t = np.asarray(self.files.vectors[positions]) if positions else np.zeros((0, len(h)), np.float32)
-        per_op = {name: (op.apply(h[None])[0] @ t.T) for name, op in sorted(self.operators.items())}
+        per_op = {name: (op.apply(h[None])[0] @ op.documents(t).T) for name, op in sorted(self.operators.items())}
         return [Hit(hit.id, hit.score, hit.text, hit.metadata, {name: s[j] for name, s in per_op.items()})
                 for j, hit in enumerate(hits)]
 
@@ -234,4 +267,4 @@ def score_pair(bundle: Bundle, encoder: Encoder, text_a: str, text_b: str) -> di
     """cos(op(h_a), t̂_b) for every operator in the bundle (the RSE case-study view)."""
     h = encoder.encode([text_a, text_b]).vectors
     t = h[1] / max(np.linalg.norm(h[1]), 1e-12)
-    return {name: float(op.apply(h[:1])[0] @ t) for name, op in sorted(bundle.operators.items())}
+    return {name: float(op.apply(h[:1])[0] @ op.documents(t[None])[0]) for name, op in sorted(bundle.operators.items())}

@@ -164,3 +164,31 @@ def test_gradient_caching_gives_the_full_batch_gradient():
     weight.grad = None
     chunked_backward(enc, [heads, tails], loss_fn, chunk=1)
     torch.testing.assert_close(weight.grad, full, rtol=1e-4, atol=1e-6)
+
+
+def test_projection_aspect_is_searched_exactly_in_its_projected_index(tmp_path, companies, small_index, encoder):
+    from relsearch.encoder.bundle import Bundle
+    from relsearch.encoder.relations import normalize
+    from relsearch.retrieval.search import Query, QueryError, Searcher
+
+    corpus, cache = companies
+    config = AspectConfig(aspects=("gics_sector",), split_field="split", epochs=2, project=True, progress=False,
+                          cache_dir=cache)
+    trained, _ = train_aspects([corpus], config=config)
+    op = trained.operators["aspect:gics_sector"]
+    assert op.kind == "projection" and op.both_sides and set(op.params) == {"P"}
+    assert op.info["metrics"]["trained"]["p@10"] > 0
+    path = Bundle(encoder=dict(encoder.identity), operators={op.name: op}).save(tmp_path / "proj")
+    searcher = Searcher(str(small_index), model=str(path))
+    hits = searcher.search([Query(doc_id="MMM", relations={op.name: 1.0})], k=5, explain=True)[0]
+    # brute force over every stored document: cos(P h_q, P t), the query document excluded
+    unit = np.asarray(searcher.files.vectors)
+    docs = searcher.files.docstore.get(list(range(len(unit))))
+    q = op.apply(unit[[p for p in range(len(unit)) if docs[p]["id"] == "MMM"]])[0]
+    scores = normalize(unit @ op.params["P"].T) @ q
+    order = [docs[p]["id"] for p in np.argsort(-scores) if docs[p]["id"] != "MMM"][:5]
+    assert [h.id for h in hits] == order
+    assert hits[0].score == pytest.approx(float(np.sort(scores)[-2]), abs=1e-5)
+    assert hits[0].explain[op.name] == pytest.approx(hits[0].score, abs=1e-5)
+    with pytest.raises(QueryError, match="alone"):
+        searcher.search([Query(doc_id="MMM", relations={op.name: 0.5, "identity": 0.5})], k=5)

@@ -12,6 +12,9 @@ Regimes:
   start, so epoch 0 is identity), trained on cached vectors with a multi-positive contrastive loss
   over the whole training table: −log Σ_{p relevant} e^{cos(Wh, t_p)/τ} / Σ_m e^{cos(Wh, t_m)/τ}.
   Documents in an index are unchanged, so the index stays valid.
+- ``adapter`` with ``project`` — a both-sides projection P (identity start, no bias): the score is
+  cos(P h_q, P h_t), so documents change too; the searcher builds the projected copy of the index
+  (normalize(P t̂) for every stored t̂) on first use and searches it exactly (kind ``projection``).
 - ``joint`` — the encoder itself is fine-tuned (AspectCSE proper): anchor, one positive, one hard
   negative (different label) per item, the batch's other positives and negatives as in-batch
   negatives, same-label items masked out of each other's negatives; gradient caching for big
@@ -32,7 +35,7 @@ import numpy as np
 
 from ..bundle import Bundle, load_bundle
 from ..metrics import aspect_retrieval_metrics
-from ..relations import Operator, normalize
+from ..relations import IDENTITY, Operator, normalize
 from .cache import _tqdm, encode_cached
 from .data import Labelled, read_labelled
 from .loop import Checkpoint, EarlyStopping, seed_everything
@@ -55,6 +58,7 @@ class AspectConfig:
     lr: float | None = None  # adapter 3e-3, joint (encoder) 2e-5
     temperature: float = 0.05
     max_candidates: int = 8192
+    project: bool = False  # adapter: a both-sides projection P (searched in its own projected index)
     max_length: int = 128  # joint: tokens per description while fine-tuning
     chunk: int = 32  # joint: texts per gradient-cache chunk
     seed: int = 13
@@ -71,6 +75,9 @@ class AspectConfig:
             raise ValueError(f"unknown regime {self.regime!r}; choose one of {', '.join(REGIMES)}")
         if self.combine != "separate" and len(self.aspects) < 2:
             raise ValueError(f"--combine {self.combine} needs at least two --aspect fields")
+        if self.project and self.regime == "joint":
+            raise ValueError("--project learns a projection on a frozen encoder (adapter regime); the joint regime "
+                             "already changes documents and queries alike")
         if self.regime == "joint" and self.combine == "separate" and len(self.aspects) > 1:
             raise ValueError("the joint regime fine-tunes one encoder: train one aspect, or combine them "
                              "(--combine union|intersection)")
@@ -130,9 +137,9 @@ def _load(files, config: AspectConfig, split: str | None = None) -> list[Labelle
     return docs
 
 
-def _metrics(apply, vectors: np.ndarray, docs, fields, combine) -> dict:
-    q, unit = apply(vectors), normalize(vectors)
-    m = aspect_retrieval_metrics(lambda a, b: q[a:b] @ unit.T, relevance(docs, fields, combine), K)
+def _metrics(op: Operator, vectors: np.ndarray, docs, fields, combine) -> dict:
+    q, d = op.apply(vectors), op.documents(normalize(vectors))
+    m = aspect_retrieval_metrics(lambda a, b: q[a:b] @ d.T, relevance(docs, fields, combine), K)
     return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in m.items()}
 
 
@@ -180,20 +187,23 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
     raw = torch.from_numpy(vec["train"])
     unit = F.normalize(raw, dim=-1)
     d = raw.shape[1]
-    W, b = torch.eye(d).requires_grad_(), torch.zeros(d).requires_grad_()
-    opt = torch.optim.Adam([W, b], lr=config.learning_rate)
+    # --project: P on both sides, no bias (normalize(P t̂) must not depend on ‖h_t‖); else query-side W h + b
+    W, b = torch.eye(d).requires_grad_(), torch.zeros(d).requires_grad_(not config.project)
+    opt = torch.optim.Adam([W, b] if not config.project else [W], lr=config.learning_rate)
+    kind = "projection" if config.project else "linear"
     anchors = np.array([i for i in range(len(train)) if relevant_to(i).sum() > 1])  # has a positive besides itself
     if not len(anchors):
         raise ValueError(f"{name}: no training document shares its label with another one")
 
-    def apply_np(h):
-        with torch.no_grad():
-            return F.normalize(torch.from_numpy(h) @ W.T + b, dim=-1).numpy()
+    def current(W_, b_) -> Operator:
+        params = {"P": W_.detach().numpy().copy()} if config.project else \
+            {"W": W_.detach().numpy().copy(), "b": b_.detach().numpy().copy()}
+        return Operator(name=name, kind=kind, params=params)
 
     def dev_score() -> float:
         if len(splits["dev"]) < 2:
             return float("nan")
-        return _metrics(apply_np, vec["dev"], splits["dev"], fields, combine)[f"p@{K}"]
+        return _metrics(current(W, b), vec["dev"], splits["dev"], fields, combine)[f"p@{K}"]
 
     stopper, start_epoch, history = EarlyStopping(config.patience), 1, []
     best = (W.detach().clone(), b.detach().clone())
@@ -225,7 +235,8 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
                 cand = torch.from_numpy(np.unique(np.concatenate(
                     [rng.choice(len(train), config.max_candidates, replace=False), pos, batch])))
             q = F.normalize(raw[batch] @ W.T + b, dim=-1)
-            logits = (q @ unit[cand].T) / config.temperature
+            docs = F.normalize(unit[cand] @ W.T, dim=-1) if config.project else unit[cand]
+            logits = (q @ docs.T) / config.temperature
             self_mask = cand[None, :] == torch.from_numpy(batch)[:, None]
             logits = logits.masked_fill(self_mask, float("-inf"))
             rel_c = rel[:, cand]
@@ -246,8 +257,9 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
             checkpoint.save({"operator": name, "epoch": epoch, "history": history, "stopper": stopper.state()},
                             {"W": W, "b": b, "best_W": best[0], "best_b": best[1]}, opt)
     bar.close()
-    op = Operator(name=name, kind="linear", description=_describe(fields, combine),
-                  params={"W": best[0].numpy().astype(np.float32), "b": best[1].numpy().astype(np.float32)})
+    op = current(*best)
+    op.description = _describe(fields, combine) + (" (projection: documents too, its own index)"
+                                                   if config.project else "")
     op.info = _op_info(op, splits, vec, fields, combine, config, {
         "epochs_run": len(history), "best_epoch": stopper.best_step, "seconds": round(time.time() - t0, 1),
         f"dev_p@{K}": stopper.best, "history": history})
@@ -263,8 +275,8 @@ def _op_info(op, splits, vec, fields, combine, config, training: dict) -> dict:
     metrics = {"split": "test", "protocol": f"AspectCSE same-label retrieval on the test documents, k = {K}",
                "metric": f"p@{K}"}
     if len(splits["test"]) >= 2:
-        for label, apply in (("trained", op.apply), ("identity", normalize)):
-            m = _metrics(apply, vec["test"], splits["test"], fields, combine)
+        for label, scorer in (("trained", op), ("identity", IDENTITY)):
+            m = _metrics(scorer, vec["test"], splits["test"], fields, combine)
             metrics["queries"], metrics["candidates"] = m.pop("seeds"), len(splits["test"])
             m.pop("seeds_without_relevant")
             metrics[label] = m
@@ -303,7 +315,7 @@ def _train_joint(splits, fields, combine, config: AspectConfig, base_bundle: Bun
         if len(splits["dev"]) < 2:
             return float("nan")
         v = encoder.embed([d.text for d in splits["dev"]])
-        return _metrics(normalize, v, splits["dev"], fields, combine)[f"p@{K}"]
+        return _metrics(IDENTITY, v, splits["dev"], fields, combine)[f"p@{K}"]
 
     resumed = checkpoint.load() if checkpoint else None
     best_state = None
@@ -379,7 +391,7 @@ def _train_joint(splits, fields, combine, config: AspectConfig, base_bundle: Bun
 
         base = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=encoder.max_length))
         h = base.encode([d.text for d in splits["test"]]).vectors
-        op.info["metrics"]["identity"] = _strip(_metrics(normalize, h, splits["test"], fields, combine))
+        op.info["metrics"]["identity"] = _strip(_metrics(IDENTITY, h, splits["test"], fields, combine))
         op.info["metrics"]["identity_note"] = "identity = the base encoder before fine-tuning"
     # the base bundle's other operators were trained for the old encoder: they do not carry over
     operators = {"identity": base_bundle.operators["identity"], name: op}
