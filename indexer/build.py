@@ -66,6 +66,30 @@ def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts
     return info
 
 
+def projection_key(P: np.ndarray) -> str:
+    """Identifies a projection's weights, so a stored projected index is only used with the same P."""
+    import hashlib
+
+    return hashlib.sha256(np.ascontiguousarray(P, dtype=np.float32).tobytes()).hexdigest()[:16]
+
+
+def write_projections(gen: Path, vectors: np.ndarray, projections: dict[str, np.ndarray], *,
+                      block: int = 65536) -> dict:
+    """``projection-<i>.npy`` = normalize(t̂ Pᵀ) for each projection operator (design.md §3: a map on
+    both sides needs its own index); returns the manifest's ``projections`` section."""
+    out = {}
+    for i, (name, P) in enumerate(sorted(projections.items())):
+        fname = f"projection-{i}.npy"
+        proj = np.lib.format.open_memmap(gen / fname, mode="w+", dtype=np.float32, shape=(len(vectors), P.shape[0]))
+        for start in range(0, len(vectors), block):
+            rows = np.asarray(vectors[start:start + block], dtype=np.float32) @ P.T
+            proj[start:start + block] = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+        proj.flush()
+        del proj
+        out[name] = {"file": fname, "key": projection_key(P)}
+    return out
+
+
 def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec: FaissSpec = FaissSpec(),
                      facts: GpuFacts | None = None) -> dict:
     """``vectors.npy`` + ``docstore.sqlite`` + ``index.faiss`` for exactly ``n`` documents.

@@ -78,7 +78,8 @@ def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[dict, Mutatio
 
 def _manifest(src: store.IndexFiles, *, counts: dict, run: dict, faiss_info: dict | None = None,
               fields: Iterable[str] = ()) -> dict:
-    manifest = {k: v for k, v in src.manifest.items() if k not in ("format", "version", "created_at")}
+    # projected copies (write_projections) are not carried into the new generation: queries derive them
+    manifest = {k: v for k, v in src.manifest.items() if k not in ("format", "version", "created_at", "projections")}
     manifest["counts"] = counts
     manifest["runs"] = (list(src.manifest.get("runs", [])) + [{**run, "at": store.utc_now()}])[-MAX_RUNS_KEPT:]
     if faiss_info is not None:

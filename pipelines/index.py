@@ -30,7 +30,7 @@ from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.model import Encoder, EncoderConfig
 from ..indexer import faults, mutations, store
 from ..indexer import records as rec
-from ..indexer.build import write_generation
+from ..indexer.build import write_generation, write_projections
 from ..indexer.es_mirror import EsTarget, mirrors_for
 from ..indexer.faiss_index import DEFAULT_FACTORY, FaissSpec
 from ..indexer.tuning import AutoPolicy
@@ -400,6 +400,10 @@ def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], in
                 "input": run["input"],
                 "dim": parts["dim"],
             }
+            projections = {n: op.params["P"] for n, op in bundle.operators.items() if op.both_sides}
+            if projections:  # the bundle's both-sides operators get their projected copy of the index
+                vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
+                manifest["projections"] = write_projections(gen, vectors, projections)
             report.backends = store.commit(job.index, gen, manifest, mirrors)
         except BaseException:
             shutil.rmtree(gen, ignore_errors=True)  # the published index, if any, is untouched

@@ -8,6 +8,7 @@ excluded by an id selector and never come back.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -17,6 +18,7 @@ from ..encoder.model import Encoder, EncoderConfig, resolve_model_path, weights_
 from ..encoder.relations import lookup, mixture_query
 from ..indexer import ann, gpu
 from ..indexer.ann import SearchResult
+from ..indexer.build import projection_key
 from ..indexer.store import IndexFiles, open_index
 
 EXACT_SUBSET_MAX = 10_000  # a filter matching at most this many documents is searched exactly
@@ -194,16 +196,23 @@ class Searcher:
         use (n × d × d operations), then reused; deleted documents never come back.
         """
         if name not in self._projected:
-            op, vectors = lookup(self.operators, name), self.files.vectors
-            self._projected[name] = np.concatenate(
-                [op.documents(np.asarray(vectors[i:i + 65536])) for i in range(0, len(vectors), 65536)]
-                or [np.zeros((0, op.dim), np.float32)])
+            self._projected[name] = self._projected_vectors(name)
         if subset is None:
             live = self.files.live()
             subset = None if live is None else np.flatnonzero(live.mask)
         else:
             subset = np.setdiff1d(subset, self.files.deleted)
         return ann.exact_search(self._projected[name], qv, k, subset)
+
+    def _projected_vectors(self, name: str) -> np.ndarray:
+        """normalize(t̂ Pᵀ) for every stored t̂: the copy `relsearch index` wrote for this P, else built here."""
+        op, vectors = lookup(self.operators, name), self.files.vectors
+        stored = self.files.manifest.get("projections", {}).get(name, {})
+        if stored.get("key") == projection_key(op.params["P"]) and re.fullmatch(r"projection-\d+\.npy",
+                                                                               stored.get("file", "")):
+            return np.load(self.files.root / stored["file"], mmap_mode="r", allow_pickle=False)
+        return np.concatenate([op.documents(np.asarray(vectors[i:i + 65536])) for i in range(0, len(vectors), 65536)]
+                              or [np.zeros((0, op.dim), np.float32)])
 
     def hits(self, result: SearchResult, queries: list[Query], k: int, h: np.ndarray | None = None) -> list[list[Hit]]:
         """Attach docstore fields to ``result`` (one fetch per batch); drop each query's own

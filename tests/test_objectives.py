@@ -166,7 +166,8 @@ def test_gradient_caching_gives_the_full_batch_gradient():
     torch.testing.assert_close(weight.grad, full, rtol=1e-4, atol=1e-6)
 
 
-def test_projection_aspect_is_searched_exactly_in_its_projected_index(tmp_path, companies, small_index, encoder):
+def test_projection_aspect_is_searched_exactly_in_its_projected_index(tmp_path, companies, small_index, small_corpus,
+                                                                     encoder):
     from relsearch.encoder.bundle import Bundle
     from relsearch.encoder.relations import normalize
     from relsearch.retrieval.search import Query, QueryError, Searcher
@@ -192,3 +193,15 @@ def test_projection_aspect_is_searched_exactly_in_its_projected_index(tmp_path, 
     assert hits[0].explain[op.name] == pytest.approx(hits[0].score, abs=1e-5)
     with pytest.raises(QueryError, match="alone"):
         searcher.search([Query(doc_id="MMM", relations={op.name: 0.5, "identity": 0.5})], k=5)
+
+    # `relsearch index` with this bundle writes the projected copy; queries then read it from disk
+    from relsearch.pipelines.index import IndexJob, run_index
+
+    target = tmp_path / "projected-index"
+    run_index(IndexJob(input=str(small_corpus), index=str(target), model=str(path), progress=False))
+    indexed = Searcher(str(target), model=str(path))
+    stored = indexed.files.manifest["projections"][op.name]
+    assert (indexed.files.root / stored["file"]).is_file() and stored["file"] in indexed.files.manifest["files"]
+    assert isinstance(indexed._projected_vectors(op.name), np.memmap)
+    again = indexed.search([Query(doc_id="MMM", relations={op.name: 1.0})], k=5)[0]
+    assert [h.id for h in again] == [h.id for h in hits]
