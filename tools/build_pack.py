@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import sys
 import tempfile
 import time
@@ -239,11 +238,11 @@ def _write(prepared: dict, folder: Path) -> dict[str, list[str]]:
 
 
 def write_pack(bundle, folder: Path) -> None:
-    """Save the bundle and its MODEL_CARD.md (world-readable: it ships inside the package)."""
-    from relsearch.encoder.training.card import CARD, render_model_card
+    """Save the bundle and its MODEL_CARD.md aside and swap them in (world-readable: it ships inside the package)."""
+    from relsearch.encoder.training.card import render_model_card
+    from relsearch.encoder.training.loop import write_bundle
 
-    bundle.save(folder)
-    (folder / CARD).write_text(render_model_card(bundle, title="relsearch default relation pack", notes=[
+    write_bundle(bundle, folder, card=render_model_card(bundle, title="relsearch default relation pack", notes=[
         f"Built by `python {bundle.info['preparation']}` in {bundle.info['build_seconds']} s wall time on 2 CPU "
         "cores (including the encoding of texts not yet in the vector cache); see tools/build_pack.py for the "
         "preparation.",
@@ -307,15 +306,7 @@ def main(argv: list[str] | None = None) -> int:
                               for r in bundle.operators if r in SOURCES}
     bundle.info["preparation"] = "tools/build_pack.py " + " ".join(sys.argv[1:] if argv is None else argv)
     bundle.info["build_seconds"] = round(time.time() - t0)
-    aside = out.with_name(out.name + ".building")
-    shutil.rmtree(aside, ignore_errors=True)
-    write_pack(bundle, aside)
-    old = out.with_name(out.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    if out.exists():
-        out.rename(old)
-    aside.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    write_pack(bundle, out)
     print("\n".join(summary_lines(bundle)))
     print(f"pack written to {out} in {time.time() - t0:.0f} s")
     return 0

@@ -61,6 +61,21 @@ def read_triples(path: str | os.PathLike) -> list[Triple]:
     return out
 
 
+def relations_to_train(loaded: dict[str, list[Triple]], wanted=None) -> list[str]:
+    """The relations to train (``wanted``, default every relation of ``loaded["train"]``), after
+    checking that each wanted relation and each dev/test triple's relation has training triples."""
+    known = sorted({t.relation for t in loaded["train"]})
+    for name in wanted or ():
+        if name not in known:
+            raise ValueError(f"relation {name!r} is not in the training data; known: {', '.join(known)}")
+    for split in ("dev", "test"):
+        for t in loaded.get(split, ()):
+            if t.relation not in known:
+                raise ValueError(f"{t.where}: relation {t.relation!r} of the {split} triples is not in the "
+                                 f"training data; known: {', '.join(known)}")
+    return list(wanted) if wanted else known
+
+
 @dataclass(frozen=True)
 class Pair:
     a: str

@@ -38,7 +38,7 @@ import numpy as np
 from ..metrics import Ranks, rank_gold, ranking_metrics
 from ..bundle import Bundle
 from .cache import _tqdm, encode_cached
-from .data import Triple, read_triples
+from .data import Triple, read_triples, relations_to_train
 from .loop import Checkpoint
 from ..relations import Operator, normalize
 
@@ -301,23 +301,15 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
     operator and for identity. With ``out`` (the bundle's destination), each finished relation is
     checkpointed in ``OUT.checkpoint`` and a rerun with the same settings resumes after it.
     ``candidates``: more texts every relation's softmax contrasts against (e.g. all entity
-    descriptions of a knowledge graph, the table its tails are later ranked in). A dev/test relation absent from training is an error.
+    descriptions of a knowledge graph, the table its tails are later ranked in). A dev/test
+    relation absent from training is an error.
     """
     if isinstance(train_files, (str, os.PathLike)):
         train_files = [train_files]
     if not train_files:
         raise ValueError("no training files given")
     loaded = {"train": _load(train_files), "dev": _load(dev_files), "test": _load(test_files)}
-    known_names = sorted({t.relation for t in loaded["train"]})
-    wanted = list(config.relations) if config.relations else known_names
-    for name in wanted:
-        if name not in known_names:
-            raise ValueError(f"relation {name!r} is not in the training data; known: {', '.join(known_names)}")
-    for split in ("dev", "test"):
-        for t in loaded[split]:
-            if t.relation not in known_names:
-                raise ValueError(f"{t.where}: relation {t.relation!r} of the {split} triples is not in the "
-                                 f"training data; known: {', '.join(known_names)}")
+    wanted = relations_to_train(loaded, config.relations)
     if encoder is None:
         from ..model import Encoder, EncoderConfig
 

@@ -25,7 +25,7 @@ import numpy as np
 from ..bundle import Bundle, load_bundle
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
-from .data import read_triples
+from .data import read_triples, relations_to_train
 from .loop import Checkpoint, EarlyStopping, seed_everything
 from .rse import PROTOCOL, _Split, _split, _true_tails, link_prediction
 
@@ -100,15 +100,7 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
         train_files = [train_files]
     loaded = {s: [t for f in files for t in read_triples(f)] for s, files in
               (("train", train_files), ("dev", dev_files), ("test", test_files))}
-    names = sorted({t.relation for t in loaded["train"]})
-    wanted = list(config.relations) if config.relations else names
-    for name in wanted:
-        if name not in names:
-            raise ValueError(f"relation {name!r} is not in the training data; known: {', '.join(names)}")
-    for split in ("dev", "test"):
-        for t in loaded[split]:
-            if t.relation not in names:
-                raise ValueError(f"{t.where}: relation {t.relation!r} is not in the training data")
+    wanted = relations_to_train(loaded, config.relations)
     loaded = {s: [t for t in v if t.relation in wanted and t.head != t.tail] for s, v in loaded.items()}
     if not loaded["train"]:
         raise ValueError("no usable training triples")

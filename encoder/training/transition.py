@@ -40,7 +40,7 @@ import numpy as np
 from ..bundle import Bundle, is_bundle, load_bundle
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
-from .data import Triple, iter_jsonl, read_triples
+from .data import Triple, iter_jsonl, read_triples, relations_to_train
 from .loop import Checkpoint, EarlyStopping
 from .rse import PROTOCOL, _Split, _split, _true_tails, link_prediction
 
@@ -318,16 +318,7 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
         raise ValueError("no training files given")
     loaded = {"train": _load(train_files, config.group_field), "dev": _load(dev_files, config.group_field),
               "test": _load(test_files, config.group_field)}
-    known_names = sorted({t.relation for t in loaded["train"]})
-    wanted = list(config.relations) if config.relations else known_names
-    for name in wanted:
-        if name not in known_names:
-            raise ValueError(f"relation {name!r} is not in the training data; known: {', '.join(known_names)}")
-    for split in ("dev", "test"):
-        for t in loaded[split]:
-            if t.relation not in known_names:
-                raise ValueError(f"{t.where}: relation {t.relation!r} of the {split} triples is not in the "
-                                 f"training data; known: {', '.join(known_names)}")
+    wanted = relations_to_train(loaded, config.relations)
     base_bundle = None
     if encoder is None:
         encoder, base_bundle = _encoder_from(base)
