@@ -87,6 +87,16 @@ class Bundle:
         return path
 
 
+def _load_tensors(path: Path) -> dict[str, np.ndarray]:
+    from safetensors import SafetensorError
+    from safetensors.numpy import load_file
+
+    try:
+        return load_file(str(path))
+    except SafetensorError as e:  # e.g. a pickle put in its place: it is never unpickled
+        raise ValueError(f"{path} is not a safetensors file ({e}); refusing to load") from None
+
+
 def is_bundle(path: str | os.PathLike) -> bool:
     return (Path(path) / MANIFEST).is_file()
 
@@ -108,13 +118,15 @@ def load_bundle(ref: str | None = None, *, dim: int | None = None) -> Bundle:
             ref = DEFAULT_MODEL
     if not is_bundle(ref):
         return Bundle(encoder={"model": ref, "dim": dim})
-    from safetensors.numpy import load_file
-
     root = Path(ref)
-    manifest = json.loads((root / MANIFEST).read_text())
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{root}: unsupported bundle format {manifest.get('format')!r} (expected {FORMAT})")
-    tensors = load_file(str(root / TENSORS)) if (root / TENSORS).is_file() else {}
+    try:
+        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"{root / MANIFEST} is not valid JSON ({e.__class__.__name__})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise ValueError(f"{root}: unsupported bundle format {found!r} (expected {FORMAT})")
+    tensors = _load_tensors(root / TENSORS) if (root / TENSORS).is_file() else {}
     operators = {}
     for entry in manifest["operators"]:
         entry = dict(entry)

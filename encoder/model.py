@@ -145,9 +145,16 @@ class Encoder:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per worker process is noise, not progress
+        check_safetensors_weights(self.path)
+        from safetensors import SafetensorError
+
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-            self.model = AutoModel.from_pretrained(self.path, dtype=self.dtype)
+            # safetensors only: pytorch_model.bin is a pickle, which can run code when it is loaded
+            self.model = AutoModel.from_pretrained(self.path, dtype=self.dtype, use_safetensors=True)
+        except SafetensorError as e:
+            raise RuntimeError(f"the weights of encoder {config.model!r} are not a safetensors file ({e}); "
+                               "refusing to load") from None
         except OSError as e:
             raise RuntimeError(
                 f"cannot load encoder {config.model!r}: not a local folder and not reachable on the "
@@ -227,6 +234,17 @@ class Encoder:
             m = mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
         return pooled.to("cpu", torch.float32).numpy()
+
+
+def check_safetensors_weights(path: str) -> None:
+    """Refuse a local model folder whose weights exist only as pickles (``pytorch_model.bin``):
+    relsearch never unpickles weights, so the folder would otherwise fail with a confusing error."""
+    if not os.path.isdir(path) or any(Path(path).glob("*.safetensors")):
+        return
+    pickles = sorted(f.name for f in Path(path).glob("*.bin"))
+    if pickles:
+        raise RuntimeError(f"{path} holds its weights only as {', '.join(pickles)}, which is not a safetensors file; "
+                           "refusing to load (convert it to model.safetensors where you trust its origin)")
 
 
 _FINGERPRINTS: dict[str, str] = {}
