@@ -8,6 +8,7 @@ see docs/indexes.md for the numbers.
 """
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -51,17 +52,33 @@ def write_rows(vectors_out: np.ndarray, docstore: DocStore, blocks: Iterable[Blo
     return pos - start, fields
 
 
+def open_memmap(path: Path, n: int, d: int) -> np.ndarray:
+    """A writable (n, d) float32 ``.npy`` memory map whose disk space is reserved up front: on a full
+    disk this is an OSError, not a SIGBUS at the first write into a hole of a sparse file."""
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, d))
+    with open(path, "r+b") as f:
+        os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+    return out
+
+
 def open_vectors(gen: Path, n: int, d: int) -> np.ndarray:
     """A writable (n, d) float32 ``vectors.npy`` memory map in ``gen``."""
-    return np.lib.format.open_memmap(gen / store.VECTORS_FILE, mode="w+", dtype=np.float32, shape=(n, d))
+    return open_memmap(gen / store.VECTORS_FILE, n, d)
+
+
+def save_faiss(index, path: Path) -> None:
+    """``faiss.write_index`` through a Python file: FAISS's own writer only prints a failed close
+    (a full disk) to stderr and returns, leaving a truncated file; this raises OSError."""
+    import faiss
+
+    with open(path, "wb") as f:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
 
 
 def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts | None = None) -> dict:
     """Build, tune and write ``index.faiss`` from ``vectors``; returns the manifest's faiss section."""
-    import faiss
-
     index, info = build_index(vectors, spec, facts=facts)
-    faiss.write_index(index, str(gen / store.FAISS_FILE))
+    save_faiss(index, gen / store.FAISS_FILE)
     faults.point("build.faiss-written")
     return info
 
@@ -80,7 +97,7 @@ def write_projections(gen: Path, vectors: np.ndarray, projections: dict[str, np.
     out = {}
     for i, (name, P) in enumerate(sorted(projections.items())):
         fname = f"projection-{i}.npy"
-        proj = np.lib.format.open_memmap(gen / fname, mode="w+", dtype=np.float32, shape=(len(vectors), P.shape[0]))
+        proj = open_memmap(gen / fname, len(vectors), P.shape[0])
         for start in range(0, len(vectors), block):
             rows = np.asarray(vectors[start:start + block], dtype=np.float32) @ P.T
             proj[start:start + block] = rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
@@ -136,7 +153,8 @@ def build_published(target: str, blocks: Iterable[Block], *, n: int, d: int, enc
                         "fields": {"id": "id", "text": "text", **(fields or {}), "metadata": parts["metadata_fields"]},
                         "dim": d}
             manifest["backends"] = store.commit(target, gen, manifest, mirrors)
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(gen, ignore_errors=True)
+            store.raise_if_full(e, target)
             raise
     return manifest

@@ -4,13 +4,18 @@ The manifest's ``files`` section names every data file of the generation with it
 sha256. Opening an index checks, before any file is parsed (a damaged FAISS file can crash the
 process, a damaged docstore can return wrong rows):
 
-- every name is a plain file name inside the generation folder (no ``/``, ``..``, symlinks out);
+- the manifest has a ``files`` section (without it nothing could be verified: refused);
+- every name is a plain file name inside the generation folder (no ``/``, ``..``), and a regular
+  file, not a symlink (files a reader opens that the manifest does not list are refused too,
+  indexer/store.py);
 - every file exists with the recorded size (always: one ``stat`` per file);
 - every file hashes to the recorded sha256, unless this user already verified this very file:
   a verified file is remembered in ``$RELSEARCH_CACHE_DIR/verified`` (default
   ``~/.cache/relsearch/verified``) by device, inode, size, mtime and ctime, so a file rewritten or
   damaged in place (which changes its mtime and ctime, even after ``touch -d``) is hashed again.
-  The writer seeds this cache when it publishes, so queries normally hash nothing.
+  The writer seeds this cache when it publishes, so queries normally hash nothing, and prunes it
+  then: each marker holds the path and sha256 it was made for, and a marker whose file is gone or
+  changed (a removed generation, an index deleted by hand) is dropped.
 
 ``RELSEARCH_VERIFY=full`` hashes every file on every open; ``RELSEARCH_VERIFY=size`` checks
 sizes only (for very large indexes on trusted storage). The threat model is accidental damage
@@ -20,16 +25,14 @@ an attacker who can rewrite the manifest too.
 from __future__ import annotations
 
 import hashlib
-import logging
 import os
+import stat
 from pathlib import Path
 
 MANIFEST = "manifest.json"
 ENV_VERIFY = "RELSEARCH_VERIFY"
 ENV_CACHE = "RELSEARCH_CACHE_DIR"
 MODES = ("cached", "full", "size")
-
-log = logging.getLogger(__name__)
 
 
 class IndexCorruptError(ValueError):
@@ -40,6 +43,21 @@ def safe_name(name: object) -> bool:
     """A bare file name: no separators, not ``.``/``..``, no NUL, not hidden-path tricks."""
     return (isinstance(name, str) and bool(name) and name not in (".", "..") and "/" not in name
             and "\\" not in name and "\0" not in name and not os.path.isabs(name))
+
+
+def open_regular(path: Path) -> int:
+    """A read-only descriptor of ``path``, which must be a regular file and not a symlink (a link
+    could point anywhere; a FIFO would block the reader). FileNotFoundError when it is absent."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if os.path.islink(path):
+            raise IndexCorruptError(f"{path} is a symlink; index files must be regular files inside the index") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IndexCorruptError(f"{path} is not a regular file; index files must be regular files inside the index")
+    return fd
 
 
 def sha256_file(path: Path) -> str:
@@ -72,14 +90,38 @@ def _marker(path: Path, sha256: str) -> Path:
     return _cache_dir() / hashlib.sha256(key.encode()).hexdigest()
 
 
-def remember(gen: Path, files: dict[str, dict]) -> None:
-    """Record ``gen``'s files as verified (after a writer computed their hashes itself)."""
+def _mark(path: Path, sha256: str) -> None:
+    """Remember ``path`` as verified; the marker holds what :func:`prune` needs to tell if it is stale."""
     try:
-        _cache_dir().mkdir(parents=True, exist_ok=True)
-        for name, entry in files.items():
-            _marker(Path(gen) / name, entry["sha256"]).touch()
+        marker = _marker(path, sha256)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(f"{os.path.abspath(path)}\n{sha256}\n", encoding="utf-8")
     except OSError:
         pass  # a read-only home only costs a re-hash later
+
+
+def prune() -> None:
+    """Drop markers whose file no longer exists or has changed since (they can never match again)."""
+    try:
+        markers = list(_cache_dir().iterdir())
+    except OSError:
+        return
+    for marker in markers:
+        try:
+            path, sha256 = marker.read_text(encoding="utf-8").split("\n")[:2]
+            if _marker(Path(path), sha256).name == marker.name:
+                continue
+        except (OSError, UnicodeDecodeError, ValueError):
+            pass  # the file is gone, or the marker is unreadable: either way it is stale
+        marker.unlink(missing_ok=True)
+
+
+def remember(gen: Path, files: dict[str, dict]) -> None:
+    """Record ``gen``'s files as verified (after a writer computed their hashes itself), and drop
+    markers of files that are gone: a publish is what removes generations."""
+    prune()
+    for name, entry in files.items():
+        _mark(Path(gen) / name, entry["sha256"])
 
 
 def verify(root: Path, manifest: dict, *, required: tuple[str, ...] = (), mode: str | None = None) -> None:
@@ -91,12 +133,9 @@ def verify(root: Path, manifest: dict, *, required: tuple[str, ...] = (), mode: 
     if mode not in MODES:
         raise ValueError(f"{ENV_VERIFY}={mode!r}: choose one of {', '.join(MODES)}")
     files = manifest.get("files")
-    if files is None:
-        log.warning("%s has no checksums (written before relsearch recorded them): opened unverified; "
-                    "`relsearch compact` adds them", root / MANIFEST)
-        return
     if not isinstance(files, dict):
-        raise IndexCorruptError(f"{root / MANIFEST}: malformed 'files' checksums section")
+        raise IndexCorruptError(f"{root / MANIFEST}: {'no' if files is None else 'malformed'} 'files' checksums "
+                                "section, so the index cannot be verified; rebuild the index")
     for name in required:
         if name not in files:
             raise IndexCorruptError(f"{root / MANIFEST} does not list {name}")
@@ -110,9 +149,11 @@ def verify(root: Path, manifest: dict, *, required: tuple[str, ...] = (), mode: 
                 and isinstance(entry.get("sha256"), str)):
             raise IndexCorruptError(f"{root / MANIFEST}: malformed checksum entry for {name}")
         if path.is_symlink() or os.path.dirname(os.path.realpath(path)) != real_root:
-            raise IndexCorruptError(f"{path} is a link; index files must be regular files inside the index")
-        if not path.is_file():
+            raise IndexCorruptError(f"{path} is a symlink; index files must be regular files inside the index")
+        if not os.path.lexists(path):
             raise IndexCorruptError(f"{path} is missing")
+        if not path.is_file():
+            raise IndexCorruptError(f"{path} is not a regular file; index files must be regular files inside the index")
         size = path.stat().st_size
         if size != entry["size"]:
             raise IndexCorruptError(f"{path} has {size} bytes, the manifest says {entry['size']}: "
@@ -125,8 +166,4 @@ def verify(root: Path, manifest: dict, *, required: tuple[str, ...] = (), mode: 
         if sha256_file(path) != entry["sha256"]:
             raise IndexCorruptError(f"{path} does not match its sha256 in the manifest: the file was altered "
                                     "or damaged; rebuild the index")
-        try:
-            marker.parent.mkdir(parents=True, exist_ok=True)
-            marker.touch()
-        except OSError:
-            pass
+        _mark(path, entry["sha256"])

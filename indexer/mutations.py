@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from . import faults, store
-from .build import Block, open_vectors, unit_rows, write_faiss
+from .build import Block, open_vectors, save_faiss, unit_rows, write_faiss
 from .docstore import DocStore
 from .faiss_index import FaissSpec, supports_removal
 from .gpu import GpuFacts
@@ -66,8 +66,9 @@ def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[dict, Mutatio
         try:
             manifest, report = work(src, gen)
             report.backends = store.commit(target, gen, manifest, mirrors)
-        except BaseException:
+        except BaseException as e:
             shutil.rmtree(gen, ignore_errors=True)
+            store.raise_if_full(e, target)
             raise
         finally:
             src.docstore.close()
@@ -107,7 +108,6 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
     ``run``: the input's counts for the manifest's ``runs`` history; ``rejected``: the input
     lines refused (written to the new generation's rejected.jsonl).
     """
-    import faiss
 
     def work(src: store.IndexFiles, gen: Path):
         start, d = src.positions, src.vectors.shape[1]
@@ -151,7 +151,7 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
             for i in range(0, n, 65_536):
                 index.add(np.ascontiguousarray(out[start + i:start + i + 65_536]))
         del out
-        faiss.write_index(index, str(gen / store.FAISS_FILE))
+        save_faiss(index, gen / store.FAISS_FILE)
         faults.point("append.faiss-written")
         deleted = np.concatenate([src.deleted, np.asarray(replaced, np.int64)])
         _write_deleted(gen, deleted)
@@ -170,7 +170,6 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
 
 def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
     """Remove documents by id; ids not in the index are reported (``not_found``), not an error."""
-    import faiss
 
     def work(src: store.IndexFiles, gen: Path):
         store.link_or_copy(src.root / store.VECTORS_FILE, gen / store.VECTORS_FILE)
@@ -187,7 +186,7 @@ def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
         if removable and len(gone):
             index = src.faiss
             index.remove_ids(gone)
-            faiss.write_index(index, str(gen / store.FAISS_FILE))
+            save_faiss(index, gen / store.FAISS_FILE)
             ntotal = int(index.ntotal)
         else:
             store.link_or_copy(src.root / store.FAISS_FILE, gen / store.FAISS_FILE)
@@ -196,7 +195,7 @@ def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
         _write_deleted(gen, deleted)
         missing = [i for i in dict.fromkeys(ids) if i not in found]
         _write_rejected(gen, [{"line": n, "reason": UNKNOWN_ID, "detail": "id is not in the index", "raw": i}
-                              for n, i in enumerate(ids, 1) if i in set(missing)])
+                              for n, i in enumerate(ids, 1) if i not in found])
         tombstones = src.manifest["counts"].get("tombstones", 0) + (0 if removable else len(gone))
         counts = {"documents": documents, "positions": src.positions, "deleted": int(len(np.unique(deleted))),
                   "tombstones": int(tombstones)}

@@ -16,8 +16,10 @@ A build or a mutation (indexer/mutations.py) writes a new generation, writes its
 (with the size and sha256 of every file, indexer/integrity.py), fsyncs it, and then swaps the
 symlink with ``os.replace`` (atomic on POSIX): readers see the old index or the new one, never a
 half-written one, and a killed writer leaves the previous index untouched. Opening verifies the
-files against the manifest, so a damaged file is a clear error naming it. Writers of one index
-take ``writer_lock`` so two mutations cannot both start from the same generation. A reader keeps
+files against the manifest, so a damaged file is a clear error naming it; every file it opens is a
+regular file of the generation listed in the manifest, never a symlink. Writers of one index take
+``writer_lock`` so two mutations cannot both start from the same generation (and a writer decides
+between building and appending under it). A full disk is one :class:`NoSpaceError`. A reader keeps
 every file of its generation open (the FAISS file by descriptor), so it keeps answering even
 after a later publish removes that generation's folder.
 """
@@ -25,11 +27,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import errno
 import fcntl
 import json
 import os
 import shutil
 import sqlite3
+import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,15 +124,21 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
     for link in target.parent.glob(f".{target.name}.link-*"):
         if link.is_symlink():
             link.unlink(missing_ok=True)
+    remove_stale_builds(target)
     for gen in gens.glob("*") if gens.is_dir() else []:
-        if gen in (current, keep) or not gen.is_dir():
-            continue
-        if gen.name.startswith("build-"):  # shards of an interrupted build: drop unless one is running
-            if _unlocked(gen / "lock"):
-                shutil.rmtree(gen, ignore_errors=True)
+        if gen in (current, keep) or not gen.is_dir() or gen.name.startswith("build-"):
             continue
         if not _being_opened(gen):  # else a reader is opening it: the next write removes it
             shutil.rmtree(gen, ignore_errors=True)
+
+
+def remove_stale_builds(target: str | os.PathLike, *, keep: Path | None = None) -> None:
+    """Delete the shards of interrupted builds (``build-*``) other than ``keep``, unless a run
+    holds them: a build starting on other input calls it first, so old shards never fill the disk
+    it needs."""
+    for build in generations_dir(Path(target).absolute()).glob("build-*"):
+        if build != keep and build.is_dir() and _unlocked(build / "lock"):
+            shutil.rmtree(build, ignore_errors=True)
 
 
 def _being_opened(gen: Path) -> bool:
@@ -143,18 +153,66 @@ def _being_opened(gen: Path) -> bool:
         return False
 
 
+_held = threading.local()  # the targets whose writer lock this thread holds
+
+
 @contextlib.contextmanager
 def writer_lock(target: str | os.PathLike):
     """Exclusive lock for writers of ``target`` (blocks until the other writer publishes);
-    the lock file ``.NAME.lock`` sits beside the index."""
+    the lock file ``.NAME.lock`` sits beside the index. Re-entrant within a thread: the index
+    job decides under the lock whether to build or append, and the append takes it again."""
     target = Path(target).absolute()
+    held = _held.__dict__.setdefault("targets", set())
+    if target in held:
+        yield
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
+        held.add(target)
         try:
             yield
         finally:
+            held.discard(target)
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class NoSpaceError(RuntimeError):
+    """The disk filled up while writing an index; nothing was published."""
+
+
+def _chain(e: BaseException | None):
+    while e is not None:
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def _is_full(e: BaseException) -> bool:
+    return (isinstance(e, NoSpaceError) or (isinstance(e, OSError) and e.errno == errno.ENOSPC)
+            or (isinstance(e, sqlite3.OperationalError)
+                and (getattr(e, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(e))))
+
+
+def raise_if_full(e: BaseException, target: str | os.PathLike, *, kept: Path | None = None) -> None:
+    """Raise one NoSpaceError if ``e`` is a full disk in any of its forms (OSError ENOSPC, SQLite's
+    "database or disk is full", a Beam step's RuntimeError around either); else return.
+
+    ``kept``: a build folder of resumable shards; the message says how much space they take (a
+    folder without a finished shard is removed instead). Call it after the half-written generation
+    is removed.
+    """
+    chain = list(_chain(e))
+    if not any(_is_full(x) for x in chain):
+        return
+    path = next((x.filename for x in chain if isinstance(x, OSError) and x.filename), None) or Path(target).absolute()
+    message = f"no space left on device while writing {path}; nothing was published"
+    if kept is not None and any(kept.glob("*.npz")):
+        size = sum(f.stat().st_size for f in kept.iterdir() if f.is_file())
+        message += (f"; {size / (1 << 20):.1f} MB of encoded shards kept in {kept} to resume: free space and "
+                    "run the same command again, or delete that folder")
+    elif kept is not None:
+        shutil.rmtree(kept, ignore_errors=True)
+    raise NoSpaceError(message) from e
 
 
 def link_or_copy(src: Path, dst: Path) -> None:
@@ -195,15 +253,49 @@ def utc_now() -> str:
 
 
 def read_manifest(gen: Path) -> dict:
-    """The manifest of generation ``gen``; a damaged one is an IndexCorruptError naming it."""
+    """The manifest of generation ``gen``; a damaged one (or a symlink) is an IndexCorruptError naming it."""
     path = Path(gen) / MANIFEST
+    with os.fdopen(integrity.open_regular(path), "rb") as f:
+        return _parse_manifest(f.read(), path)
+
+
+# What readers and writers take from a manifest without further checks: a field edited by hand
+# into another type is refused here, by name, not as an AttributeError deep in a query.
+MANIFEST_FIELDS = {"format": str, "encoder": dict, "dim": int, "counts": dict, "fields": dict, "faiss": dict,
+                   "files": dict}
+OPTIONAL_FIELDS = {"bundle": dict, "projections": dict, "runs": list, "input": dict, "backends": dict}
+_NESTED = {("encoder", "model"): str, ("fields", "id"): str, ("fields", "text"): str, ("fields", "metadata"): list}
+
+
+def _parse_manifest(data: bytes, path: Path) -> dict:
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
+        manifest = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
         raise IndexCorruptError(f"{path} is not valid JSON ({e.__class__.__name__}); the index is damaged") from None
     if not isinstance(manifest, dict):
         raise IndexCorruptError(f"{path} is not a JSON object; the index is damaged")
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: unsupported index format {manifest.get('format')!r} (expected {FORMAT})")
+    for name in MANIFEST_FIELDS:
+        if name not in manifest:
+            raise IndexCorruptError(f"{path} has no {name!r} field; the index is damaged")
+    for name, kind in {**MANIFEST_FIELDS, **OPTIONAL_FIELDS}.items():
+        if name in manifest:
+            _check_type(path, name, manifest[name], kind)
+    for (outer, inner), kind in _NESTED.items():
+        _check_type(path, f"{outer}.{inner}", manifest[outer].get(inner), kind)
+    for key, value in manifest["counts"].items():
+        _check_type(path, f"counts.{key}", value, int)
     return manifest
+
+
+_JSON_KIND = {str: "string", dict: "object", int: "integer", list: "array"}
+
+
+def _check_type(path: Path, name: str, value, kind: type) -> None:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise IndexCorruptError(f"{path}: {name!r} is {value!r:.60}, not a JSON {_JSON_KIND[kind]}; "
+                                "the index is damaged")
 
 
 def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=()) -> dict:
@@ -308,26 +400,30 @@ def _open(path: Path) -> IndexFiles:
         raise FileNotFoundError(f"no index at {path}; build one with `relsearch index CORPUS.jsonl --index {path}`")
     root = Path(os.path.realpath(path))
     manifest_path = root / MANIFEST
-    if not manifest_path.is_file():
+    if not os.path.lexists(manifest_path):
         raise FileNotFoundError(f"{path} is not a relsearch index (no {MANIFEST})")
-    with open(manifest_path, "rb") as guard:
+    with os.fdopen(integrity.open_regular(manifest_path), "rb") as guard:
         fcntl.flock(guard, fcntl.LOCK_SH)  # writers do not remove a generation while a reader opens it
-        return _open_locked(path, root)
+        return _open_locked(root, _parse_manifest(guard.read(), manifest_path))
 
 
-def _open_locked(path: Path, root: Path) -> IndexFiles:
-    manifest = read_manifest(root)
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: unsupported index format {manifest.get('format')!r} (expected {FORMAT})")
+def _open_locked(root: Path, manifest: dict) -> IndexFiles:
     integrity.verify(root, manifest, required=REQUIRED_FILES)
+    # verify() checked every listed file; any other a reader opens must be listed too, so that none is
+    # read through a symlink or from outside the generation
+    projections = [entry.get("file") for entry in manifest.get("projections", {}).values() if isinstance(entry, dict)]
+    for name in projections + ([DELETED_FILE] if os.path.lexists(root / DELETED_FILE) else []):
+        if not (isinstance(name, str) and name in manifest["files"]):
+            raise IndexCorruptError(f"{root / MANIFEST} does not list {name!r}, a file the index opens; "
+                                    "the index is damaged")
     vectors = _load_npy(root / VECTORS_FILE, mmap_mode="r")
-    counts, dim = manifest.get("counts", {}), manifest.get("dim")
+    counts, dim = manifest["counts"], manifest["dim"]
     if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape != (counts.get("positions", vectors.shape[0]),
                                                                              dim or vectors.shape[1]):
         raise IndexCorruptError(f"{root / VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, the manifest says "
                                 f"float32 ({counts.get('positions')}, {dim})")
     deleted = np.zeros(0, np.int64)
-    if (root / DELETED_FILE).exists():
+    if DELETED_FILE in manifest["files"]:
         deleted = np.asarray(_load_npy(root / DELETED_FILE), np.int64)
         if deleted.ndim != 1 or (len(deleted) and (deleted.min() < 0 or deleted.max() >= vectors.shape[0])):
             raise IndexCorruptError(f"{root / DELETED_FILE} holds positions outside the index")
@@ -337,8 +433,7 @@ def _open_locked(path: Path, root: Path) -> IndexFiles:
     except sqlite3.DatabaseError as e:
         raise IndexCorruptError(f"{root / DOCSTORE_FILE} cannot be read as SQLite ({e})") from None
     files = IndexFiles(root, manifest, vectors, docstore, deleted)
-    if (root / FAISS_FILE).exists():
-        files._faiss_fd = os.open(root / FAISS_FILE, os.O_RDONLY)
+    files._faiss_fd = integrity.open_regular(root / FAISS_FILE)
     return files
 
 

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import threading
 import time
 from collections import Counter
@@ -273,6 +274,17 @@ def pipeline_options(beam_args: list[str]):
     return PipelineOptions(args)
 
 
+def _pipeline(options, build: Path):
+    """A Beam pipeline whose scratch folder lies in the build folder: Beam makes it in /tmp, where
+    every killed run would leave one behind; here the next run of the index removes it."""
+    import apache_beam as beam
+
+    p = beam.Pipeline(options=options)
+    shutil.rmtree(p.local_tempdir, ignore_errors=True)
+    p.local_tempdir = tempfile.mkdtemp(prefix="beam-", dir=build)
+    return p
+
+
 # ---------------------------------------------------------------- driver
 
 def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> Path:
@@ -309,10 +321,9 @@ def _watch_progress(shard_dir: Path, total: int, already: int, stop: threading.E
 def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None = None) -> IndexReport:
     """Run the whole index job; publish the new index only if it is complete and valid.
 
-    Raises IndexInputError (nothing published) for missing/empty/unusable input.
+    Raises IndexInputError (nothing published) for missing/empty/unusable input, and
+    NoSpaceError (nothing published; the encoded shards kept to resume) when the disk fills up.
     """
-    import apache_beam as beam
-
     started = time.perf_counter()
     check_input(job.input)
     if bundle is None and job.model is None and job.append and Path(job.index).is_symlink():
@@ -331,6 +342,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     if Path(job.index).exists() and not Path(job.index).is_symlink():
         raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")
     build = _build_dir(job, encoder_config, input_sha)
+    store.remove_stale_builds(job.index, keep=build)  # shards of other input: never let them fill the disk
     build.mkdir(parents=True, exist_ok=True)
     with open(build / "lock", "w") as lock:
         try:
@@ -343,8 +355,11 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             build, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, job.progress))
         watcher.start()
         try:
-            with beam.Pipeline(options=options) as p:
+            with _pipeline(options, build) as p:
                 build_pipeline(p, job, [c for c in chunks if c not in resumed], encoder_config, str(build))
+        except Exception as e:
+            store.raise_if_full(e, job.index, kept=build)
+            raise
         finally:
             stop.set()
             watcher.join()
@@ -352,6 +367,9 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             report = _publish(build, job, bundle, chunks, input_sha)
         except IndexInputError:  # the same input would fail the same way: nothing worth resuming
             shutil.rmtree(build, ignore_errors=True)
+            raise
+        except Exception as e:
+            store.raise_if_full(e, job.index, kept=build)
             raise
         report.seconds, report.resumed_chunks = time.perf_counter() - started, len(resumed)
     shutil.rmtree(build, ignore_errors=True)  # done: the shards are in the published index now
@@ -375,14 +393,15 @@ def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], in
     run = {"read": report.read, "indexed": report.indexed, "rejected": report.rejected, "truncated": report.truncated,
            "input": {"path": os.path.abspath(job.input), "sha256": input_sha}}
     mirrors = mirrors_for(job.es)
-    if job.append and Path(job.index).is_symlink():
-        check_same_encoder(job.index, encoder)
-        done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run,
-                                rejected=plan.rejected, mirrors=mirrors)
-        report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends
-        report.faiss = store.read_manifest(Path(os.path.realpath(job.index)))["faiss"]
-        return report
+    # decided under the lock: an append to a missing index must not overwrite one another writer publishes meanwhile
     with store.writer_lock(job.index):
+        if job.append and Path(job.index).is_symlink():
+            check_same_encoder(job.index, encoder)
+            done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run,
+                                    rejected=plan.rejected, mirrors=mirrors)
+            report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends
+            report.faiss = store.read_manifest(Path(os.path.realpath(job.index)))["faiss"]
+            return report
         gen = store.new_generation(job.index)
         try:
             with open(gen / store.REJECTED_FILE, "w", encoding="utf-8") as f:

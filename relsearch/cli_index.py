@@ -5,6 +5,7 @@ Registered in :mod:`relsearch.cli`; kept free of imports from it so either modul
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 import click
@@ -93,6 +94,8 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
     from relsearch.indexer.records import Limits
     from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
 
+    # a failing Beam step logs its traceback before the error reaches here; it is reported below in one line
+    logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
     beam_args = list(ctx.args)
     if workers and workers > 1:
         beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]

@@ -146,3 +146,95 @@ def test_append_adds_replaces_and_reconciles(tmp_path):
     hits = Searcher(str(target)).search([Query(text="garden gnomes")], k=7)[0]
     assert hits[0].id == GOOD[1]["id"] and "gnomes" in hits[0].text
     assert sorted(h.id for h in hits) == sorted(g["id"] for g in GOOD[:7])  # the old version never comes back
+
+
+def test_two_appends_to_a_missing_index_keep_both_inputs(tmp_path, monkeypatch):
+    """Two `--append` runs on an index that does not exist yet: the one that publishes second
+    appends to the first one's index instead of replacing it. Deterministic: B has finished
+    encoding and waits for the writer lock before A publishes (B saw no index before the fix)."""
+    import threading
+
+    from relsearch.indexer import store
+
+    target = tmp_path / "idx"
+    a, b = write_jsonl(tmp_path / "a.jsonl", GOOD[:3]), write_jsonl(tmp_path / "b.jsonl", GOOD[3:6])
+    b_waits, real_lock, reports = threading.Event(), store.writer_lock, []
+
+    def lock(index):
+        if threading.current_thread().name == "B":
+            b_waits.set()
+        return real_lock(index)
+
+    monkeypatch.setattr(store, "writer_lock", lock)
+    with real_lock(target):
+        writer_b = threading.Thread(name="B", target=lambda: reports.append(run_index(job(b, target, append=True))))
+        writer_b.start()
+        assert b_waits.wait(300)
+        run_index(job(a, target, append=True))  # this thread holds the lock: it re-enters
+    writer_b.join(300)
+    assert reports and reports[0].documents == 6
+    files = open_index(target)
+    assert sorted(d["id"] for d in files.docstore.get(list(range(files.positions))).values()) == sorted(
+        g["id"] for g in GOOD[:6])
+
+
+def test_a_full_disk_is_one_error_and_never_blocks_the_next_build(tmp_path, monkeypatch):
+    """Disk full while encoding, then while publishing: one line each, the last good index keeps
+    answering, the resumable shards are reported, and a build of other input then succeeds
+    (it drops the stale shards first)."""
+    import errno
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+    from relsearch.indexer import store
+    from relsearch.indexer.docstore import DocStore
+    from relsearch.pipelines import index as pipeline
+    from synthetic_index import build
+
+    target = tmp_path / "idx"
+    build(target, n=20)
+    gens = tmp_path / ".idx.generations"
+    good = os.listdir(gens)
+
+    def full_disk(path, **arrays):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    with monkeypatch.context() as m:  # encoding: the first shard cannot be written (inside a Beam step)
+        m.setattr(pipeline, "_save_npz", full_disk)
+        with pytest.raises(store.NoSpaceError, match=r"no space left on device while writing .*000000\.npz\.tmp; "
+                                                     r"nothing was published$"):
+            run_index(job(write_jsonl(tmp_path / "a.jsonl", GOOD[:3]), target))
+    assert os.listdir(gens) == good  # no shard was finished: nothing kept
+
+    def sqlite_full(self, rows):  # publishing: what SQLite raises on a full disk
+        raise sqlite3.OperationalError("database or disk is full")
+
+    with monkeypatch.context() as m:
+        m.setattr(DocStore, "add", sqlite_full)
+        out = CliRunner().invoke(cli, ["index", str(write_jsonl(tmp_path / "b.jsonl", GOOD[3:6])), "--index",
+                                       str(target), "--quiet"])
+    assert out.exit_code == 1 and out.output.count("\n") == 1, out.output
+    assert out.output.startswith(f"Error: no space left on device while writing {target}; nothing was published; ")
+    assert "MB of encoded shards kept in" in out.output
+    kept = [g for g in os.listdir(gens) if g.startswith("build-")]
+    assert sorted(os.listdir(gens)) == sorted(good + kept) and len(kept) == 1
+    assert open_index(target).docstore.count() == 20  # the last good index answers
+
+    report = run_index(job(write_jsonl(tmp_path / "c.jsonl", GOOD[6:9]), target))
+    assert report.documents == 3 and os.listdir(gens) == [os.path.basename(os.path.realpath(target))]
+
+
+def test_beam_scratch_space_stays_in_the_build_folder(tmp_path, monkeypatch):
+    """Beam makes a scratch folder in /tmp for each pipeline; a killed run would leave it there."""
+    import tempfile
+
+    from relsearch.pipelines.index import _pipeline, pipeline_options
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    build = tmp_path / "build"
+    build.mkdir()
+    p = _pipeline(pipeline_options([]), build)
+    assert os.listdir(tmp_path / "tmp") == [] and os.path.dirname(p.local_tempdir) == str(build)

@@ -161,3 +161,40 @@ def test_searcher_falls_back_to_cpu_when_the_gpu_copy_fails(tmp_path, encoder_id
         result = claimed.ann(q, 10)
     np.testing.assert_array_equal(result.positions, cpu.positions)
     assert "searching on the CPU" in caplog.text and not claimed.gpu_facts.available
+
+
+@pytest.mark.parametrize("where", ["vectors", "docstore", "faiss"])
+def test_a_full_disk_mid_append_is_one_error_and_keeps_the_index(tmp_path, encoder_identity, monkeypatch, where):
+    """The disk fills while an append writes vectors.npy (space reserved up front: an OSError, not a
+    SIGBUS in the memory map), the docstore (SQLite's own error) or index.faiss (FAISS's own writer
+    would only print the failed close and leave a truncated file)."""
+    import errno
+    import sqlite3
+    from pathlib import Path
+
+    from relsearch.indexer import build as build_mod
+    from relsearch.indexer.docstore import DocStore
+
+    target = tmp_path / "idx"
+    build(target, encoder_identity, n=200)
+    before = os.listdir(tmp_path / ".idx.generations")
+
+    def no_fallocate(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def sqlite_full(self, rows):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    if where == "faiss" and not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full")
+    monkeypatch.setattr(*{"vectors": (os, "posix_fallocate", no_fallocate),
+                          "docstore": (DocStore, "add", sqlite_full),
+                          "faiss": (mutations, "save_faiss",
+                                    lambda index, path: build_mod.save_faiss(index, Path("/dev/full")))}[where])
+    with pytest.raises(store.NoSpaceError, match="^no space left on device while writing .*; nothing was published$"):
+        mutations.append(str(target), [docs([f"d{i}" for i in range(1000, 1050)], seed=3)], n=50, run={"read": 50})
+    assert os.listdir(tmp_path / ".idx.generations") == before  # the half-written generation is gone
+    assert store.open_index(target).docstore.count() == 200
+    monkeypatch.undo()
+    mutations.append(str(target), [docs([f"d{i}" for i in range(1000, 1050)], seed=3)], n=50, run={"read": 50})
+    assert store.open_index(target).docstore.count() == 250

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -137,7 +138,7 @@ def test_a_symlink_out_of_the_index_is_refused(index, tmp_path):
     outside = tmp_path / "elsewhere.sqlite"
     shutil.move(root / store.DOCSTORE_FILE, outside)
     os.symlink(outside, root / store.DOCSTORE_FILE)  # same bytes, same size: only the link is wrong
-    with pytest.raises(IndexCorruptError, match="is a link"):
+    with pytest.raises(IndexCorruptError, match="is a symlink"):
         open_index(index)
 
 
@@ -182,6 +183,120 @@ def test_vectors_that_disagree_with_the_manifest_are_refused(index):
     _rewrite_manifest(index, lambda m, root: m["counts"].update(positions=m["counts"]["positions"] + 1))
     with pytest.raises(IndexCorruptError, match="vectors.npy holds float32"):
         open_index(index)
+
+
+def _open_within(index, seconds=20):
+    """open_index in a thread: a FIFO opened for reading would block forever, so fail instead."""
+    import threading
+
+    outcome = []
+
+    def run():
+        try:
+            outcome.append(open_index(index))
+        except Exception as e:  # noqa: BLE001
+            outcome.append(e)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, "open_index blocked"
+    return outcome[0]
+
+
+def test_files_the_manifest_does_not_list_are_never_opened(index, tmp_path):
+    """deleted.npy is opened only when listed; unlisted (here a symlink to a FIFO outside), refused."""
+    root = Path(os.path.realpath(index))
+    _rewrite_manifest(index, lambda m, root: m["files"].pop(store.DELETED_FILE))
+    os.remove(root / store.DELETED_FILE)
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink(tmp_path / "fifo", root / store.DELETED_FILE)
+    error = _open_within(index)
+    assert isinstance(error, IndexCorruptError) and "does not list 'deleted.npy'" in str(error)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo"])
+def test_the_manifest_itself_must_be_a_regular_file(index, tmp_path, kind):
+    root = Path(os.path.realpath(index))
+    shutil.move(root / store.MANIFEST, tmp_path / "manifest.json")
+    if kind == "symlink":  # the same bytes elsewhere: only the link is wrong
+        os.symlink(tmp_path / "manifest.json", root / store.MANIFEST)
+    else:
+        os.mkfifo(root / store.MANIFEST)
+    error = _open_within(index)
+    assert isinstance(error, IndexCorruptError), error
+    assert f"manifest.json is {'a symlink' if kind == 'symlink' else 'not a regular file'}" in str(error)
+    with pytest.raises(IndexCorruptError, match="manifest.json is"):
+        store.read_manifest(root)  # writers read it the same way
+
+
+def test_a_listed_file_that_is_not_a_regular_file_is_refused(index):
+    root = Path(os.path.realpath(index))
+    os.remove(root / store.FAISS_FILE)
+    os.mkfifo(root / store.FAISS_FILE)
+    error = _open_within(index)
+    assert isinstance(error, IndexCorruptError) and "index.faiss is not a regular file" in str(error)
+
+
+@pytest.mark.parametrize("change, named", [
+    (lambda m: m.pop("files"), "has no 'files' field"),  # would turn verification off
+    (lambda m: m.update(counts="x"), "'counts' is 'x', not a JSON object"),
+    (lambda m: m.pop("encoder"), "has no 'encoder' field"),
+    (lambda m: m.update(dim="384"), "'dim' is '384', not a JSON integer"),
+    (lambda m: m["counts"].update(positions=None), "'counts.positions' is None, not a JSON integer"),
+    (lambda m: m["fields"].update(metadata="group"), "'fields.metadata' is 'group', not a JSON array"),
+    (lambda m: m.update(projections=[]), "'projections' is [], not a JSON object"),
+])
+def test_a_manifest_field_edited_into_nonsense_is_named(index, change, named):
+    _rewrite_manifest(index, lambda m, root: change(m))
+    with pytest.raises(IndexCorruptError, match=re.escape(named)):
+        open_index(index)
+    out = query_cli(index)
+    assert out.exit_code == 1 and out.output.count("\n") == 1 and named in out.output, out.output
+
+
+def test_pickles_in_place_of_weights_are_refused_in_one_line(index, tmp_path):
+    """A pickle named operators.safetensors, or a model folder whose only weights are
+    pytorch_model.bin: refused by name; the pickle never runs."""
+    from relsearch.encoder.bundle import Bundle, load_bundle
+    from relsearch.encoder.model import Encoder, EncoderConfig
+
+    sentinel = tmp_path / "unpickled"
+
+    class Boom:
+        def __reduce__(self):
+            return (Path.touch, (sentinel,))
+
+    import pickle  # the attack under test
+
+    bundle = Bundle(encoder={"model": "all-MiniLM-L6-v2", "dim": 384}).save(tmp_path / "bundle")
+    (bundle / "operators.safetensors").write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(ValueError, match="operators.safetensors is not a safetensors file .*; refusing to load"):
+        load_bundle(str(bundle))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "pytorch_model.bin").write_bytes(pickle.dumps(Boom()))
+    with pytest.raises(RuntimeError, match="only as pytorch_model.bin, which is not a safetensors file; refusing"):
+        Encoder(EncoderConfig(model=str(model)))
+    out = CliRunner().invoke(cli, ["query", "--id", "d1", "--index", str(index), "--model", str(bundle)])
+    assert out.exit_code == 1 and out.output.count("\n") == 1 and "refusing to load" in out.output, out.output
+    assert not sentinel.exists()
+
+
+def test_the_verified_cache_forgets_files_that_are_gone(tmp_path):
+    """Every publish removes the superseded generation; its markers go with it."""
+    from relsearch.indexer import mutations
+
+    target = tmp_path / "idx"
+    build(target, n=50)
+    mutations.delete(str(target), ["d1"])
+    mutations.compact(str(target))
+    root = Path(os.path.realpath(target))
+    remembered = [Path(m.read_text().split("\n")[0]) for m in integrity._cache_dir().iterdir()]
+    assert sorted(remembered) == sorted(root / name for name in store.read_manifest(root)["files"])
+    open_index(target)  # and the ones kept still spare the hash
+    assert len(list(integrity._cache_dir().iterdir())) == len(remembered)
 
 
 # ---------------------------------------------------------------- static audit of loaders
