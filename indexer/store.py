@@ -75,8 +75,8 @@ def new_generation(target: str | os.PathLike) -> Path:
 def publish(target: str | os.PathLike, gen: Path) -> None:
     """Atomically point ``target`` at ``gen``, then remove generations nobody points to.
 
-    Shards of interrupted builds (``build-*``) go too: a build can be resumed until another build
-    of the same index succeeds.
+    Shards of interrupted builds (``build-*``) go too: a build can be resumed until a build or
+    append of other input to the same index starts (:func:`remove_stale_builds`) or succeeds.
     """
     target = Path(target).absolute()
     tmp_link = target.parent / f".{target.name}.link-{uuid.uuid4().hex[:8]}"
