@@ -154,7 +154,7 @@ def run(args) -> dict:
     qps = {name: len(q) / statistics.median(ts) for name, ts in times.items()}
     best = {name: len(q) / min(ts) for name, ts in times.items()}
 
-    shard = np.asarray(searcher.files.docstore.matching({"shard": "3"}), np.int64)
+    shard = np.asarray(searcher.files.docstore.matching({"shard": 3}), np.int64)
     filtered = searcher.ann(searcher.transform(h, {"identity": 1.0}), k, subset=shard)
     filtered_truth = ann.exact_search(searcher.files.vectors, q, k, shard)
     report = {

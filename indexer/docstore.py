@@ -56,20 +56,27 @@ class DocStore:
         return {pos: {"id": doc_id, "text": text, "norm": norm, "metadata": meta}
                 for (pos, doc_id, text, _, norm), meta in zip(rows, metas)}
 
-    def matching(self, filters: dict[str, str]) -> list[int]:
-        """Positions whose metadata equals every filter value (string or JSON-literal match)."""
+    def matching(self, filters: dict[str, str | bool | int | float]) -> list[int]:
+        """Positions whose metadata equals every filter value, types included: a str matches only a
+        JSON string, a bool only true/false, a number only a number (1 matches 1 and 1.0, never true).
+
+        SQLite's json_extract turns JSON true into 1 and cannot tell "1" from 1 in a comparison, so
+        each clause also checks json_type.
+        """
         where, args = [], []
         for field, value in filters.items():
             path = '$."' + field.replace('"', '""') + '"'
-            alternatives = [value]
-            try:
-                literal = json.loads(value)
-                if not isinstance(literal, (dict, list)) and literal != value:
-                    alternatives.append(literal)
-            except ValueError:
-                pass
-            where.append(f"json_extract(meta, ?) IN ({','.join('?' * len(alternatives))})")
-            args += [path, *alternatives]
+            if isinstance(value, bool):
+                where.append("json_type(meta, ?) = ?")
+                args += [path, "true" if value else "false"]
+            elif isinstance(value, (int, float)):
+                where.append("json_type(meta, ?) IN ('integer', 'real') AND json_extract(meta, ?) = ?")
+                args += [path, path, value if isinstance(value, float) or abs(value) < 2**63 else float(value)]
+            elif isinstance(value, str):
+                where.append("json_type(meta, ?) = 'text' AND json_extract(meta, ?) = ?")
+                args += [path, path, value]
+            else:
+                raise TypeError(f"filter {field!r}: {value!r} is not a string, boolean or number")
         q = "SELECT pos FROM docs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY pos"
         return [p for (p,) in self.conn.execute(q, args)]
 

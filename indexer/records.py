@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 # Rejection reasons, stable strings (they appear in rejected.jsonl and in tests).
@@ -17,6 +18,7 @@ INVALID_JSON = "invalid-json"
 NOT_OBJECT = "not-an-object"
 MISSING_ID = "missing-id"
 EMPTY_ID = "empty-id"
+NON_STRING_ID = "non-string-id"  # a float, boolean, list or object where the id belongs
 MISSING_TEXT = "missing-text"
 EMPTY_TEXT = "empty-text"
 NON_STRING_TEXT = "non-string-text"
@@ -189,7 +191,8 @@ def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: st
         return Rejection(line_no, MISSING_ID, f"no {id_field!r} field", preview)
     doc_id = obj[id_field]
     if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
-        return Rejection(line_no, EMPTY_ID, f"{id_field!r} must be a string or integer", preview)
+        return Rejection(line_no, NON_STRING_ID, f"{id_field!r} must be a string or integer, got "
+                         f"{type(doc_id).__name__}", preview)
     doc_id = str(doc_id).strip()
     if not doc_id:
         return Rejection(line_no, EMPTY_ID, f"{id_field!r} is empty", preview)
@@ -220,3 +223,24 @@ def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: st
         return Rejection(line_no, METADATA_TOO_LARGE, f"metadata has {meta_size} bytes as JSON, more than "
                          f"{limits.max_metadata_bytes} (--max-metadata-bytes)", preview)
     return Record(line_no, doc_id, text, metadata)
+
+
+def missing_field_hint(path: str, reasons: Mapping[str, int], *, id_field: str = "id", text_field: str = "text",
+                       sample_lines: int = 100) -> str:
+    """For an input of which no line was indexed: when every rejection (blank lines aside) is
+    missing-id or every one is missing-text — a wrong ``--id-field`` / ``--text-field`` — a phrase
+    naming that field and the fields the first ``sample_lines`` lines do have; else ''."""
+    reasons = {r for r, n in reasons.items() if n and r != EMPTY_LINE}
+    missing = {frozenset([MISSING_ID]): id_field, frozenset([MISSING_TEXT]): text_field}.get(frozenset(reasons))
+    if missing is None:
+        return ""
+    seen: dict[str, None] = {}
+    for n, raw in read_numbered_lines(path):
+        obj = decode_line(n, raw)
+        if isinstance(obj, dict):
+            seen.update(dict.fromkeys(obj))
+        if n >= sample_lines:
+            break
+    names = list(seen)
+    listed = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    return f"no line has field {missing!r}; fields seen: {listed or '(none)'}"

@@ -385,7 +385,8 @@ def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], in
     if report.indexed + report.rejected != report.read:  # a bug, never user error: refuse to publish
         raise RuntimeError(f"counts do not reconcile: {report.summary()}")
     if report.indexed == 0:
-        raise IndexInputError(f"no valid records in {job.input}: {report.summary()}")
+        hint = rec.missing_field_hint(job.input, report.reasons, id_field=job.id_field, text_field=job.text_field)
+        raise IndexInputError(f"no valid records in {job.input}: {report.summary()}" + (f"; {hint}" if hint else ""))
     if job.strict and report.rejected:
         raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
                               f"rejected lines in {keep_rejections(plan.rejected, job.index)}")

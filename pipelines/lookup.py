@@ -27,6 +27,7 @@ from functools import partial
 from pathlib import Path
 
 from ..indexer import records as rec
+from ..retrieval.inputs import MAX_K, FilterValue, check_at_most
 from .index import IndexInputError, check_input, pipeline_options, read_numbered_lines
 
 # Rejection reasons beyond indexer/records.py's (stable strings: they appear in the rejected file).
@@ -54,7 +55,7 @@ class LookupJob:
     out: str
     relations: Mapping[str, float] = field(default_factory=lambda: {"identity": 1.0})
     k: int = 20
-    filters: Mapping[str, str] = field(default_factory=dict)
+    filters: Mapping[str, FilterValue] = field(default_factory=dict)  # typed as retrieval/inputs.filter_value
     same: tuple[str, ...] = ()
     model: str | None = None  # None: the bundle recorded in the index manifest
     with_text: bool = False
@@ -63,8 +64,10 @@ class LookupJob:
     text_field: str = "text"
 
     def __post_init__(self):
-        if self.k < 1:
-            raise LookupInputError(f"k must be at least 1, got {self.k}")
+        try:
+            check_at_most("k", self.k, MAX_K)
+        except ValueError as e:
+            raise LookupInputError(str(e)) from None
         if self.batch_size < 1:
             raise LookupInputError(f"batch_size must be at least 1, got {self.batch_size}")
         both = sorted(set(self.same) & set(self.filters))
@@ -118,7 +121,7 @@ class LookupInput:
     line: int
     id: str
     text: str | None = None
-    same: tuple[tuple[str, str], ...] = ()
+    same: tuple[tuple[str, FilterValue], ...] = ()
 
 
 # ---------------------------------------------------------------- pure per-element functions
@@ -138,8 +141,9 @@ def parse_lookup_line(line_no: int, raw: bytes, *, id_field: str = "id", text_fi
     return parsed
 
 
-def same_values(metadata: dict, fields: tuple[str, ...]) -> tuple[tuple[str, str], ...] | str:
-    """((field, value-as-filter-string), ...), or a message naming the first unusable field."""
+def same_values(metadata: dict, fields: tuple[str, ...]) -> tuple[tuple[str, FilterValue], ...] | str:
+    """((field, value), ...) to filter on (matched with its JSON type), or a message naming the first
+    unusable field."""
     out = []
     for f in fields:
         v = metadata.get(f)
@@ -147,7 +151,7 @@ def same_values(metadata: dict, fields: tuple[str, ...]) -> tuple[tuple[str, str
             return f"no value for {f!r} (--same {f})"
         if isinstance(v, (dict, list)):
             return f"a {type(v).__name__} for {f!r}, not a single value (--same {f})"
-        out.append((f, v if isinstance(v, str) else json.dumps(v)))  # docstore.matching also tries the literal
+        out.append((f, v))
     return tuple(out)
 
 

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import click
 
-from relsearch.cli_query import key_values
+from relsearch.cli_query import FILTER_HELP, typed_filters
+from relsearch.retrieval.inputs import MAX_K
 
 
 @click.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 @click.argument("input_file", metavar="INPUT.jsonl", type=click.Path(dir_okay=False))
 @click.option("--index", "index_dir", required=True, type=click.Path(), help="Published index to search.")
 @click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
-@click.option("-k", default=20, show_default=True, type=click.IntRange(min=1), help="Results per input.")
-@click.option("--filter", "filters", multiple=True, callback=key_values,
-              help="FIELD=VALUE exact metadata match; repeat = AND.")
+@click.option("-k", default=20, show_default=True, type=click.IntRange(min=1, max=MAX_K),
+              help=f"Results per input, at most {MAX_K:,} (more than the index holds: all of them).")
+@click.option("--filter", "filters", multiple=True, callback=typed_filters, help=FILTER_HELP)
 @click.option("--same", "same", multiple=True,
               help="Keep only results whose FIELD equals the query document's; repeat = AND.")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSONL (written atomically).")

@@ -9,6 +9,8 @@ import sys
 
 import click
 
+from relsearch.retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, filter_value
+
 
 def _fail(message: str) -> None:
     raise click.ClickException(message)
@@ -25,6 +27,15 @@ def key_values(ctx, param, specs) -> dict[str, str]:
     return out
 
 
+def typed_filters(ctx, param, specs) -> dict:
+    """Click callback for --filter: FIELD=VALUE → {FIELD: typed VALUE} (retrieval/inputs.filter_value)."""
+    return {key: filter_value(value) for key, value in key_values(ctx, param, specs).items()}
+
+
+FILTER_HELP = ('FIELD=VALUE exact metadata match, typed: 1 and 2.5 match numbers, true/false booleans, '
+               '"1" (in double quotes) the string 1, other text that string; repeat = AND.')
+
+
 def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
     named = {"efSearch": ef_search, "nprobe": nprobe, "rerank": rerank}
     return {**extra, **{key: value for key, value in named.items() if value is not None}}
@@ -37,10 +48,11 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--queries", "queries_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help='JSONL of {"id", "text"} or {"doc_id"}, optional "relation" (name or {name: weight}).')
 @click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
-@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1))
-@click.option("--filter", "filters", multiple=True, callback=key_values,
-              help="FIELD=VALUE exact metadata match; repeat = AND.")
-@click.option("--json", "as_json", is_flag=True, help="JSON lines output.")
+@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1, max=MAX_K),
+              help=f"Hits per query, at most {MAX_K:,} (more than the index holds: all of them).")
+@click.option("--filter", "filters", multiple=True, callback=typed_filters, help=FILTER_HELP)
+@click.option("--json", "as_json", is_flag=True,
+              help='JSON lines: {"rank", "id", "score", "text", "metadata": {...}} per hit.')
 @click.option("--explain", is_flag=True, help="Add every operator's own score for each hit.")
 @click.option("--model", default=None, help="Relation bundle folder or model id (default: the index's bundle).")
 @click.option("--ef-search", type=click.IntRange(min=1), default=None, help="HNSW efSearch (default: tuned at build).")
@@ -49,8 +61,9 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
               help="N: candidates FAISS re-scores exactly from the stored vectors, 0 = off (default: tuned at "
                    "build). HEAD: a re-ranking head of the bundle (e.g. pu-head): the ANN top max(k, "
                    "--rerank-depth) re-scored by the head's P(positive), both scores shown.")
-@click.option("--rerank-depth", type=click.IntRange(min=1), default=None,
-              help="With --rerank HEAD: ANN candidates fetched per query before re-ranking (default 50, at least k).")
+@click.option("--rerank-depth", type=click.IntRange(min=1, max=MAX_RERANK_DEPTH), default=None,
+              help="With --rerank HEAD: ANN candidates fetched per query before re-ranking (default 50, at least k, "
+                   f"at most {MAX_RERANK_DEPTH:,}).")
 @click.option("--search-param", "search_param", multiple=True, callback=key_values,
               help="KEY=VALUE FAISS search parameter (nprobe, efSearch, rerank, max_codes, k_factor, ...).")
 @click.option("--backend", type=click.Choice(["faiss", "es"]), default="faiss", show_default=True)
@@ -95,8 +108,9 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
 
             queries, errors = read_queries(queries_file, weights, known_relations=searcher.operators)
             unknown = searcher.unknown_ids(queries)
-            errors += [{"line": q.query_id, "error": f"doc_id {q.doc_id!r} is not in the index"}
+            errors += [{"line": q.line, "error": f"doc_id {q.doc_id!r} is not in the index"}
                        for q in queries if q.doc_id in unknown]
+            errors.sort(key=lambda err: err["line"])
             queries = [q for q in queries if q.doc_id not in unknown]
         else:
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []

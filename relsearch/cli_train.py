@@ -87,7 +87,7 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--relation-lr", type=float, default=None, help="rse joint: learning rate of the relation operators")
 @click.option("--eval-every", type=int, default=None, help="rse joint: steps between dev evaluations")
 @click.option("--temperature", type=float, default=None)
-@click.option("--max-length", type=int, default=None, help="tokens per text while fine-tuning")
+@click.option("--max-length", type=click.IntRange(min=1), default=None, help="tokens per text while fine-tuning")
 @click.option("--threads", type=int, default=None, help="torch CPU threads while training")
 @click.option("--seed", type=int, default=None, help="runs with the same seed and data give the same bundle")
 @click.option("--description", "descriptions", multiple=True, metavar="NAME=TEXT", help="operator description")

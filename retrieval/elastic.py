@@ -118,7 +118,7 @@ def knn_search(client, name: str, query_vectors: np.ndarray, *, k: int = 10, num
 
     query_vectors: (n, d) or (d,) float — the relational query vectors q (design.md §3); each row
     is normalised here because ``dot_product`` needs unit vectors. ``num_candidates`` (per shard,
-    default max(100, 2k), at most 10000) trades recall for speed. ``filters``: see
+    default max(100, 2k) up to 10000) trades recall for speed. ``filters``: see
     :func:`filter_clauses`; applied inside the kNN clause, so each query still gets up to k hits.
     ``rescore_oversample``: ES >= 8.18 ``rescore_vector`` for quantised indexes.
 
@@ -133,7 +133,7 @@ def knn_search(client, name: str, query_vectors: np.ndarray, *, k: int = 10, num
         raise ValueError(f"fusion {fusion!r} is unknown; choose one of {', '.join(FUSIONS)}")
     if not isinstance(k, (int, np.integer)) or k < 1:
         raise ValueError(f"k must be a positive integer, got {k!r}")
-    candidates = max(100, 2 * k) if num_candidates is None else num_candidates
+    candidates = min(max(100, 2 * k), MAX_NUM_CANDIDATES) if num_candidates is None else num_candidates
     if not k <= candidates <= MAX_NUM_CANDIDATES:
         raise ValueError(f"num_candidates must be in [k={k}, {MAX_NUM_CANDIDATES}], got {candidates}")
     if rescore_oversample is not None and rescore_oversample < 1:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .elastic import knn_search
+from .elastic import MAX_NUM_CANDIDATES, knn_search
+from .inputs import FilterValue
 from .search import Hit, Query, QueryError, Searcher
 
 
@@ -41,14 +42,16 @@ class EsSearcher:
             options.url, credentials_file=options.credentials_file, ca_certs=options.ca_certs)
         self.metadata_fields = searcher.metadata_fields
 
-    def check(self, relations: dict[str, float], filters: dict[str, str]) -> None:
+    def check(self, relations: dict[str, float], filters: dict[str, FilterValue]) -> None:
         self.searcher.check(relations, filters)
 
     def unknown_ids(self, queries: list[Query]) -> set[str]:
         return self.searcher.unknown_ids(queries)
 
-    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, str] | None = None,
+    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, FilterValue] | None = None,
                explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
+        """As :meth:`Searcher.search`; k is clipped to the local index's live documents. Filter values
+        go to Elasticsearch typed, where each metadata field has the one type its mapping gave it."""
         if explain:
             raise QueryError("--explain needs the FAISS backend (it reads the stored vectors)")
         if params:
@@ -59,6 +62,7 @@ class EsSearcher:
         if self.searcher.projection_of(queries):
             raise QueryError("projection operators search their own projected index: use the FAISS backend")
         _, qv = self.searcher.query_vectors(queries, filters)
+        k = min(k, self.searcher.live_count, MAX_NUM_CANDIDATES - 1)  # k + 1 below: the query document may come back
         texts = self._texts(queries) if self.options.hybrid else None
         from ..indexer.elastic import display_url, reported
 

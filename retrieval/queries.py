@@ -7,37 +7,54 @@ UTF-8, strict JSON, a leading BOM ignored, ``max_line_bytes``).
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Collection
 
 from ..indexer import records as rec
+from .inputs import MAX_WEIGHT, check_weights, is_utf8
 from .search import Query
 
-
-def _utf8_ok(s: str) -> bool:
-    try:
-        s.encode("utf-8")
-        return True
-    except UnicodeEncodeError:
-        return False
+ID_KEYS = ("id", "query_id", "doc_id")  # in this order of precedence for the answer's query_id
 
 
 def _relations(value, default: dict[str, float]) -> dict[str, float] | str:
     """The line's relation mixture, or an error message."""
     if value is None:
         return default
-    if isinstance(value, str) and value.strip() and _utf8_ok(value):
+    if isinstance(value, str) and value.strip() and is_utf8(value):
         return {value: 1.0}
     if isinstance(value, dict) and value:
         out = {}
         for name, weight in value.items():
-            if not name.strip() or not _utf8_ok(name):
+            if not name.strip() or not is_utf8(name):
                 return "a relation name is empty or not valid text"
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(float(weight)):
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)):
                 return f"weight of relation {name[:50]!r} must be a finite number"
-            out[name] = float(weight)
+            try:
+                out[name] = float(weight)
+            except OverflowError:  # an integer past float's range
+                return f"relation {name[:50]!r}: weight {str(weight)[:12]}… is beyond ±{MAX_WEIGHT:g}"
+        try:
+            check_weights(out)
+        except ValueError as e:
+            return str(e)
         return out
     return "'relation' must be a name or a non-empty {name: weight} object"
+
+
+def _ids(obj: dict) -> dict[str, str] | str:
+    """The line's non-empty ids (``ID_KEYS``) as stripped strings, or an error message."""
+    out = {}
+    for key in ID_KEYS:
+        value = obj.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (str, int)):
+            return f"{rec.NON_STRING_ID}: {key!r} must be a string or integer, got {type(value).__name__}"
+        if not is_utf8(str(value)):
+            return f"{key!r} holds a lone surrogate escape"
+        if str(value).strip():
+            out[key] = str(value).strip()
+    return out
 
 
 def parse_query_line(line_no: int, raw: bytes, default_relations: dict[str, float],
@@ -55,18 +72,19 @@ def parse_query_line(line_no: int, raw: bytes, default_relations: dict[str, floa
     unknown = sorted(set(relations) - set(known_relations)) if known_relations is not None else []
     if unknown:
         return f"unknown relation {unknown[0][:50]!r}; available: {', '.join(sorted(known_relations))}"
-    qid = obj.get("id", obj.get("query_id", obj.get("doc_id", line_no)))
-    doc_id, text = obj.get("doc_id"), obj.get("text")
-    if isinstance(doc_id, (str, int)) and not isinstance(doc_id, bool) and str(doc_id).strip():
-        if not _utf8_ok(str(doc_id)):
-            return "'doc_id' holds a lone surrogate escape"
-        return Query(doc_id=str(doc_id).strip(), relations=relations, query_id=qid)
+    ids = _ids(obj)
+    if isinstance(ids, str):
+        return ids
+    qid = next((ids[key] for key in ID_KEYS if key in ids), str(line_no))  # always a string
+    text = obj.get("text")
+    if "doc_id" in ids:
+        return Query(doc_id=ids["doc_id"], relations=relations, query_id=qid, line=line_no)
     if isinstance(text, str) and text.strip():
-        if not _utf8_ok(text):
+        if not is_utf8(text):
             return "'text' holds a lone surrogate escape"
         if len(text.encode("utf-8")) > limits.max_text_bytes:
             return f"'text' is longer than {limits.max_text_bytes} bytes"
-        return Query(text=text, relations=relations, query_id=qid)
+        return Query(text=text, relations=relations, query_id=qid, line=line_no)
     return "needs a non-empty 'text' or a 'doc_id'"
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..encoder.heads import PairHead, lookup_head
+from .inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_at_most
 from .search import Hit, Query, QueryError
 
 DEFAULT_DEPTH = 50  # ANN candidates fetched per query before re-ranking (at least k)
@@ -97,8 +98,14 @@ def rerank(searcher, head: PairHead | str, h: np.ndarray, results: list[list[Hit
 
 
 def search_reranked(searcher, queries: list[Query], *, head: str, k: int = 10, depth: int | None = None,
-                    filters: dict[str, str] | None = None, explain: bool = False) -> list[list[RerankedHit]]:
-    """``searcher.search`` for k' = max(k, depth) candidates, then :func:`rerank` to the top ``k``."""
+                    filters: dict[str, FilterValue] | None = None, explain: bool = False) -> list[list[RerankedHit]]:
+    """``searcher.search`` for k' = max(k, depth) candidates, then :func:`rerank` to the top ``k``.
+    k and depth above their maxima (retrieval/inputs.py) are refused."""
+    try:
+        check_at_most("k", k, MAX_K)
+        check_at_most("--rerank-depth", depth or DEFAULT_DEPTH, MAX_RERANK_DEPTH)
+    except ValueError as e:
+        raise QueryError(str(e)) from None
     pair_head = head_of(searcher, head)  # fail before searching
     fetch = max(k, depth or DEFAULT_DEPTH)
     results = searcher.search(queries, k=fetch, filters=filters, explain=explain)

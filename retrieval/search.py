@@ -20,6 +20,7 @@ from ..indexer import ann, gpu
 from ..indexer.ann import SearchResult
 from ..indexer.build import projection_key
 from ..indexer.store import IndexFiles, open_index
+from .inputs import FilterValue, check_filters, check_weights, is_utf8
 
 EXACT_SUBSET_MAX = 10_000  # a filter matching at most this many documents is searched exactly
 
@@ -37,8 +38,10 @@ class Hit:
     explain: dict | None = None  # operator name → cos(op(h), t)
 
     def to_json(self, rank: int | None = None) -> dict:
+        """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?}``: the document's own
+        fields stay nested under "metadata", so none of them (an "id", a "score") can pose as the hit's."""
         out = {} if rank is None else {"rank": rank}
-        out.update({"id": self.id, "score": round(float(self.score), 6), "text": self.text, **self.metadata})
+        out.update({"id": self.id, "score": round(float(self.score), 6), "text": self.text, "metadata": self.metadata})
         if self.explain is not None:
             out["explain"] = {k: round(float(v), 6) for k, v in self.explain.items()}
         return out
@@ -46,12 +49,14 @@ class Hit:
 
 @dataclass(frozen=True, kw_only=True)
 class Query:
-    """One query: ``text`` or ``doc_id`` (an indexed document), relation weights, optional id."""
+    """One query: ``text`` or ``doc_id`` (an indexed document), relation weights, optional id and
+    the line of the ``--queries`` file it came from (for error messages)."""
 
     text: str | None = None
     doc_id: str | None = None
     relations: dict[str, float] = field(default_factory=lambda: {"identity": 1.0})
     query_id: str | None = None
+    line: int | None = None
 
 
 def _encoder_key(encoder: dict) -> tuple:
@@ -107,12 +112,24 @@ class Searcher:
     def operators(self):
         return self.bundle.operators
 
-    def check(self, relations: dict[str, float], filters: dict[str, str]) -> None:
+    def check(self, relations: dict[str, float], filters: dict[str, FilterValue]) -> None:
+        """Raise (KeyError / QueryError naming the valid choices) for an unknown relation or filter
+        field, a weight that is not finite, too large or all zero, or an untyped filter value."""
         for name in relations:
             lookup(self.operators, name)  # raises KeyError naming the available ones
+        try:
+            check_weights(relations)
+            check_filters(filters)
+        except ValueError as e:
+            raise QueryError(str(e)) from None
         for f in filters:
             if f not in self.metadata_fields:
                 raise QueryError(f"unknown filter field {f!r}; metadata fields: {', '.join(self.metadata_fields) or '(none)'}")
+
+    @property
+    def live_count(self) -> int:
+        """Documents a search can return (deleted ones excluded)."""
+        return self.files.positions - len(self.files.deleted)
 
     def unknown_ids(self, queries: list[Query]) -> set[str]:
         """doc_ids among ``queries`` that are not in the index."""
@@ -149,6 +166,10 @@ class Searcher:
         for q in queries:
             if (q.text is None) == (q.doc_id is None):
                 raise QueryError("each query needs exactly one of text or doc_id")
+            if not is_utf8(q.text if q.doc_id is None else q.doc_id):  # undecodable argv bytes arrive as surrogates
+                raise QueryError(f"query {'text' if q.doc_id is None else 'document id'} is not valid UTF-8")
+            if q.text is not None and not q.text.strip():  # encodes to some vector: hits, but meaningless ones
+                raise QueryError("query text is empty")
             self.check(q.relations, filters)
         h = self.raw_vectors(queries)
         qv = np.zeros_like(h)
@@ -165,10 +186,13 @@ class Searcher:
             return lookup(self.operators, next(iter(relations))).apply(h)  # = the mixture, minus its sum
         return mixture_query(self.operators, h, relations)
 
-    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, str] | None = None,
+    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, FilterValue] | None = None,
                explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
         """Top-k hits per query (never the query document itself). ``params`` overrides the
-        index's tuned search parameters for this call (indexer/ann.py)."""
+        index's tuned search parameters for this call (indexer/ann.py). ``filters``: field → value
+        of :func:`~.inputs.filter_value`'s types, matched with its type (indexer/docstore.py).
+        k above the number of live documents is clipped to it: every result array is (n, k + 1)."""
+        k = min(k, self.live_count)
         projection = self.projection_of(queries)
         h, qv = self.query_vectors(queries, filters)
         subset = np.asarray(self.files.docstore.matching(filters), dtype=np.int64) if filters else None

@@ -63,7 +63,7 @@ def test_sigkill_mid_run_keeps_previous_index_and_rerun_resumes(tmp_path, small_
     assert os.path.realpath(target) == str(tmp_path / "gen-old")
     out = run(*args).stdout
     assert f"resumed: {finished} chunks" in out and "read 2000, indexed 2000, rejected 0" in out
-    assert "image" in json.loads(run("query", "--index", target, "two dogs play", "-k", "1", "--json").stdout)
+    assert "image" in json.loads(run("query", "--index", target, "two dogs play", "-k", "1", "--json").stdout)["metadata"]
 
 
 def test_relations_and_score_commands():

@@ -8,7 +8,6 @@ corpus with tens-of-megabytes lines.
 from __future__ import annotations
 
 import json
-import math
 import os
 import sqlite3
 
@@ -22,11 +21,12 @@ from relsearch.indexer.docstore import DocStore
 from relsearch.pipelines import assemble
 from relsearch.pipelines import index as index_job
 from relsearch.pipelines.lookup import LookupInput, parse_lookup_line
+from relsearch.retrieval.inputs import MAX_WEIGHT
 from relsearch.retrieval.queries import read_queries
 from relsearch.retrieval.search import Query
 
-REASONS = {rec.UNDECODABLE, rec.INVALID_JSON, rec.NOT_OBJECT, rec.MISSING_ID, rec.EMPTY_ID, rec.MISSING_TEXT,
-           rec.EMPTY_TEXT, rec.NON_STRING_TEXT, rec.DUPLICATE_ID, rec.EMPTY_LINE, rec.LINE_TOO_LONG,
+REASONS = {rec.UNDECODABLE, rec.INVALID_JSON, rec.NOT_OBJECT, rec.MISSING_ID, rec.EMPTY_ID, rec.NON_STRING_ID,
+           rec.MISSING_TEXT, rec.EMPTY_TEXT, rec.NON_STRING_TEXT, rec.DUPLICATE_ID, rec.EMPTY_LINE, rec.LINE_TOO_LONG,
            rec.TEXT_TOO_LONG, rec.METADATA_TOO_LARGE, rec.INVALID_UNICODE}
 # small limits so that generated lines cross them often
 SMALL = rec.Limits(max_line_bytes=400, max_text_bytes=120, max_metadata_bytes=150)
@@ -213,7 +213,8 @@ def test_query_files_never_raise_and_account_for_every_line(tmp_path_factory, li
     for q in queries:
         assert set(q.relations) <= known
         assert isinstance(q, Query) and (q.text is None) != (q.doc_id is None)
-        assert all(isinstance(k, str) and math.isfinite(v) for k, v in q.relations.items()) and q.relations
+        assert all(isinstance(k, str) and abs(v) <= MAX_WEIGHT for k, v in q.relations.items())
+        assert any(q.relations.values()) and isinstance(q.query_id, str) and isinstance(q.line, int)
         (q.text or q.doc_id).encode("utf-8")
     assert all(isinstance(e["line"], int) and e["error"] for e in errors)
 
@@ -278,7 +279,7 @@ def _hostile_corpus(path) -> dict[int, str | None]:
         (b"\xff\xfe\x00 not utf-8", rec.UNDECODABLE),
         (b'{"id": "nan", "text": "x", "score": NaN}', rec.INVALID_JSON),
         (b"[1, 2, 3]", rec.NOT_OBJECT),
-        (json.dumps({"id": True, "text": "bool id"}).encode(), rec.EMPTY_ID),
+        (json.dumps({"id": True, "text": "bool id"}).encode(), rec.NON_STRING_ID),
         (json.dumps({"id": "ws", "text": " \t "}).encode(), rec.EMPTY_TEXT),
         (b'{"id": "sur", "text": "\\ud800"}', rec.INVALID_UNICODE),
         (json.dumps({"id": "nested", "text": "Nested metadata.", "m": {"a": [1, {"b": 10**40}]}}).encode(), None),

@@ -77,7 +77,7 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     np.testing.assert_allclose(h, replacement.vectors[7], rtol=1e-4, atol=1e-4)
     # a filter searched through FAISS with an IDSelector (not the exact path) still gives k live matches
     broad = Searcher(str(target), exact_subset_max=0)
-    hits = broad.search([Query(doc_id="d3005")], k=25, filters={"group": "0"})[0]
+    hits = broad.search([Query(doc_id="d3005")], k=25, filters={"group": 0})[0]
     assert len(hits) == 25 and all(h.metadata["group"] == 0 for h in hits)
 
     report = mutations.delete(str(target), ["d3000", "d5", "d200", "nope", "d200"])

@@ -103,7 +103,8 @@ def test_index_built_with_another_encoder_is_refused(small_index, tmp_path):
 def test_json_output_shape(searcher):
     hit = searcher.search([Query(doc_id="ADBE")], k=1)[0][0]
     row = hit.to_json(rank=1)
-    assert list(row)[:4] == ["rank", "id", "score", "text"] and "gics_sector" in row and row["id"] != "ADBE"
+    assert list(row) == ["rank", "id", "score", "text", "metadata"] and "gics_sector" in row["metadata"]
+    assert row["id"] != "ADBE"
     json.dumps(row)
 
 
