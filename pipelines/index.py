@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..encoder.bundle import Bundle, load_bundle
+from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig
 from ..indexer import faults, mutations, store
 from ..indexer import records as rec
@@ -316,8 +316,8 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     started = time.perf_counter()
     check_input(job.input)
     if bundle is None and job.model is None and job.append and Path(job.index).is_symlink():
-        recorded = store.read_manifest(Path(os.path.realpath(job.index))).get("bundle", {}).get("path")
-        bundle = load_bundle(recorded) if recorded and os.path.isdir(recorded) else None
+        recorded = recorded_ref(store.read_manifest(Path(os.path.realpath(job.index))))
+        bundle = load_bundle(recorded) if recorded else None
     bundle = bundle or load_bundle(job.model)
     options = pipeline_options(list(beam_args))
     workers = options.get_all_options().get("direct_num_workers") or 1
@@ -391,7 +391,7 @@ def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], in
                                      spec=job.faiss_spec())
             manifest = {
                 "encoder": encoder,
-                "bundle": {"path": os.path.abspath(bundle.path) if bundle.path else None,
+                "bundle": {"path": os.path.abspath(bundle.path) if bundle.path else None, "ref": bundle.ref,
                            "fingerprint": bundle.fingerprint, "operators": sorted(bundle.operators)},
                 "counts": parts["counts"],
                 "runs": [{"op": "build", **run, "at": store.utc_now()}],

@@ -54,7 +54,7 @@ def _echo_backends(backends: dict) -> None:
 @click.argument("corpus", type=click.Path(dir_okay=False))
 @click.option("--index", "index_dir", required=True, type=click.Path(file_okay=True), help="Index folder to (re)build.")
 @click.option("--model", default=None, help="Relation bundle folder, or any Hugging Face model id/path (identity "
-              "only). Default: the shipped relation pack (with --append: the index's own bundle).")
+              "only). Default: the shipped relation pack (with --append: the index's own bundle or model).")
 @click.option("--id-field", default="id", show_default=True)
 @click.option("--text-field", default="text", show_default=True)
 @click.option("--faiss-index", "faiss_factory", default="auto", show_default=True,

@@ -76,3 +76,66 @@ def test_relations_and_score_commands():
 def test_demo_corpus_is_the_attributed_copy():
     assert sum(1 for _ in DEMO_CORPUS.open()) == 500
     assert "MIT" in (DEMO_CORPUS.parent / "README.md").read_text()
+
+
+def _plain_cls_model(folder: Path) -> Path:
+    """A plain sentence-transformers folder (not a bundle) whose encoder differs from the default
+    pack's: the default model's files, linked, with CLS pooling instead of mean."""
+    from relsearch.encoder.model import DEFAULT_MODEL, resolve_model_path
+
+    source = Path(resolve_model_path(DEFAULT_MODEL))
+    folder.mkdir()
+    for f in source.iterdir():
+        if f.name != "1_Pooling":
+            (folder / f.name).symlink_to(f)
+    config = json.loads((source / "1_Pooling" / "config.json").read_text())
+    config.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_an_index_remembers_the_plain_model_it_was_built_with(tmp_path, small_corpus):
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    model = _plain_cls_model(tmp_path / "plain")
+    corpus, more = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    lines = small_corpus.read_text().splitlines()
+    corpus.write_text("\n".join(lines[:20]) + "\n")
+    more.write_text("\n".join(lines[20:25]) + "\n")
+    target = str(tmp_path / "idx")
+    runner = CliRunner()
+
+    def ok(*args):
+        out = runner.invoke(cli, list(map(str, args)))
+        assert out.exit_code == 0, out.output
+        return out.output
+
+    ok("index", corpus, "--index", target, "--model", model, "--quiet")
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert manifest["bundle"]["ref"] == str(model) and manifest["encoder"]["pooling"] == "cls"
+    # no --model: each command uses the index's own model, not the default pack (mean pooling)
+    hits = [json.loads(line) for line in ok("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").splitlines()]
+    assert len(hits) == 3
+    assert ok("relations", "--index", target).startswith(f"bundle: {model}")
+    assert "indexed 5" in ok("index", more, "--index", target, "--append", "--quiet")
+    assert "ADBE" in ok("query", "software company", "--index", target, "-k", "1")
+
+
+def test_a_model_that_does_not_exist_fails_in_one_line_and_leaves_nothing(tmp_path, small_corpus, small_index):
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    commands = [["index", str(small_corpus), "--index", str(tmp_path / "idx")], ["score", "a", "b"],
+                ["query", "x", "--index", str(small_index)], ["relations"],
+                ["lookup", str(small_corpus), "--index", str(small_index), "--out", str(tmp_path / "out.jsonl")]]
+    for args in commands:
+        out = CliRunner().invoke(cli, [*args, "--model", "no-such-org/no-such-model"])
+        assert out.exit_code == 1, out.output
+        assert out.output.splitlines() == ["Error: model 'no-such-org/no-such-model' not found: not a bundle or model "
+                                           "folder, not an installed package model, and the Hugging Face hub is "
+                                           "offline (HF_HUB_OFFLINE)"], args
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no index, no build folder, no lock
