@@ -139,3 +139,43 @@ def test_a_model_that_does_not_exist_fails_in_one_line_and_leaves_nothing(tmp_pa
                                            "folder, not an installed package model, and the Hugging Face hub is "
                                            "offline (HF_HUB_OFFLINE)"], args
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no index, no build folder, no lock
+
+
+def test_index_progress_moves_per_encoded_batch_and_reaches_the_total(tmp_path, capsys):
+    """Below one chunk (2,048 lines) the bar used to sit at 0% until the end: it counts lines per
+    encoded batch now, from files, and ends at n/n."""
+    import threading
+
+    import numpy as np
+
+    from relsearch.encoder.model import EncodeResult
+    from relsearch.pipelines import index as index_job
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "text": f"text {i}"}) + "\n" for i in range(30)) + "not json\n")
+    seen = []
+
+    class BatchedStub:
+        max_length = 8
+
+        def encode(self, texts, progress=None):
+            for start in range(0, len(texts), 7):
+                seen.append(index_job.lines_done(tmp_path / "shards"))  # what the bar shows before this batch
+                progress(len(texts[start:start + 7]))
+            return EncodeResult(np.ones((len(texts), 3), np.float32), 0)
+
+    (tmp_path / "shards").mkdir()
+    stop = threading.Event()
+    watcher = threading.Thread(target=index_job._watch_progress, args=(tmp_path / "shards", 31, 0, stop, True))
+    watcher.start()
+    try:
+        [chunk] = index_job.plan_chunks(str(corpus), 2048)
+        index_job.encode_chunk(chunk, path=str(corpus), job=index_job.IndexJob(input=str(corpus), index="unused"),
+                               encoder=BatchedStub(), shard_dir=tmp_path / "shards")
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen == [1, 8, 15, 22, 29]  # the rejected line, then 7 more lines per batch
+    assert index_job.lines_done(tmp_path / "shards") == 31
+    assert not list((tmp_path / "shards").glob("*.progress"))  # the finished shard replaces its progress
+    assert "31/31" in capsys.readouterr().err
