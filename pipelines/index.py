@@ -53,7 +53,7 @@ class IndexJob:
     auto_policy: AutoPolicy = field(default_factory=AutoPolicy)
     append: bool = False  # add to / replace in the published index instead of rebuilding it
     es: EsTarget | None = None  # mirror the published corpus into Elasticsearch
-    chunk_lines: int = 2048  # lines per chunk: the unit of work, of progress and of resumption
+    chunk_lines: int = 2048  # lines per chunk: the unit of work and of resumption (progress moves per batch)
     chunk_bytes: int = 32 * rec.MiB  # a chunk also ends once it holds this many bytes (bounds memory)
     limits: rec.Limits = rec.DEFAULT_LIMITS  # per-line size limits (indexer/records.py)
     precision: str = "auto"

@@ -66,7 +66,7 @@ def _echo_backends(backends: dict) -> None:
               help="auto: train and add on the GPU when faiss-gpu sees a CUDA device.")
 @click.option("--append", is_flag=True, help="Add CORPUS to the published index; a known id replaces its document.")
 @click.option("--chunk-lines", default=2048, show_default=True,
-              help="Lines per chunk: the unit of parallel work, progress and resumption.")
+              help="Lines per chunk: the unit of parallel work and resumption.")
 @click.option("--max-length", type=int, default=None, help="Token limit per text (default: the model's).")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
