@@ -147,8 +147,8 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
                   out=None) -> tuple[Bundle, object]:
     """Train aspect operators; returns (bundle, fine-tuned TrainableEncoder or None).
 
-    ``base``: None (default encoder), a model id/path or a bundle (its encoder; its operators are
-    kept). ``out``: where the bundle will go — its checkpoint lives beside it (``OUT.checkpoint``).
+    ``base``: None (the default pack), a model id/path or a bundle (its encoder; in the adapter
+    regime its operators and re-ranking heads are kept). ``out``: where the bundle will go — its checkpoint lives beside it (``OUT.checkpoint``).
     """
     from ..model import Encoder, EncoderConfig
 
@@ -171,7 +171,9 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
     for fields in groups:
         op = _train_adapter(fields, combine, splits, vec, config, checkpoint)
         operators[op.name] = op
-    return Bundle(encoder=dict(encoder.identity), operators=operators,
+    # the base's re-ranking heads stay valid with its operators (the encoder is unchanged), and
+    # operator descriptions name them (e.g. "re-rank with --rerank pu-head")
+    return Bundle(encoder=dict(encoder.identity), operators=operators, heads=dict(base_bundle.heads),
                   info={"trainer": "relsearch aspect (AspectCSE, adapter)", "config": _hyper(config)}), None
 
 
