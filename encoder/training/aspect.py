@@ -352,12 +352,14 @@ def _train_joint(splits, fields, combine, config: AspectConfig, base_bundle: Bun
                 neg.append(int(rng.choice(np.flatnonzero(~relevant_to(i)))))
             cands = pos + neg
             # false negatives: candidates relevant to the anchor other than its own positive
-            mask = torch.from_numpy(np.stack([r[cands] for r in rel]))
-            mask[torch.arange(len(batch)), torch.arange(len(batch))] = False
+            false_negatives = np.stack([r[cands] for r in rel])
+            np.fill_diagonal(false_negatives, False)
+            mask = torch.as_tensor(false_negatives, device=encoder.device)  # where the encoder's outputs are
+            labels = torch.arange(len(batch), device=encoder.device)
 
             def loss_fn(a, p, n):
                 logits = F.normalize(a, dim=-1) @ F.normalize(torch.cat([p, n]), dim=-1).T / config.temperature
-                return F.cross_entropy(logits.masked_fill(mask, float("-inf")), torch.arange(len(batch)))
+                return F.cross_entropy(logits.masked_fill(mask, float("-inf")), labels)
 
             opt.zero_grad()
             losses.append(chunked_backward(encoder, [[texts[i] for i in batch], [texts[i] for i in pos],
