@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .heads import TENSOR_PREFIX as HEAD_PREFIX, PairHead
-from .model import DEFAULT_MODEL
+from .model import DEFAULT_MODEL, _local_or_hub_folder, _read_st_folder, resolve_model_path
 from .relations import IDENTITY, Operator
 
 FORMAT = "relsearch-bundle/1"
@@ -47,6 +47,13 @@ class Bundle:
         for op in self.operators.values():
             if dim is not None and op.dim is not None and op.dim != dim:
                 raise ValueError(f"operator {op.name!r} has dimension {op.dim}, encoder has {dim}")
+
+    @property
+    def ref(self) -> str:
+        """What :func:`load_bundle` takes to load this bundle again (an index records it): the
+        bundle folder, else the plain model's folder (absolute) or id."""
+        ref = self.path or self.encoder["model"]
+        return os.path.abspath(ref) if os.path.isdir(ref) else ref
 
     @property
     def fingerprint(self) -> str:
@@ -106,18 +113,40 @@ def default_bundle_path() -> str:
     return str(resources.files("relsearch") / "pack")
 
 
+class ModelNotFoundError(ValueError):
+    """``--model`` names neither a bundle nor a model that can be loaded."""
+
+
+def recorded_ref(manifest: dict) -> str | None:
+    """The bundle or plain model an index was built with (its manifest's ``bundle``): what
+    commands on the index use without ``--model``. None when that was a folder which is gone
+    (moved or deleted): the caller then uses the default pack."""
+    entry = manifest.get("bundle") or {}
+    ref = entry.get("ref") or entry.get("path")  # indexes written before "ref" recorded bundle folders only
+    return None if ref and os.path.isabs(ref) and not os.path.isdir(ref) else ref
+
+
 def load_bundle(ref: str | None = None, *, dim: int | None = None) -> Bundle:
     """Load a bundle folder, or wrap a plain model id/path as a bundle with only ``identity``.
 
     ``ref=None`` → the default relation pack (falls back to the bare default encoder if the pack
-    is missing). ``dim`` (the encoder's) is checked against every operator.
+    is missing). ``dim`` (the encoder's) is checked against every operator. A ``ref`` that is
+    neither a bundle nor a loadable model raises :class:`ModelNotFoundError` before any work.
     """
     if ref is None:
         ref = default_bundle_path()
         if not is_bundle(ref):
             ref = DEFAULT_MODEL
     if not is_bundle(ref):
-        return Bundle(encoder={"model": ref, "dim": dim})
+        folder = _local_or_hub_folder(resolve_model_path(ref))
+        if folder is None:
+            from huggingface_hub.constants import HF_HUB_OFFLINE
+
+            hub = "the Hugging Face hub is offline (HF_HUB_OFFLINE)" if HF_HUB_OFFLINE else "not on the Hugging Face hub"
+            raise ModelNotFoundError(f"model {ref!r} not found: not a bundle or model folder, not an installed "
+                                     f"package model, and {hub}")
+        pooling = _read_st_folder(folder)[0]  # what the encoder will use: an index's identity records it
+        return Bundle(encoder={"model": ref, "dim": dim, **({"pooling": pooling} if pooling else {})})
     root = Path(ref)
     try:
         manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))

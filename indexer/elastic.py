@@ -131,13 +131,16 @@ def connect(url: str, *, credentials_file: str | os.PathLike | None = None, ca_c
     :func:`bulk_index`, searches opt in per request. Nothing is sent until the first call.
     """
     es = _require_elasticsearch()
-    parts = urlsplit(url)
-    if parts.username is not None or parts.password is not None:
-        # Do not echo the URL: it holds the secret.
+    try:
+        parts = urlsplit(url)
+        port = parts.port  # raises on a port that is not a number
+    except ValueError:
+        parts, port = None, None
+    if parts is not None and (parts.username is not None or parts.password is not None):
         raise ValueError(f"the Elasticsearch URL must not embed credentials; set {ENV_API_KEY}, "
                          f"{ENV_USER}/{ENV_PASSWORD} or {ENV_CREDENTIALS} instead")
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"Elasticsearch URL {url!r} must look like https://host:9200")
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or port is None:
+        raise ValueError(f"Elasticsearch URL {display_url(url)!r} must look like https://host:9200")
     if retries < 0:
         raise ValueError(f"retries must be >= 0, got {retries}")
     creds = resolve_credentials(credentials_file, environ)
@@ -154,9 +157,11 @@ def connect(url: str, *, credentials_file: str | os.PathLike | None = None, ca_c
         kwargs["basic_auth"] = (creds.user, creds.password)
     if creds.kind != "none" and parts.scheme == "http":
         log.warning("sending Elasticsearch credentials over plain http to %s", parts.hostname)
-    log.info("Elasticsearch client for %s://%s:%s (auth: %s from %s)", parts.scheme, parts.hostname,
-             parts.port or "", creds.kind, creds.source)
-    return es.Elasticsearch(url, **kwargs)
+    log.info("Elasticsearch client for %s (auth: %s from %s)", display_url(url), creds.kind, creds.source)
+    try:
+        return es.Elasticsearch(url, **kwargs)
+    except ValueError as e:  # the client's messages quote the URL as given
+        raise ValueError(str(e).replace(url, display_url(url))) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,10 +279,28 @@ def index_body(config: EsIndexConfig, metadata_sample: Mapping[str, Any] | None 
     return {"settings": settings, "mappings": mappings}
 
 
+_HTTP_ISH = re.compile(r"(?:https?:?/*)?", re.IGNORECASE)  # http://, https://, and typos: http//, http:/
+
+
 def display_url(url: str) -> str:
-    """``scheme://host:port`` of ``url``: what messages show (never a path, query or user info)."""
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    """What a message or log may show of a user-given URL: ``scheme://host:port`` when ``url``
+    parses as one (never a path, query or user info). A malformed URL is shown as typed, less its
+    user info: everything before the last '@' (``http//user:pw@host``, ``user:pw@host``) and a port
+    that is not a number (``http://user:pw``) become ``***``. The one place URLs are redacted."""
+    try:
+        parts = urlsplit(url)
+        if parts.scheme in ("http", "https") and parts.hostname:
+            return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:  # a port that is not a number, a broken IPv6 literal
+        pass
+    scheme = _HTTP_ISH.match(url).group()
+    rest = url[len(scheme):]
+    if "@" in rest:
+        rest = "***@" + rest.rpartition("@")[2]
+    host, colon, port = rest.partition(":")
+    if colon and not port.split("/")[0].isdigit():
+        rest = f"{host}:***"
+    return scheme + rest
 
 
 class ElasticError(RuntimeError):

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..encoder.bundle import Bundle, load_bundle
+from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig
 from ..indexer import faults, mutations, store
 from ..indexer import records as rec
@@ -38,6 +38,7 @@ from ..indexer.tuning import AutoPolicy
 from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
 
 ENCODER_FILE = "encoder.json"
+PROGRESS_SUFFIX = ".progress"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,7 +54,7 @@ class IndexJob:
     auto_policy: AutoPolicy = field(default_factory=AutoPolicy)
     append: bool = False  # add to / replace in the published index instead of rebuilding it
     es: EsTarget | None = None  # mirror the published corpus into Elasticsearch
-    chunk_lines: int = 2048  # lines per chunk: the unit of work, of progress and of resumption
+    chunk_lines: int = 2048  # lines per chunk: the unit of work and of resumption (progress moves per batch)
     chunk_bytes: int = 32 * rec.MiB  # a chunk also ends once it holds this many bytes (bounds memory)
     limits: rec.Limits = rec.DEFAULT_LIMITS  # per-line size limits (indexer/records.py)
     precision: str = "auto"
@@ -170,7 +171,9 @@ def _write_atomically(path: Path, write) -> None:
 def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, shard_dir: Path) -> None:
     """Parse, validate and encode one chunk into ``NNNNNN.jsonl`` + ``NNNNNN.npz``.
 
-    The ``.npz`` is written last and atomically: its presence marks the chunk complete.
+    The ``.npz`` is written last and atomically: its presence marks the chunk complete. Until
+    then ``NNNNNN.progress`` holds the chunk's lines done so far, rewritten after each encoded
+    batch, so the progress bar moves within a chunk (:func:`lines_done`).
     """
     done = shard_dir / f"{chunk.number:06d}.npz"
     if done.exists():
@@ -179,13 +182,22 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
               for n, raw in read_numbered_lines(path, chunk.start, chunk.end, chunk.first_line,
                                                 job.limits.max_line_bytes)]
     records = [r for r in parsed if isinstance(r, rec.Record)]
-    vectors, truncated = encode_texts(encoder, [r.text for r in records])
+    progress_file, lines = done.with_suffix(PROGRESS_SUFFIX), chunk.lines - len(records)  # rejections are done
+
+    def progress(encoded: int) -> None:
+        nonlocal lines
+        lines += encoded
+        _write_atomically(progress_file, lambda p: p.write_text(str(lines)))
+
+    progress(0)
+    vectors, truncated = encode_texts(encoder, [r.text for r in records], progress=progress)
     rows = [{"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata} for r in records]
     rows += [{"rejected": r.to_json()} for r in parsed if isinstance(r, rec.Rejection)]
     _write_atomically(shard_dir / f"{chunk.number:06d}.jsonl", lambda p: p.write_text(
         "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8"))
     _write_atomically(done, lambda p: _save_npz(p, vectors=vectors, truncated=np.int64(truncated),
                                                 lines=np.int64(chunk.lines)))
+    progress_file.unlink(missing_ok=True)
     faults.point("index.shard-written")
 
 
@@ -200,18 +212,19 @@ def _save_npz(path: Path, **arrays) -> None:
 CHARS_PER_TOKEN_CAP = 100
 
 
-def encode_texts(encoder: Encoder, texts: list[str]) -> tuple[np.ndarray, int]:
+def encode_texts(encoder: Encoder, texts: list[str], *, progress=None) -> tuple[np.ndarray, int]:
     """(raw vectors, texts truncated): texts longer than ``CHARS_PER_TOKEN_CAP`` × the encoder's
-    window are cut at a word boundary before encoding and counted as truncated."""
+    window are cut at a word boundary before encoding and counted as truncated. ``progress(n)``
+    is called after each encoded batch of n texts."""
     cap = CHARS_PER_TOKEN_CAP * int(encoder.max_length)
     long = [i for i, t in enumerate(texts) if len(t) > cap]
     if not long:
-        result = encoder.encode(texts)
+        result = encoder.encode(texts, progress=progress)
         return result.vectors, result.truncated
     cut = set(long)
     normal = [i for i in range(len(texts)) if i not in cut]
-    a = encoder.encode([texts[i] for i in normal])
-    b = encoder.encode([_cut(texts[i], cap) for i in long])
+    a = encoder.encode([texts[i] for i in normal], progress=progress)
+    b = encoder.encode([_cut(texts[i], cap) for i in long], progress=progress)
     vectors = np.empty((len(texts), a.vectors.shape[1]), dtype=np.float32)
     vectors[normal], vectors[long] = a.vectors, b.vectors
     return vectors, a.truncated + len(long)
@@ -297,25 +310,33 @@ def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> 
     return store.generations_dir(target) / f"build-{key}"
 
 
+def lines_done(shard_dir: Path) -> int:
+    """Input lines done: all lines of finished shards, the progress so far of the others. Read
+    from files, so it counts the work of any local runner, worker processes included."""
+    n = 0
+    for p in shard_dir.glob("*.npz"):
+        try:
+            with np.load(p, allow_pickle=False) as data:
+                n += int(data["lines"])
+        except (OSError, ValueError, KeyError):
+            pass
+    for p in shard_dir.glob(f"*{PROGRESS_SUFFIX}"):
+        try:
+            n += 0 if p.with_suffix(".npz").exists() else int(p.read_text())  # a finished shard counts once
+        except (OSError, ValueError):  # removed as its shard finished
+            pass
+    return n
+
+
 def _watch_progress(shard_dir: Path, total: int, already: int, stop: threading.Event, enabled: bool) -> None:
-    """Show progress by counting lines in finished shards (works for any local runner)."""
+    """Show progress (lines, updated per encoded batch) until ``stop`` is set."""
     from tqdm import tqdm
 
-    def done() -> int:
-        n = 0
-        for p in shard_dir.glob("*.npz"):
-            try:
-                with np.load(p, allow_pickle=False) as data:
-                    n += int(data["lines"])
-            except (OSError, ValueError, KeyError):
-                pass
-        return n
-
     with tqdm(total=total, initial=already, unit="line", desc="indexing", disable=not enabled,
-              mininterval=1.0, smoothing=0.1) as bar:
-        while not stop.wait(1.0):
-            bar.update(done() - bar.n)
-        bar.update(done() - bar.n)
+              mininterval=0.5, smoothing=0.1) as bar:
+        while not stop.wait(0.5):
+            bar.update(lines_done(shard_dir) - bar.n)
+        bar.update(lines_done(shard_dir) - bar.n)
 
 
 def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None = None) -> IndexReport:
@@ -327,8 +348,8 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     started = time.perf_counter()
     check_input(job.input)
     if bundle is None and job.model is None and job.append and Path(job.index).is_symlink():
-        recorded = store.read_manifest(Path(os.path.realpath(job.index))).get("bundle", {}).get("path")
-        bundle = load_bundle(recorded) if recorded and os.path.isdir(recorded) else None
+        recorded = recorded_ref(store.read_manifest(Path(os.path.realpath(job.index))))
+        bundle = load_bundle(recorded) if recorded else None
     bundle = bundle or load_bundle(job.model)
     options = pipeline_options(list(beam_args))
     workers = options.get_all_options().get("direct_num_workers") or 1
@@ -411,7 +432,7 @@ def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], in
                                      spec=job.faiss_spec())
             manifest = {
                 "encoder": encoder,
-                "bundle": {"path": os.path.abspath(bundle.path) if bundle.path else None,
+                "bundle": {"path": os.path.abspath(bundle.path) if bundle.path else None, "ref": bundle.ref,
                            "fingerprint": bundle.fingerprint, "operators": sorted(bundle.operators)},
                 "counts": parts["counts"],
                 "runs": [{"op": "build", **run, "at": store.utc_now()}],

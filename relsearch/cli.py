@@ -46,16 +46,19 @@ model_option = click.option(
 @click.option("--json", "as_json", is_flag=True)
 def relations(index_dir, model, as_json):
     """List the relation operators of a bundle (or of the bundle an index was built with)."""
-    from relsearch.encoder.bundle import load_bundle
+    from relsearch.encoder.bundle import load_bundle, recorded_ref
 
     if index_dir and not model:
         from relsearch.indexer.store import open_index
 
         try:
-            model = open_index(index_dir).manifest.get("bundle", {}).get("path")
+            model = recorded_ref(open_index(index_dir).manifest)
         except (ValueError, OSError) as e:  # a missing or damaged index: one line, no traceback
             raise click.ClickException(str(e)) from e
-    bundle = load_bundle(model)
+    try:
+        bundle = load_bundle(model)
+    except ValueError as e:  # a model that is not found, a damaged bundle
+        raise click.ClickException(str(e)) from None
     rows = []
     for name, op in sorted(bundle.operators.items()):
         rows.append({"name": name, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {})})
@@ -96,7 +99,10 @@ def score(text_a, text_b, model, as_json):
     from relsearch.encoder.model import Encoder, EncoderConfig
     from relsearch.retrieval.search import score_pair
 
-    bundle = load_bundle(model)
+    try:
+        bundle = load_bundle(model)
+    except ValueError as e:  # a model that is not found, a damaged bundle
+        raise click.ClickException(str(e)) from None
     enc = Encoder(EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling")))
     scores = score_pair(bundle, enc, text_a, text_b)
     if as_json:

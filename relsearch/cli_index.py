@@ -55,7 +55,7 @@ def _echo_backends(backends: dict) -> None:
 @click.argument("corpus", type=click.Path(dir_okay=False))
 @click.option("--index", "index_dir", required=True, type=click.Path(file_okay=True), help="Index folder to (re)build.")
 @click.option("--model", default=None, help="Relation bundle folder, or any Hugging Face model id/path (identity "
-              "only). Default: the shipped relation pack (with --append: the index's own bundle).")
+              "only). Default: the shipped relation pack (with --append: the index's own bundle or model).")
 @click.option("--id-field", default="id", show_default=True)
 @click.option("--text-field", default="text", show_default=True)
 @click.option("--faiss-index", "faiss_factory", default="auto", show_default=True,
@@ -67,7 +67,7 @@ def _echo_backends(backends: dict) -> None:
               help="auto: train and add on the GPU when faiss-gpu sees a CUDA device.")
 @click.option("--append", is_flag=True, help="Add CORPUS to the published index; a known id replaces its document.")
 @click.option("--chunk-lines", default=2048, show_default=True,
-              help="Lines per chunk: the unit of parallel work, progress and resumption.")
+              help="Lines per chunk: the unit of parallel work and resumption.")
 @click.option("--max-length", type=click.IntRange(min=1), default=None, help="Token limit per text (default: the model's).")
 @click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")

@@ -22,7 +22,7 @@ from relsearch.retrieval.inputs import MAX_K
               help="Keep only results whose FIELD equals the query document's; repeat = AND.")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSONL (written atomically).")
 @click.option("--with-text", is_flag=True, help="Include each result's text.")
-@click.option("--model", default=None, help="Relation bundle folder (default: the bundle the index was built with).")
+@click.option("--model", default=None, help="Relation bundle folder or model id (default: the one the index was built with).")
 @click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1),
               help="Queries per search call.")
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..encoder.bundle import Bundle, load_bundle
+from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig, resolve_model_path, weights_fingerprint
 from ..encoder.relations import lookup, mixture_query
 from ..indexer import ann, gpu
@@ -72,11 +72,7 @@ class Searcher:
                  gpu_facts: gpu.GpuFacts | None = None):
         self.files: IndexFiles = open_index(index_dir)
         manifest = self.files.manifest
-        recorded = manifest.get("bundle", {}).get("path")
-        import os
-
-        if model is None and recorded and os.path.isdir(recorded):
-            model = recorded
+        model = model or recorded_ref(manifest)
         self.bundle: Bundle = load_bundle(model, dim=manifest["dim"])
         index_encoder = manifest["encoder"]
         if model is not None and not self.bundle.encoder.get("dim"):  # a bare model id: describe it like the index does

@@ -76,3 +76,106 @@ def test_relations_and_score_commands():
 def test_demo_corpus_is_the_attributed_copy():
     assert sum(1 for _ in DEMO_CORPUS.open()) == 500
     assert "MIT" in (DEMO_CORPUS.parent / "README.md").read_text()
+
+
+def _plain_cls_model(folder: Path) -> Path:
+    """A plain sentence-transformers folder (not a bundle) whose encoder differs from the default
+    pack's: the default model's files, linked, with CLS pooling instead of mean."""
+    from relsearch.encoder.model import DEFAULT_MODEL, resolve_model_path
+
+    source = Path(resolve_model_path(DEFAULT_MODEL))
+    folder.mkdir()
+    for f in source.iterdir():
+        if f.name != "1_Pooling":
+            (folder / f.name).symlink_to(f)
+    config = json.loads((source / "1_Pooling" / "config.json").read_text())
+    config.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
+    (folder / "1_Pooling").mkdir()
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+def test_an_index_remembers_the_plain_model_it_was_built_with(tmp_path, small_corpus):
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    model = _plain_cls_model(tmp_path / "plain")
+    corpus, more = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    lines = small_corpus.read_text().splitlines()
+    corpus.write_text("\n".join(lines[:20]) + "\n")
+    more.write_text("\n".join(lines[20:25]) + "\n")
+    target = str(tmp_path / "idx")
+    runner = CliRunner()
+
+    def ok(*args):
+        out = runner.invoke(cli, list(map(str, args)))
+        assert out.exit_code == 0, out.output
+        return out.output
+
+    ok("index", corpus, "--index", target, "--model", model, "--quiet")
+    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    assert manifest["bundle"]["ref"] == str(model) and manifest["encoder"]["pooling"] == "cls"
+    # no --model: each command uses the index's own model, not the default pack (mean pooling)
+    hits = [json.loads(line) for line in ok("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").splitlines()]
+    assert len(hits) == 3
+    assert ok("relations", "--index", target).startswith(f"bundle: {model}")
+    assert "indexed 5" in ok("index", more, "--index", target, "--append", "--quiet")
+    assert "ADBE" in ok("query", "software company", "--index", target, "-k", "1")
+
+
+def test_a_model_that_does_not_exist_fails_in_one_line_and_leaves_nothing(tmp_path, small_corpus, small_index):
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    commands = [["index", str(small_corpus), "--index", str(tmp_path / "idx")], ["score", "a", "b"],
+                ["query", "x", "--index", str(small_index)], ["relations"],
+                ["lookup", str(small_corpus), "--index", str(small_index), "--out", str(tmp_path / "out.jsonl")]]
+    for args in commands:
+        out = CliRunner().invoke(cli, [*args, "--model", "no-such-org/no-such-model"])
+        assert out.exit_code == 1, out.output
+        assert out.output.splitlines() == ["Error: model 'no-such-org/no-such-model' not found: not a bundle or model "
+                                           "folder, not an installed package model, and the Hugging Face hub is "
+                                           "offline (HF_HUB_OFFLINE)"], args
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no index, no build folder, no lock
+
+
+def test_index_progress_moves_per_encoded_batch_and_reaches_the_total(tmp_path, capsys):
+    """Below one chunk (2,048 lines) the bar used to sit at 0% until the end: it counts lines per
+    encoded batch now, from files, and ends at n/n."""
+    import threading
+
+    import numpy as np
+
+    from relsearch.encoder.model import EncodeResult
+    from relsearch.pipelines import index as index_job
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "text": f"text {i}"}) + "\n" for i in range(30)) + "not json\n")
+    seen = []
+
+    class BatchedStub:
+        max_length = 8
+
+        def encode(self, texts, progress=None):
+            for start in range(0, len(texts), 7):
+                seen.append(index_job.lines_done(tmp_path / "shards"))  # what the bar shows before this batch
+                progress(len(texts[start:start + 7]))
+            return EncodeResult(np.ones((len(texts), 3), np.float32), 0)
+
+    (tmp_path / "shards").mkdir()
+    stop = threading.Event()
+    watcher = threading.Thread(target=index_job._watch_progress, args=(tmp_path / "shards", 31, 0, stop, True))
+    watcher.start()
+    try:
+        [chunk] = index_job.plan_chunks(str(corpus), 2048)
+        index_job.encode_chunk(chunk, path=str(corpus), job=index_job.IndexJob(input=str(corpus), index="unused"),
+                               encoder=BatchedStub(), shard_dir=tmp_path / "shards")
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen == [1, 8, 15, 22, 29]  # the rejected line, then 7 more lines per batch
+    assert index_job.lines_done(tmp_path / "shards") == 31
+    assert not list((tmp_path / "shards").glob("*.progress"))  # the finished shard replaces its progress
+    assert "31/31" in capsys.readouterr().err

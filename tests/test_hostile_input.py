@@ -127,7 +127,7 @@ class StubEncoder:
 
     max_length = 8
 
-    def encode(self, texts):
+    def encode(self, texts, progress=None):
         from relsearch.encoder.model import EncodeResult
 
         vectors = np.array([[len(t) % 7 + 1.0, 1.0, float(i)] for i, t in enumerate(texts)], np.float32).reshape(-1, 3)

@@ -205,3 +205,37 @@ def test_projection_aspect_is_searched_exactly_in_its_projected_index(tmp_path, 
     assert isinstance(indexed._projected_vectors(op.name), np.memmap)
     again = indexed.search([Query(doc_id="MMM", relations={op.name: 1.0})], k=5)[0]
     assert [h.id for h in again] == [h.id for h in hits]
+
+
+def _sector_corpus(path):
+    sectors = {"bank": ["A bank that lends money", "A retail bank with branches", "An investment bank"],
+               "chips": ["A maker of semiconductors", "A designer of graphics chips", "A memory chip foundry"]}
+    return write_jsonl(path, [{"text": t, "theme": s} for s, texts in sectors.items() for t in texts])
+
+
+def _triples(path):
+    pairs = [("A cat sits.", "A cat is sitting."), ("Dogs run.", "The dogs are running."),
+             ("It rains.", "Rain is falling."), ("He eats.", "He is eating.")]
+    return write_jsonl(path, [{"head": h, "relation": "restates", "tail": t} for h, t in pairs])
+
+
+@pytest.mark.parametrize("objective", ["aspect", "transition"])
+def test_adapter_training_on_a_bundle_keeps_its_heads(tmp_path, objective):
+    """The default pack's `similar-company-pu` says "re-rank with --rerank pu-head": a bundle trained
+    on top of the pack keeps its operators, so it keeps the heads they refer to."""
+    from relsearch.cli_train import train
+    from relsearch.encoder.bundle import default_bundle_path, load_bundle
+
+    pack = load_bundle(default_bundle_path())
+    assert "pu-head" in pack.heads and "--rerank pu-head" in pack.operators["similar-company-pu"].description
+    data = _sector_corpus(tmp_path / "c.jsonl") if objective == "aspect" else _triples(tmp_path / "t.jsonl")
+    extra = ["--aspect", "theme"] if objective == "aspect" else []
+    out = CliRunner().invoke(train, [str(data), "--objective", objective, *extra, "--base", default_bundle_path(),
+                                     "--epochs", "1", "--out", str(tmp_path / "b"), "--quiet",
+                                     "--cache-dir", str(tmp_path / "cache")])
+    assert out.exit_code == 0, out.output
+    trained = load_bundle(str(tmp_path / "b"))
+    assert set(trained.operators) - set(pack.operators) == {"aspect:theme" if objective == "aspect" else "restates"}
+    assert set(trained.heads) == {"pu-head"}
+    for key, value in pack.heads["pu-head"].tensors().items():
+        np.testing.assert_array_equal(trained.heads["pu-head"].tensors()[key], value)

@@ -90,3 +90,31 @@ def test_no_command_output_or_written_file_contains_a_secret(server, tmp_path, c
     assert_no_secret(stored, "the Elasticsearch indices (mappings, _meta, documents)")
     manifest = json.loads((target / "manifest.json").read_text())
     assert manifest["backends"]["elasticsearch"]["alias"] == "docs" and "url" not in json.dumps(manifest).lower()
+
+
+MALFORMED_URLS = [
+    "elastic:{pw}@127.0.0.1:9200", "http//elastic:{pw}@127.0.0.1:9200", "http:/elastic:{pw}@127.0.0.1:9200",
+    "http://elastic:{pw}@127.0.0.1:9200", "https://elastic:{pw}@h@127.0.0.1", "elastic:{pw}@",
+    "ftp://elastic:{pw}@h:21", "http://elastic:{pw}", "https://elastic:{pw}/x@h:9200", "http://elastic:{pw}@[::1",
+    "HTTPS:elastic:{pw}@h:9200/path?q=1", "//elastic:{pw}@h:9200",
+]
+
+
+@pytest.mark.parametrize("form", MALFORMED_URLS)
+def test_an_es_url_with_a_password_is_never_echoed_however_malformed(form, tmp_path):
+    from relsearch.indexer.elastic import connect, display_url
+
+    url = form.format(pw=PASSWORD)
+    assert PASSWORD not in display_url(url)
+    with pytest.raises(ValueError) as info:
+        connect(url, environ={})
+    assert PASSWORD not in str(info.value)
+    target = tmp_path / "idx"
+    build(target, n=20)
+    runner = CliRunner(env={"RELSEARCH_ES_API_KEY": None})
+    for args in (["compact", "--index", str(target), "--es-url", url, "--es-index", "rs"],
+                 ["query", "--id", "d1", "--index", str(target), "--backend", "es", "--es-url", url,
+                  "--es-index", "rs"]):
+        out = runner.invoke(cli, args)
+        assert out.exit_code == 1 and "Traceback" not in out.output, out.output
+        assert_no_secret(out.output, f"relsearch {args[0]} --es-url {form}")

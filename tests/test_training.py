@@ -254,3 +254,65 @@ def test_adapter_resumes_after_the_last_finished_relation(tmp_path, encoder, tre
     assert trained == ["a", "b"]  # "a" came from the checkpoint, not a second training run
     for name in ("a", "b"):
         np.testing.assert_allclose(resumed.operators[name].params["W"], whole.operators[name].params["W"], atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------ devices
+class DeviceAudit(torch.overrides.TorchFunctionMode):
+    """Records what a trainer (code in encoder/training/) does that breaks on a GPU though it runs on
+    a CPU: a tensor created without an explicit ``device=`` naming the encoder's device (it lands on
+    the CPU beside CUDA activations), and ``.numpy()`` of a tensor not moved by ``.cpu()`` first."""
+
+    FACTORIES = {"zeros", "ones", "full", "empty", "arange", "eye", "randn", "rand", "randint", "randperm",
+                 "tensor", "as_tensor", "linspace"}
+
+    def __init__(self, device: str):
+        super().__init__()
+        self.device, self.problems, self.calls, self._last = torch.device(device).type, [], 0, None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        import sys
+        from pathlib import Path
+
+        kwargs = kwargs or {}
+        result = func(*args, **kwargs)
+        caller = sys._getframe(1).f_code.co_filename
+        if f"{Path('encoder', 'training')}" not in caller:
+            return result
+        self.calls += 1
+        name, where = getattr(func, "__name__", str(func)), f"{Path(caller).name}:{sys._getframe(1).f_lineno}"
+        if name in self.FACTORIES and ("device" not in kwargs or torch.device(kwargs["device"]).type != self.device):
+            self.problems.append(f"{where}: torch.{name} without device={self.device!r}")
+        if name == "numpy" and not (self._last is not None and self._last[0] == "cpu" and self._last[1] is args[0]):
+            self.problems.append(f"{where}: .numpy() of a tensor not moved to the CPU")
+        self._last = (name, result)
+        return result
+
+
+def _joint_step_problems(train, **kw):
+    audit = DeviceAudit("cuda" if torch.cuda.is_available() else "cpu")  # what TrainableEncoder picks
+    with audit:
+        train(**kw)
+    assert audit.calls > 50  # the audit saw the trainer's own calls
+    return audit.problems
+
+
+def test_joint_training_steps_create_every_tensor_on_the_encoders_device(tmp_path):
+    """`train --regime joint` crashed on CUDA at its first step (a CPU false-negative mask and labels,
+    .numpy() of CUDA relation parameters): one tiny step of each joint trainer, audited on the CPU."""
+    from relsearch.encoder.training.aspect import AspectConfig, train_aspects
+    from relsearch.encoder.training.rse_joint import JointConfig, train_joint
+
+    pairs = [("A cat sits.", "A cat is sitting."), ("Dogs run.", "The dogs are running."),
+             ("It rains.", "Rain is falling."), ("He eats.", "He is eating.")]
+    triples = _write(tmp_path / "t.jsonl", [{"head": h, "relation": "r", "tail": t} for h, t in pairs])
+    assert _joint_step_problems(train_joint, train_files=[triples], base="all-MiniLM-L6-v2", out=tmp_path / "rse",
+                                config=JointConfig(batch_size=4, max_length=8, progress=False,
+                                                   cache_dir=str(tmp_path / "cache"))) == []
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with DeviceAudit(device) as audit:  # the linear operator's start (the step above trains a translation)
+        assert training._init_params("linear", 4, torch.Generator(device=device), device)["W"].device.type == device
+    assert audit.problems == [] and audit.calls
+    docs = _write(tmp_path / "d.jsonl", [{"text": t, "label": str(i % 2)} for i, t in enumerate(sum(pairs, ()))])
+    assert _joint_step_problems(train_aspects, train_files=[docs], base="all-MiniLM-L6-v2", out=tmp_path / "aspect",
+                                config=AspectConfig(aspects=("label",), regime="joint", epochs=1, batch_size=8,
+                                                    max_length=8, progress=False)) == []

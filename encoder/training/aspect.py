@@ -147,8 +147,8 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
                   out=None) -> tuple[Bundle, object]:
     """Train aspect operators; returns (bundle, fine-tuned TrainableEncoder or None).
 
-    ``base``: None (default encoder), a model id/path or a bundle (its encoder; its operators are
-    kept). ``out``: where the bundle will go — its checkpoint lives beside it (``OUT.checkpoint``).
+    ``base``: None (the default pack), a model id/path or a bundle (its encoder; in the adapter
+    regime its operators and re-ranking heads are kept). ``out``: where the bundle will go — its checkpoint lives beside it (``OUT.checkpoint``).
     """
     from ..model import Encoder, EncoderConfig
 
@@ -171,7 +171,9 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
     for fields in groups:
         op = _train_adapter(fields, combine, splits, vec, config, checkpoint)
         operators[op.name] = op
-    return Bundle(encoder=dict(encoder.identity), operators=operators,
+    # the base's re-ranking heads stay valid with its operators (the encoder is unchanged), and
+    # operator descriptions name them (e.g. "re-rank with --rerank pu-head")
+    return Bundle(encoder=dict(encoder.identity), operators=operators, heads=dict(base_bundle.heads),
                   info={"trainer": "relsearch aspect (AspectCSE, adapter)", "config": _hyper(config)}), None
 
 
@@ -350,12 +352,14 @@ def _train_joint(splits, fields, combine, config: AspectConfig, base_bundle: Bun
                 neg.append(int(rng.choice(np.flatnonzero(~relevant_to(i)))))
             cands = pos + neg
             # false negatives: candidates relevant to the anchor other than its own positive
-            mask = torch.from_numpy(np.stack([r[cands] for r in rel]))
-            mask[torch.arange(len(batch)), torch.arange(len(batch))] = False
+            false_negatives = np.stack([r[cands] for r in rel])
+            np.fill_diagonal(false_negatives, False)
+            mask = torch.as_tensor(false_negatives, device=encoder.device)  # where the encoder's outputs are
+            labels = torch.arange(len(batch), device=encoder.device)
 
             def loss_fn(a, p, n):
                 logits = F.normalize(a, dim=-1) @ F.normalize(torch.cat([p, n]), dim=-1).T / config.temperature
-                return F.cross_entropy(logits.masked_fill(mask, float("-inf")), torch.arange(len(batch)))
+                return F.cross_entropy(logits.masked_fill(mask, float("-inf")), labels)
 
             opt.zero_grad()
             losses.append(chunked_backward(encoder, [[texts[i] for i in batch], [texts[i] for i in pos],

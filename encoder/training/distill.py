@@ -26,7 +26,7 @@ Flow of :func:`train_distill`:
    ``bundle.info["metrics"]``: ``{"split", "metric": "spearman", "protocol", "pairs", "files",
    "student", "teachers": {ref: ρ}, "teachers_mean", "ensemble", "base"}``.
 
-The returned bundle carries the base bundle's operators (or identity only); the caller writes it
+The returned bundle carries the base bundle's operators and re-ranking heads (or identity only); the caller writes it
 with ``loop.write_bundle(bundle, out, encoder=student, card=...)``, which stores the student's
 weights under ``OUT/encoder/`` (indexes of the old encoder must be rebuilt).
 """
@@ -382,8 +382,9 @@ def train_distill(corpus_files, *, teachers: list[str], dev_files=(), test_files
     if metrics is not None:
         info["metrics"] = metrics
     operators = dict(base_bundle.operators) if base_bundle is not None else {}
+    heads = dict(base_bundle.heads) if base_bundle is not None else {}  # kept with the operators they serve
     enc = {"model": model_of(base_ref), "pooling": "mean", "max_length": config.max_length, "dim": student.dim}
-    return Bundle(encoder=enc, operators=operators, info=info), student
+    return Bundle(encoder=enc, operators=operators, heads=heads, info=info), student
 
 
 # --------------------------------------------------------------------------- teachers for tests

@@ -185,12 +185,13 @@ def link_prediction(apply, vectors: np.ndarray, split: _Split, known: dict[int, 
 
 
 # ----------------------------------------------------------------------------------- training
-def _init_params(kind: str, d: int, gen):
+def _init_params(kind: str, d: int, gen, device: str = "cpu"):
+    """A relation's trainable tensors on ``device`` (``gen``, a generator on that device, draws them)."""
     import torch
 
     if kind == "translation":
-        return {"r": (torch.randn(d, generator=gen) * 0.02).requires_grad_()}
-    return {"W": torch.eye(d).requires_grad_(), "b": torch.zeros(d).requires_grad_()}
+        return {"r": (torch.randn(d, generator=gen, device=device) * 0.02).requires_grad_()}
+    return {"W": torch.eye(d, device=device).requires_grad_(), "b": torch.zeros(d, device=device).requires_grad_()}
 
 
 def _forward(params: dict, h):

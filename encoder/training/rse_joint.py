@@ -106,11 +106,12 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
         raise ValueError("no usable training triples")
     if config.threads:
         torch.set_num_threads(config.threads)
-    gen = seed_everything(config.seed)
+    seed_everything(config.seed)
     base_bundle = load_bundle(base) if base else load_bundle(None)
     encoder = TrainableEncoder(base_bundle.encoder["model"], max_length=config.max_length)
-    d = encoder.dim
-    params = {name: _init_params(config.operator, d, gen) for name in wanted}
+    d, device = encoder.dim, encoder.device  # every tensor of a step lives where the encoder does
+    gen = torch.Generator(device=device).manual_seed(config.seed)
+    params = {name: _init_params(config.operator, d, gen, device) for name in wanted}
     opt = torch.optim.AdamW([{"params": list(encoder.parameters()), "lr": config.encoder_lr},
                              {"params": [p for ps in params.values() for p in ps.values()], "lr": config.operator_lr}],
                             weight_decay=0.0)
@@ -139,7 +140,7 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
 
     def operators_now() -> dict[str, Operator]:
         return {name: Operator(name=name, kind=config.operator,
-                               params={k: v.detach().numpy().copy() for k, v in params[name].items()})
+                               params={k: v.detach().cpu().numpy().copy() for k, v in params[name].items()})
                 for name in wanted}
 
     def evaluate(split: str, vectors: np.ndarray, ops: dict) -> dict[str, tuple]:
@@ -201,17 +202,19 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
             else:
                 negs.append(text_list[rng.choice(tails_of[t.relation])])
         cands = tails + negs
-        mask = torch.zeros(len(batch), len(cands), dtype=torch.bool)  # false negatives
+        false_negatives = np.zeros((len(batch), len(cands)), dtype=bool)
         for row, i in enumerate(batch):
             true = known[rels[row]].get(texts[heads[row]], set())
             for col, c in enumerate(cands):
                 if col != row and (texts[c] in true or c == heads[row]):
-                    mask[row, col] = True
+                    false_negatives[row, col] = True
+        mask = torch.as_tensor(false_negatives, device=device)
+        labels = torch.arange(len(batch), device=device)
 
         def loss_fn(h, t, n):
             q = torch.cat([_forward(params[rels[r]], h[r:r + 1]) for r in range(len(batch))])
             logits = q @ F.normalize(torch.cat([t, n]), dim=-1).T / config.temperature
-            return F.cross_entropy(logits.masked_fill(mask, float("-inf")), torch.arange(len(batch)))
+            return F.cross_entropy(logits.masked_fill(mask, float("-inf")), labels)
 
         opt.zero_grad()
         loss = chunked_backward(encoder, [heads, tails, negs], loss_fn, chunk=config.chunk)

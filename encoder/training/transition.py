@@ -307,8 +307,8 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
                      base=None, out=None, encoder=None, descriptions: dict[str, str] | None = None) -> Bundle:
     """Train one transition-matrix (``linear``) operator per relation of ``train_files``; return the bundle.
 
-    ``base``: a bundle folder (its encoder is used and its other operators are kept) or a model
-    id/path; default the default encoder. ``encoder``: an already built inference Encoder (wins
+    ``base``: a bundle folder (its encoder is used; its other operators and re-ranking heads are
+    kept) or a model id/path; default the default encoder. ``encoder``: an already built inference Encoder (wins
     over ``base``'s model). ``out``: the bundle folder the caller will write — only used to place
     the resumable checkpoint ``OUT.checkpoint/`` (clear it with ``Checkpoint.clear`` after writing).
     """
@@ -373,7 +373,8 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
             operators[name] = _operator(name, run, splits, full_train, known, vectors, config, dev, descriptions)
     finally:
         torch.set_num_threads(threads)
-    return Bundle(encoder=dict(encoder.identity), operators=operators,
+    heads = dict(base_bundle.heads) if base_bundle is not None else {}  # kept with the operators they serve
+    return Bundle(encoder=dict(encoder.identity), operators=operators, heads=heads,
                   info={"trainer": TRAINER, "config": hyperparameters(config)})
 
 
