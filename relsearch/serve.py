@@ -323,8 +323,9 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
         name, generation, [result] = await searched(body.index, [body.request(body.text, body.id)])
         if isinstance(result, RequestError):
             raise result
-        return {"index": name, "generation": generation,
-                "results": [hit.to_json(body.offset + rank) for rank, hit in enumerate(result, 1)]}
+        # a JSONResponse skips FastAPI's generic encoder: the hits are plain JSON values already
+        return JSONResponse({"index": name, "generation": generation,
+                             "results": [hit.to_json(body.offset + rank) for rank, hit in enumerate(result, 1)]})
 
     @app.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query")
     async def search_batch(body: BatchBody):
@@ -338,7 +339,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
                 out.append({"error": {"field": f"queries[{i}].{result.field}", "message": result.message}})
             else:
                 out.append({"results": [hit.to_json(body.offset + rank) for rank, hit in enumerate(result, 1)]})
-        return {"index": name, "generation": generation, "batch": out}
+        return JSONResponse({"index": name, "generation": generation, "batch": out})
 
     @app.get("/relations", summary="The relation operators and re-ranking heads of an index's bundle")
     async def relations(index: str | None = None):
@@ -427,6 +428,7 @@ def serve(indexes: dict[str, Index], *, host: str = "127.0.0.1", port: int = 800
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((host, port))
+    sock.listen(2048)  # from here on connections wait in the backlog until uvicorn accepts them
     bound = sock.getsockname()[1]
     config = uvicorn.Config(create_app(indexes, api_key=api_key, limits=limits), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=5)
