@@ -226,3 +226,16 @@ def test_cli_serve_binds_loopback_with_a_key_file(index_dir, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
+
+
+def test_bench_load_is_bounded_and_reports_percentiles():
+    from relsearch.bench.serve import format_table, load
+
+    calls = []
+    stats = load(lambda: lambda text: calls.append(text), ["a", "b"], 4, requests=50, seconds=30, warmup=1)
+    assert (stats["requests"], stats["errors"], len(calls)) == (50, 0, 54)  # 4 warm-up calls, then exactly 50
+    assert stats["p50_ms"] <= stats["p99_ms"] and stats["qps"] > 0
+    table = format_table({"machine": {"cpu": "x", "usable_cpus": 2}, "queries": 2, "k": 10, "requests_per_level": 50,
+                          "seconds_per_level": 30, "targets": {"relsearch HTTP": [stats]},
+                          "skipped": {"txtai HTTP": "txtai is not installed"}})
+    assert "relsearch HTTP" in table and "txtai HTTP: not measured: txtai is not installed" in table
