@@ -41,6 +41,7 @@ class ServeBenchJob:
     k: int = 10
     queries: int = 200  # distinct query texts
     txtai: bool = True
+    threads: int | None = None  # relsearch serve --threads (None: torch's default)
 
 
 def query_texts(index_dir: str, n: int, words: int = 8) -> list[str]:
@@ -164,7 +165,9 @@ def run_relsearch_http(job: ServeBenchJob, queries: list[str]) -> list[dict]:
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("RELSEARCH_API_KEY", None)
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([sys.executable, "-m", "relsearch", "serve", "--index", job.index, "--port", str(port)],
+    threads = ["--threads", str(job.threads)] if job.threads else []
+    proc = subprocess.Popen([sys.executable, "-m", "relsearch", "serve", "--index", job.index, "--port", str(port),
+                             *threads],
                             stdout=subprocess.DEVNULL, stderr=log, env=env)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -238,8 +238,9 @@ def speed(n_encode, n_index, repeats, json_out):
 @click.option("--concurrency", default="1,8,32", show_default=True, help="Comma-separated client counts.")
 @click.option("-k", default=10, show_default=True, type=click.IntRange(1, 1000))
 @click.option("--no-txtai", is_flag=True, help="Skip the txtai API comparison.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="relsearch serve --threads.")
 @json_option
-def serve_bench(index_dir, requests, seconds, concurrency, k, no_txtai, json_out):
+def serve_bench(index_dir, requests, seconds, concurrency, k, no_txtai, threads, json_out):
     """Loopback load test: relsearch serve, the in-process API and txtai's API; p50/p99 latency and QPS."""
     import json
     from pathlib import Path
@@ -254,7 +255,7 @@ def serve_bench(index_dir, requests, seconds, concurrency, k, no_txtai, json_out
         raise click.BadParameter(f"expects positive integers separated by commas, got {concurrency!r}",
                                  param_hint="--concurrency") from None
     job = serve_bench_mod.ServeBenchJob(index=index_dir, concurrency=levels, requests=requests, seconds=seconds, k=k,
-                                        txtai=not no_txtai)
+                                        txtai=not no_txtai, threads=threads)
     try:
         result = serve_bench_mod.run(job, echo=click.echo)
     except (ValueError, OSError) as e:

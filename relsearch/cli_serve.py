@@ -49,8 +49,15 @@ def _loopback(host: str) -> bool:
               help="Seconds a search may wait and run (default 30).")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=None,
               help="Queries per encoder pass across concurrent requests (default 64).")
-def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batch, timeout_s, micro_batch):
+@click.option("--threads", type=click.IntRange(min=1), default=None,
+              help="torch intra-op threads (default: torch's, one per core). On a small machine shared with "
+                   "other work, 1 avoids threads waiting on each other and cuts single-query latency.")
+def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batch, timeout_s, micro_batch, threads):
     """Serve indexes over HTTP (JSON; OpenAPI at /docs): search, relations, score, add/delete, health, metrics."""
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     from relsearch.api import Index
     from relsearch.serve import ServeLimits, read_api_key
     from relsearch.serve import serve as run_server
