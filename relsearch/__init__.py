@@ -5,3 +5,12 @@ relational query vectors) → ``indexer`` (FAISS, docstore, manifest); ``retriev
 indexer wrote; ``bench`` measures.
 """
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str):
+    # the Python API (relsearch/api.py) loads torch and FAISS: import it on first use, not with the package
+    if name in ("open_index", "Index", "SearchRequest", "RequestError"):
+        from . import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'relsearch' has no attribute {name!r}")

@@ -116,6 +116,7 @@ from relsearch.cli_bench import bench  # noqa: E402
 from relsearch.cli_index import compact, delete, index  # noqa: E402  (commands with many options live in their own module)
 from relsearch.cli_lookup import lookup  # noqa: E402
 from relsearch.cli_query import query  # noqa: E402
+from relsearch.cli_serve import serve  # noqa: E402
 from relsearch.cli_train import train  # noqa: E402
 
 cli.add_command(index)
@@ -125,6 +126,7 @@ cli.add_command(compact)
 cli.add_command(lookup)
 cli.add_command(train)
 cli.add_command(bench)
+cli.add_command(serve)
 
 
 def main() -> None:

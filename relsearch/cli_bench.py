@@ -227,3 +227,41 @@ def speed(n_encode, n_index, repeats, json_out):
     if json_out:
         Path(json_out).write_text(json.dumps(result, indent=2) + "\n")
         click.echo(f"json: {json_out}")
+
+
+@bench.command(name="serve")
+@click.option("--index", "index_dir", required=True, type=click.Path(exists=True), help="Published index to serve.")
+@click.option("--requests", default=400, show_default=True, type=click.IntRange(min=1),
+              help="Requests per concurrency level (at most).")
+@click.option("--seconds", default=15.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds per concurrency level (at most).")
+@click.option("--concurrency", default="1,8,32", show_default=True, help="Comma-separated client counts.")
+@click.option("-k", default=10, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--no-txtai", is_flag=True, help="Skip the txtai API comparison.")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="relsearch serve --threads.")
+@json_option
+def serve_bench(index_dir, requests, seconds, concurrency, k, no_txtai, threads, json_out):
+    """Loopback load test: relsearch serve, the in-process API and txtai's API; p50/p99 latency and QPS."""
+    import json
+    from pathlib import Path
+
+    from relsearch.bench import serve as serve_bench_mod
+
+    try:
+        levels = tuple(int(c) for c in concurrency.split(","))
+        if not levels or min(levels) < 1:
+            raise ValueError
+    except ValueError:
+        raise click.BadParameter(f"expects positive integers separated by commas, got {concurrency!r}",
+                                 param_hint="--concurrency") from None
+    job = serve_bench_mod.ServeBenchJob(index=index_dir, concurrency=levels, requests=requests, seconds=seconds, k=k,
+                                        txtai=not no_txtai, threads=threads)
+    try:
+        result = serve_bench_mod.run(job, echo=click.echo)
+    except (ValueError, OSError) as e:
+        raise click.ClickException(str(e)) from None
+    result["command"] = _command_line()
+    click.echo(serve_bench_mod.format_table(result))
+    if json_out:
+        Path(json_out).write_text(json.dumps(result, indent=2) + "\n")
+        click.echo(f"json: {json_out}")

@@ -1,0 +1,332 @@
+"""The Python API: open a published index, search it, add and delete documents.
+
+``relsearch serve`` and the HTTP client are built on these functions; so can any application::
+
+    import relsearch
+
+    index = relsearch.open_index("demo-index")
+    for hit in index.search("cloud software for enterprises", relations={"similar-company": 1.0}, k=5):
+        print(hit.id, round(hit.score, 3), hit.metadata.get("sector"))
+    index.add([{"id": "ACME", "text": "Acme makes anvils.", "sector": "Industrials"}])
+    index.delete(["ACME"])
+
+An :class:`Index` follows the ``DIR`` symlink: when a writer (this process or another) publishes
+a new generation, the next call opens it, and a call already running finishes on the generation
+it began with (its :class:`~relsearch.retrieval.search.Searcher` keeps that generation's files
+open). The transformer loads once per :class:`Index` and is handed on to each new generation built
+with the same encoder. Calls are thread-safe (one lock; the server batches queries instead of
+running them side by side).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from .indexer import mutations
+from .indexer import records as rec
+from .retrieval.search import Hit, Query, QueryError, Searcher
+
+MAX_K = 1000  # hits per query (k + offset); a page, not an export: use `relsearch lookup` for more
+MAX_RERANK_DEPTH = 1000  # ANN candidates a re-ranking head scores per query
+
+
+class RequestError(ValueError):
+    """A request that cannot be answered as asked; ``field`` names the part at fault, ``status``
+    is the HTTP status the server answers with (422 invalid, 404 unknown document)."""
+
+    def __init__(self, field: str, message: str, status: int = 422):
+        super().__init__(message)
+        self.field, self.message, self.status = field, message, status
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest:
+    """One query: ``text`` or ``id`` (an indexed document, never returned itself), the relation
+    mixture ``{name: weight}`` (default identity), exact metadata ``filters`` (AND), the page
+    ``offset``…``offset + k``, hits below ``min_score`` dropped, ``explain`` (every operator's own
+    score), ``rerank`` (a re-ranking head of the bundle) over ``rerank_depth`` ANN candidates."""
+
+    text: str | None = None
+    id: str | None = None
+    relations: dict[str, float] = field(default_factory=lambda: {"identity": 1.0})
+    k: int = 10
+    offset: int = 0
+    min_score: float | None = None
+    filters: dict[str, str] = field(default_factory=dict)
+    explain: bool = False
+    rerank: str | None = None
+    rerank_depth: int | None = None
+
+    def query(self) -> Query:
+        return Query(text=self.text, doc_id=self.id, relations=dict(self.relations), query_id=self.id)
+
+
+@dataclass(frozen=True)
+class BatchAnswer:
+    """What :meth:`Index.search_batch` returns: the generation that answered, and per request its
+    hits or its :class:`RequestError`."""
+
+    generation: str
+    results: list[list[Hit] | RequestError]
+
+
+def check_request(req: SearchRequest) -> None:
+    """Checks that need no index: exactly one of text / id, bounds on k and offset, finite weights."""
+    if (req.text is None) == (req.id is None):
+        raise RequestError("text", "give exactly one of 'text' or 'id'")
+    if req.text is not None and not req.text.strip():
+        raise RequestError("text", "'text' is empty")
+    if not 1 <= req.k <= MAX_K:
+        raise RequestError("k", f"k must be between 1 and {MAX_K}, got {req.k}")
+    if not 0 <= req.offset <= MAX_K - req.k:
+        raise RequestError("offset", f"offset + k must be at most {MAX_K}, got {req.offset} + {req.k}")
+    if req.rerank_depth is not None and not 1 <= req.rerank_depth <= MAX_RERANK_DEPTH:
+        raise RequestError("rerank_depth", f"rerank_depth must be between 1 and {MAX_RERANK_DEPTH}")
+    if req.rerank_depth is not None and req.rerank is None:
+        raise RequestError("rerank_depth", "rerank_depth needs rerank (a head name)")
+    if not req.relations:
+        raise RequestError("relations", "give at least one relation, e.g. {\"identity\": 1}")
+    for name, weight in req.relations.items():
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+            raise RequestError("relations", f"weight of relation {name[:50]!r} must be a finite number")
+    if all(w == 0 for w in req.relations.values()):
+        raise RequestError("relations", "the relation weights are all zero")
+    if req.min_score is not None and not math.isfinite(req.min_score):
+        raise RequestError("min_score", "min_score must be a finite number")
+
+
+class Index:
+    """A published index opened for search and updates (see the module docstring).
+
+    ``model``: a bundle folder to query with (default: the index's own bundle); ``search_params``:
+    FAISS search parameters overriding the ones tuned at build (indexer/ann.py).
+    """
+
+    def __init__(self, path: str | os.PathLike, model: str | None = None, *, search_params: dict | None = None):
+        self.path = os.fspath(path)
+        self.model, self.search_params = model, search_params
+        self._lock = threading.RLock()
+        self._searcher: Searcher | None = None
+        self.generations_opened = 0
+        self.searcher()  # a missing or damaged index fails here, not on the first query
+
+    # ------------------------------------------------------------ generations
+
+    def searcher(self) -> Searcher:
+        """The Searcher of the generation ``path`` points to now (opened when it changed)."""
+        with self._lock:
+            current = self._searcher
+            if current is not None and os.path.realpath(self.path) == str(current.files.root):
+                return current
+            try:
+                fresh = Searcher(self.path, self.model, search_params=self.search_params)
+            except (OSError, ValueError) as e:
+                if current is None:
+                    raise
+                # keep answering from the generation we have; the next call tries again
+                import logging
+
+                logging.getLogger(__name__).warning("cannot open the new generation of %s: %s", self.path, e)
+                return current
+            fresh.files.faiss  # noqa: B018 - load FAISS now, not inside the first query's latency
+            if current is not None and current._encoder is not None and _encoder_of(current) == _encoder_of(fresh):
+                fresh._encoder = current._encoder  # the model loads once per process, not per generation
+            self._searcher = fresh
+            self.generations_opened += 1
+            return fresh
+
+    @property
+    def generation(self) -> str:
+        """Name of the generation folder last opened (a newer one opens on the next call)."""
+        return self._searcher.files.root.name
+
+    @property
+    def documents(self) -> int:
+        """Live documents of that generation."""
+        return int(self._searcher.files.manifest.get("counts", {}).get("documents", 0))
+
+    # ------------------------------------------------------------ reading
+
+    def search(self, text: str | None = None, *, id: str | None = None, relations: dict[str, float] | None = None,
+               k: int = 10, offset: int = 0, min_score: float | None = None, filters: dict[str, str] | None = None,
+               explain: bool = False, rerank: str | None = None, rerank_depth: int | None = None) -> list[Hit]:
+        """Hits for one query (see :class:`SearchRequest`); raises :class:`RequestError`."""
+        req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
+                            min_score=min_score, filters=filters or {}, explain=explain, rerank=rerank,
+                            rerank_depth=rerank_depth)
+        out = self.search_batch([req]).results[0]
+        if isinstance(out, Exception):
+            raise out
+        return out
+
+    def search_batch(self, requests: Sequence[SearchRequest]) -> BatchAnswer:
+        """Hits per request, or the :class:`RequestError` of that request alone, all from one generation.
+
+        Requests that share k + offset, filters, explain and re-ranking run as one
+        ``Searcher.search`` call: one encoder pass for all their texts (micro-batching).
+        """
+        with self._lock:
+            searcher = self.searcher()  # every request of this batch runs on this generation
+            out: list = [None] * len(requests)
+            groups: dict[tuple, list[int]] = {}
+            for i, req in enumerate(requests):
+                try:
+                    groups.setdefault(_group_key(searcher, req), []).append(i)
+                except RequestError as e:
+                    out[i] = e
+            for rows in groups.values():
+                try:
+                    results = _run(searcher, [requests[i] for i in rows])
+                except RequestError:  # one request spoilt the group: answer each on its own
+                    results = []
+                    for i in rows:
+                        try:
+                            results += _run(searcher, [requests[i]])
+                        except RequestError as e:
+                            results.append(e)
+                for i, hits in zip(rows, results):
+                    out[i] = hits if isinstance(hits, Exception) else _page(hits, requests[i])
+            return BatchAnswer(searcher.files.root.name, out)
+
+    def relations(self) -> list[dict]:
+        """The bundle's relation operators and re-ranking heads: name, kind, description, metrics."""
+        bundle = self.searcher().bundle
+        rows = [{"name": n, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {})}
+                for n, op in sorted(bundle.operators.items())]
+        rows += [{"name": n, "kind": h.kind, "description": h.description, "metrics": h.info.get("metrics", {}),
+                  "labels": list(h.labels), "positive": h.positive} for n, h in sorted(bundle.heads.items())]
+        return rows
+
+    def score(self, text_a: str, text_b: str) -> dict[str, float]:
+        """cos(op(h_A), B) for every relation operator (``relsearch score``)."""
+        from .retrieval.search import score_pair
+
+        with self._lock:
+            searcher = self.searcher()
+            return score_pair(searcher.bundle, searcher.encoder, text_a, text_b)
+
+    # ------------------------------------------------------------ writing
+
+    def add(self, records: Iterable[dict], *, id_field: str = "id", text_field: str = "text",
+            limits: rec.Limits = rec.DEFAULT_LIMITS) -> mutations.MutationReport:
+        """Add documents (``{"id", "text", ...metadata}``); a known id replaces its document.
+
+        All or nothing: one invalid record (the corpus rules of indexer/records.py) is a
+        :class:`RequestError` naming it and nothing is written. The documents are encoded here and
+        appended as one new generation, published atomically (indexer/mutations.py).
+        """
+        from .indexer.build import Block
+        from .pipelines.assemble import IndexInputError, check_same_encoder
+        from .pipelines.index import encode_texts
+
+        docs, seen = [], set()
+        for i, record in enumerate(records):
+            parsed = _parse_record(i, record, id_field, text_field, limits)
+            if parsed.id in seen:
+                raise RequestError(f"documents[{i}]", f"{rec.DUPLICATE_ID}: id {parsed.id[:80]!r} appears twice")
+            seen.add(parsed.id)
+            docs.append({"id": parsed.id, "text": parsed.text, "metadata": parsed.metadata})
+        if not docs:
+            raise RequestError("documents", "no documents given")
+        with self._lock:  # encode with this process's model; the writer lock serialises the publish
+            encoder = self.searcher().encoder
+            vectors, truncated = encode_texts(encoder, [d["text"] for d in docs])
+        try:
+            check_same_encoder(self.path, encoder.identity)
+        except IndexInputError as e:
+            raise RequestError("documents", str(e), 409) from None
+        run = {"read": len(docs), "indexed": len(docs), "rejected": 0, "truncated": truncated,
+               "input": {"path": "relsearch API"}}
+        return mutations.append(self.path, [Block(docs, vectors)], n=len(docs), run=run)
+
+    def delete(self, ids: Iterable[str]) -> mutations.MutationReport:
+        """Delete documents by id as one new generation; unknown ids are reported, not an error."""
+        ids = [str(i) for i in ids]
+        if not ids:
+            raise RequestError("ids", "no ids given")
+        return mutations.delete(self.path, ids)
+
+    def compact(self) -> mutations.MutationReport:
+        """Rebuild from the live documents (drops tombstones); see ``relsearch compact``."""
+        return mutations.compact(self.path)
+
+
+def open_index(path: str | os.PathLike, model: str | None = None, *, search_params: dict | None = None) -> Index:
+    """Open the published index at ``path`` (``relsearch index ... --index PATH``)."""
+    return Index(path, model, search_params=search_params)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _encoder_of(searcher: Searcher) -> tuple:
+    enc = searcher.files.manifest["encoder"]
+    return searcher.bundle.encoder.get("model"), enc.get("weights_sha256"), enc.get("pooling"), enc.get("max_length")
+
+
+def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
+    """Validate ``req`` against the index; the key of the requests it can share a search with."""
+    from .encoder.relations import lookup
+    from .retrieval.rerank import head_of
+
+    check_request(req)
+    with _blame("relations"):
+        for name in req.relations:
+            lookup(searcher.operators, name)
+        projection = searcher.projection_of([req.query()])
+    with _blame("filters"):
+        searcher.check({}, req.filters)
+    if req.rerank is not None:
+        with _blame("rerank"):
+            head_of(searcher, req.rerank)
+    if req.id is not None and searcher.unknown_ids([req.query()]):
+        raise RequestError("id", f"document id {req.id[:80]!r} is not in the index", 404)
+    return (req.k + req.offset, tuple(sorted(req.filters.items())), req.explain, req.rerank, req.rerank_depth,
+            projection)
+
+
+def _run(searcher: Searcher, requests: list[SearchRequest]) -> list[list[Hit]]:
+    """One search call for requests sharing a group key."""
+    first = requests[0]
+    queries, fetch = [r.query() for r in requests], first.k + first.offset
+    with _blame("query"):
+        if first.rerank is not None:
+            from .retrieval.rerank import search_reranked
+
+            return search_reranked(searcher, queries, head=first.rerank, k=fetch, depth=first.rerank_depth,
+                                   filters=first.filters, explain=first.explain)
+        return searcher.search(queries, k=fetch, filters=first.filters, explain=first.explain)
+
+
+@contextlib.contextmanager
+def _blame(field_name: str):
+    """Turn the retrieval layer's errors (QueryError, a KeyError listing valid names) into a
+    RequestError naming the request field at fault."""
+    try:
+        yield
+    except (QueryError, KeyError, ValueError) as e:
+        raise RequestError(field_name, e.args[0] if isinstance(e, KeyError) else str(e)) from None
+
+
+def _page(hits: list[Hit], req: SearchRequest) -> list[Hit]:
+    page = hits[req.offset:req.offset + req.k]
+    return page if req.min_score is None else [h for h in page if h.score >= req.min_score]
+
+
+def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits) -> rec.Record:
+    """A request's document → Record through the corpus parser, so the API accepts what `relsearch index` does."""
+    if not isinstance(record, dict):
+        raise RequestError(f"documents[{i}]", f"{rec.NOT_OBJECT}: a document is a JSON object")
+    try:
+        raw = json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (ValueError, UnicodeEncodeError) as e:
+        raise RequestError(f"documents[{i}]", f"{rec.INVALID_JSON}: {e}") from None
+    parsed = rec.parse_line(i + 1, raw, id_field=id_field, text_field=text_field, limits=limits)
+    if isinstance(parsed, rec.Rejection):
+        raise RequestError(f"documents[{i}]", f"{parsed.reason}: {parsed.detail}")
+    return parsed

@@ -1,0 +1,119 @@
+"""A small HTTP client for ``relsearch serve`` (standard library only)::
+
+    from relsearch.client import Client
+
+    client = Client("http://127.0.0.1:8000")  # api_key=... or $RELSEARCH_API_KEY when the server wants one
+    hits = client.search(text="cloud software", relations={"similar-company": 1.0}, k=5)
+    print([(h["id"], h["score"]) for h in hits])
+
+Each method returns the server's JSON (hits are dicts: ``rank``, ``id``, ``score``, ``text``, the
+metadata and, with ``explain``, ``explain``). A 4xx/5xx answer raises :class:`ClientError` carrying
+the status and the field the server blamed. One keep-alive connection per client; not shared
+between threads (make one client per thread).
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import urllib.parse
+
+
+class ClientError(RuntimeError):
+    def __init__(self, status: int, field: str | None, message: str):
+        super().__init__(f"HTTP {status}" + (f" ({field})" if field else "") + f": {message}")
+        self.status, self.field, self.message = status, field, message
+
+
+class Client:
+    def __init__(self, url: str = "http://127.0.0.1:8000", *, api_key: str | None = None, timeout: float = 60.0,
+                 index: str | None = None):
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            raise ValueError(f"expected an http(s):// URL, got {url!r}")
+        self.scheme, self.host, self.port = parsed.scheme, parsed.hostname, parsed.port
+        self.base = parsed.path.rstrip("/")
+        self.timeout, self.index = timeout, index
+        self.api_key = api_key if api_key is not None else os.environ.get("RELSEARCH_API_KEY")
+        self._conn: http.client.HTTPConnection | None = None
+
+    # ------------------------------------------------------------ endpoints
+
+    def health(self) -> dict:
+        return self.request("GET", "/health")
+
+    def search(self, text: str | None = None, *, id: str | None = None, **options) -> list[dict]:
+        """Hits for one query; ``options``: relations, k, offset, min_score, filters, explain, rerank, ..."""
+        body = {"text": text, "id": id, **options}
+        return self.request("POST", "/search", self._with_index(body))["results"]
+
+    def search_batch(self, queries: list[dict], **options) -> list[dict]:
+        """``queries``: ``{"text"}`` or ``{"id"}`` (optional ``relations``) each; per query
+        ``{"results": [...]}`` or ``{"error": {...}}``."""
+        return self.request("POST", "/search/batch", self._with_index({"queries": queries, **options}))["batch"]
+
+    def relations(self) -> list[dict]:
+        path = "/relations" + (f"?index={urllib.parse.quote(self.index)}" if self.index else "")
+        return self.request("GET", path)["relations"]
+
+    def score(self, a: str, b: str) -> dict[str, float]:
+        return self.request("POST", "/score", self._with_index({"a": a, "b": b}))["scores"]
+
+    def add(self, documents: list[dict]) -> dict:
+        return self.request("POST", "/documents", self._with_index({"documents": documents}))
+
+    def delete(self, ids: list[str]) -> dict:
+        return self.request("POST", "/documents/delete", self._with_index({"ids": list(ids)}))
+
+    def metrics(self) -> str:
+        return self.request("GET", "/metrics", raw=True)
+
+    # ------------------------------------------------------------ plumbing
+
+    def _with_index(self, body: dict) -> dict:
+        body = {k: v for k, v in body.items() if v is not None}
+        return {"index": self.index, **body} if self.index else body
+
+    def _connection(self) -> http.client.HTTPConnection:
+        if self._conn is None:
+            cls = http.client.HTTPSConnection if self.scheme == "https" else http.client.HTTPConnection
+            self._conn = cls(self.host, self.port, timeout=self.timeout)
+        return self._conn
+
+    def request(self, method: str, path: str, body: dict | None = None, *, raw: bool = False):
+        headers = {"Accept": "application/json"}
+        data = None
+        if body is not None:
+            data = json.dumps(body, allow_nan=False).encode("utf-8")
+            headers["Content-Type"] = "application/json"
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        for attempt in (1, 2):  # a keep-alive connection the server closed is reopened once
+            conn = self._connection()
+            try:
+                conn.request(method, self.base + path, body=data, headers=headers)
+                response = conn.getresponse()
+                payload = response.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close()
+                if attempt == 2:
+                    raise
+        if response.status >= 400:
+            try:
+                error = json.loads(payload)["error"]
+                raise ClientError(response.status, error.get("field"), error.get("message", ""))
+            except (ValueError, KeyError, TypeError):
+                raise ClientError(response.status, None, payload[:200].decode("utf-8", "replace")) from None
+        return payload.decode("utf-8") if raw else json.loads(payload)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

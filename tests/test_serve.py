@@ -1,0 +1,241 @@
+"""`relsearch serve`: a real uvicorn server on a free loopback port over a copy of the small index."""
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from relsearch.api import Index
+from relsearch.client import Client, ClientError
+from relsearch.retrieval.search import Query, Searcher
+from relsearch.serve import ServeLimits, create_app
+
+KEY = "s3cret-key-for-tests"
+
+
+def _copy_index(src: Path, dest: Path) -> Path:
+    """A private copy (the session index is shared): its generation folder and the symlink to it."""
+    gen = Path(os.path.realpath(src))
+    gens = dest.parent / f".{dest.name}.generations"
+    gens.mkdir(parents=True)
+    shutil.copytree(gen, gens / gen.name)
+    os.symlink(os.path.relpath(gens / gen.name, dest.parent), dest)
+    return dest
+
+
+def _start(app):
+    """Serve ``app`` on a free loopback port in a thread; returns (url, server)."""
+    import uvicorn
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    for _ in range(200):
+        if server.started:
+            return url, server
+        time.sleep(0.02)
+    raise RuntimeError("server did not start")
+
+
+@pytest.fixture(scope="module")
+def index_dir(small_index, tmp_path_factory) -> Path:
+    return _copy_index(small_index, tmp_path_factory.mktemp("serve") / "companies")
+
+
+@pytest.fixture(scope="module")
+def index(index_dir) -> Index:
+    return Index(index_dir)
+
+
+@pytest.fixture(scope="module")
+def server(index):
+    url, srv = _start(create_app({"companies": index}, limits=ServeLimits(max_body_bytes=64 << 10)))
+    yield url
+    srv.should_exit = True
+
+
+@pytest.fixture(scope="module")
+def keyed(index):
+    """The same index behind an API key; batch_wait_ms makes micro-batching deterministic."""
+    url, srv = _start(create_app({"companies": index}, api_key=KEY, limits=ServeLimits(batch_wait_ms=300)))
+    yield url
+    srv.should_exit = True
+
+
+def _post(url: str, path: str, body: bytes | str, headers: dict | None = None) -> tuple[int, dict]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request("POST", path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    return response.status, json.loads(response.read())
+
+
+def _metadata(hit: dict) -> dict:
+    return hit.get("metadata", hit)  # Hit.to_json nests metadata in newer versions
+
+
+def _ids_scores(hits):
+    return [h["id"] for h in hits], [h["score"] for h in hits]
+
+
+def test_health_and_search_equal_the_searcher(server, index_dir):
+    client = Client(server)
+    health = client.health()
+    assert health["status"] == "ok" and health["indexes"]["companies"]["documents"] == 120
+    searcher = Searcher(str(index_dir))
+    text = "cloud software for enterprises"
+    expected = searcher.search([Query(text=text)], k=5)[0]
+    ids, scores = _ids_scores(client.search(text=text, k=5))
+    assert ids == [h.id for h in expected]
+    assert scores == pytest.approx([h.score for h in expected], abs=1e-4)
+    doc = expected[0].id
+    mixed = {"similar-company": 0.7, "identity": 0.3}
+    expected = searcher.search([Query(doc_id=doc, relations=mixed)], k=5, filters={})[0]
+    got = client.search(id=doc, relations=mixed, k=5, explain=True)
+    assert [h["id"] for h in got] == [h.id for h in expected] and doc not in [h["id"] for h in got]
+    assert set(got[0]["explain"]) >= {"identity", "similar-company"}
+    page = client.search(id=doc, relations=mixed, k=2, offset=2)
+    assert [h["id"] for h in page] == [h.id for h in expected[2:4]] and page[0]["rank"] == 3
+    floor = float(expected[1].score) - 1e-6
+    above = client.search(id=doc, relations=mixed, k=5, min_score=floor)
+    assert [h["id"] for h in above] == [h["id"] for h in got if h["score"] >= floor] and 2 <= len(above) < 5
+
+
+def test_batch_relations_score(server):
+    client = Client(server)
+    batch = client.search_batch([{"text": "oil and gas"}, {"id": "NOT-THERE"}, {"text": "banks", "relations":
+                                                                                  {"similar-company": 1}}], k=3)
+    assert len(batch[0]["results"]) == 3 and len(batch[2]["results"]) == 3
+    assert batch[1]["error"]["field"] == "queries[1].id"
+    names = {r["name"] for r in client.relations()}
+    assert {"identity", "similar-company"} <= names
+    scores = client.score("Apple makes phones.", "Samsung makes phones.")
+    assert "identity" in scores and -1 <= scores["identity"] <= 1
+
+
+@pytest.mark.parametrize("body, status, field", [
+    ('{"text": "x",', 400, "body"),
+    ('{"text": "x", "k": 1000000000}', 422, "k"),
+    ('{"text": "x", "relations": {"no-such-relation": 1}}', 422, "relations"),
+    ('{"text": "x", "relations": {"identity": NaN}}', 422, "relations.identity"),
+    ('{"text": "x", "relations": {"identity": 0}}', 422, "relations"),
+    ('{"text": "x", "filters": {"no-such-field": "a"}}', 422, "filters"),
+    ('{"text": "x", "surprise": 1}', 422, "surprise"),
+    ('{"text": "x", "index": "other"}', 404, "index"),
+    ('{"id": "NOT-THERE"}', 404, "id"),
+    ('{"k": 3}', 422, "text"),
+    ('[1, 2]', 422, "body"),
+    ('{"text": "' + "x" * (70 << 10) + '"}', 413, "body"),
+])
+def test_malformed_requests_get_4xx_json_naming_the_field(server, body, status, field):
+    got, payload = _post(server, "/search", body)
+    assert (got, payload["error"]["field"]) == (status, field)
+    assert payload["error"]["message"]
+
+
+def test_unexpected_failure_is_a_500_without_traceback(server, index, monkeypatch):
+    def boom():
+        raise RuntimeError("secret detail in /private/path")
+
+    monkeypatch.setattr(index, "relations", boom)
+    with pytest.raises(ClientError) as e:
+        Client(server).relations()
+    assert e.value.status == 500
+    assert "secret" not in e.value.message and "Traceback" not in e.value.message
+
+
+def test_add_and_delete_are_visible_without_restart(server, index_dir):
+    client = Client(server)
+    before = client.health()["indexes"]["companies"]["generation"]
+    doc = {"id": "ZZ-NEW", "text": "A maker of artisanal anvils and forging hammers.", "gics_sector": "Industrials"}
+    report = client.add([doc])
+    assert (report["added"], report["documents"]) == (1, 121) and report["generation"] != before
+    hits = client.search(text="anvils and forging hammers", k=1)
+    assert hits[0]["id"] == "ZZ-NEW" and _metadata(hits[0])["gics_sector"] == "Industrials"
+    with pytest.raises(ClientError) as e:
+        client.add([{"id": "bad"}])
+    assert (e.value.status, e.value.field) == (422, "documents[0]")
+    assert client.delete(["ZZ-NEW", "NEVER"])["not_found"] == ["NEVER"]
+    with pytest.raises(ClientError) as e:
+        client.search(id="ZZ-NEW")
+    assert e.value.status == 404
+
+
+def test_another_writers_publish_is_picked_up(server, index_dir):
+    from relsearch.indexer import mutations
+
+    client = Client(server)
+    victim = client.search(text="a bank", k=1)[0]["id"]
+    mutations.delete(str(index_dir), [victim])  # what `relsearch delete` in another process does
+    assert victim not in [h["id"] for h in client.search(text="a bank", k=10)]
+    assert client.health()["indexes"]["companies"]["documents"] == 119
+
+
+def test_api_key_and_micro_batching(keyed):
+    assert Client(keyed, api_key="").health()["status"] == "ok"  # /health stays open
+    for key in ("", "wrong"):
+        with pytest.raises(ClientError) as e:
+            Client(keyed, api_key=key).search(text="x")
+        assert e.value.status == 401 and KEY not in e.value.message
+    got, _ = _post(keyed, "/search", '{"text": "x"}', {"X-API-Key": KEY})
+    assert got == 200
+
+    def one(i):
+        return Client(keyed, api_key=KEY).search(text=f"company number {i}", k=3)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(len(hits) == 3 for hits in pool.map(one, range(8)))
+    metrics = Client(keyed, api_key=KEY).metrics()
+    batches = int(next(line for line in metrics.splitlines() if line.startswith("relsearch_batch_queries_count"))
+                  .split()[-1])
+    queries = float(next(line for line in metrics.splitlines() if line.startswith("relsearch_batch_queries_sum"))
+                    .split()[-1])
+    assert queries >= 9 and batches < queries  # 8 concurrent queries shared encoder passes
+    assert 'relsearch_requests_total{path="/search",status="401"} 2' in metrics
+
+
+def test_cli_serve_binds_loopback_with_a_key_file(index_dir, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    env.pop("RELSEARCH_API_KEY", None)
+    proc = subprocess.Popen([sys.executable, "-m", "relsearch", "serve", "--index", f"c={index_dir}", "--port", "0",
+                             "--api-key-file", str(key_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    try:
+        line = proc.stdout.readline()
+        assert "on http://127.0.0.1:" in line and KEY not in line, line + proc.stderr.read()
+        url = line.split(" on ")[1].split()[0]
+        assert Client(url).health()["indexes"]["c"]["documents"] >= 119
+        with pytest.raises(ClientError) as e:
+            Client(url).search(text="x")
+        assert e.value.status == 401
+        assert len(Client(url, api_key=KEY).search(text="x", k=2)) == 2
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_bench_load_is_bounded_and_reports_percentiles():
+    from relsearch.bench.serve import format_table, load
+
+    calls = []
+    stats = load(lambda: lambda text: calls.append(text), ["a", "b"], 4, requests=50, seconds=30, warmup=1)
+    assert (stats["requests"], stats["errors"], len(calls)) == (50, 0, 54)  # 4 warm-up calls, then exactly 50
+    assert stats["p50_ms"] <= stats["p99_ms"] and stats["qps"] > 0
+    table = format_table({"machine": {"cpu": "x", "usable_cpus": 2}, "queries": 2, "k": 10, "requests_per_level": 50,
+                          "seconds_per_level": 30, "targets": {"relsearch HTTP": [stats]},
+                          "skipped": {"txtai HTTP": "txtai is not installed"}})
+    assert "relsearch HTTP" in table and "txtai HTTP: not measured: txtai is not installed" in table
