@@ -29,10 +29,8 @@ from dataclasses import dataclass, field
 
 from .indexer import mutations
 from .indexer import records as rec
+from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_filters, check_weights, is_utf8
 from .retrieval.search import Hit, Query, QueryError, Searcher
-
-MAX_K = 1000  # hits per query (k + offset); a page, not an export: use `relsearch lookup` for more
-MAX_RERANK_DEPTH = 1000  # ANN candidates a re-ranking head scores per query
 
 
 class RequestError(ValueError):
@@ -47,7 +45,8 @@ class RequestError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class SearchRequest:
     """One query: ``text`` or ``id`` (an indexed document, never returned itself), the relation
-    mixture ``{name: weight}`` (default identity), exact metadata ``filters`` (AND), the page
+    mixture ``{name: weight}`` (default identity), exact metadata ``filters`` (AND; JSON types
+    match exactly: ``true`` is not ``1``), the page
     ``offset``…``offset + k``, hits below ``min_score`` dropped, ``explain`` (every operator's own
     score), ``rerank`` (a re-ranking head of the bundle) over ``rerank_depth`` ANN candidates."""
 
@@ -57,7 +56,7 @@ class SearchRequest:
     k: int = 10
     offset: int = 0
     min_score: float | None = None
-    filters: dict[str, str] = field(default_factory=dict)
+    filters: dict[str, FilterValue] = field(default_factory=dict)
     explain: bool = False
     rerank: str | None = None
     rerank_depth: int | None = None
@@ -76,26 +75,30 @@ class BatchAnswer:
 
 
 def check_request(req: SearchRequest) -> None:
-    """Checks that need no index: exactly one of text / id, bounds on k and offset, finite weights."""
+    """Checks that need no index: exactly one of text / id, bounds on k and offset, weights and
+    filter values as ``relsearch query`` checks them (retrieval/inputs.py)."""
     if (req.text is None) == (req.id is None):
         raise RequestError("text", "give exactly one of 'text' or 'id'")
     if req.text is not None and not req.text.strip():
         raise RequestError("text", "'text' is empty")
+    if req.text is not None and not is_utf8(req.text):
+        raise RequestError("text", "'text' is not valid UTF-8")
     if not 1 <= req.k <= MAX_K:
-        raise RequestError("k", f"k must be between 1 and {MAX_K}, got {req.k}")
+        raise RequestError("k", f"k must be between 1 and {MAX_K:,}, got {req.k:,}")
     if not 0 <= req.offset <= MAX_K - req.k:
-        raise RequestError("offset", f"offset + k must be at most {MAX_K}, got {req.offset} + {req.k}")
+        raise RequestError("offset", f"offset + k must be at most {MAX_K:,}, got {req.offset:,} + {req.k:,}")
     if req.rerank_depth is not None and not 1 <= req.rerank_depth <= MAX_RERANK_DEPTH:
-        raise RequestError("rerank_depth", f"rerank_depth must be between 1 and {MAX_RERANK_DEPTH}")
+        raise RequestError("rerank_depth", f"rerank_depth must be between 1 and {MAX_RERANK_DEPTH:,}")
     if req.rerank_depth is not None and req.rerank is None:
         raise RequestError("rerank_depth", "rerank_depth needs rerank (a head name)")
     if not req.relations:
         raise RequestError("relations", "give at least one relation, e.g. {\"identity\": 1}")
-    for name, weight in req.relations.items():
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-            raise RequestError("relations", f"weight of relation {name[:50]!r} must be a finite number")
-    if all(w == 0 for w in req.relations.values()):
-        raise RequestError("relations", "the relation weights are all zero")
+    if any(isinstance(w, bool) or not isinstance(w, (int, float)) for w in req.relations.values()):
+        raise RequestError("relations", "relation weights must be numbers")
+    with _blame("relations"):
+        check_weights(req.relations)
+    with _blame("filters"):
+        check_filters(req.filters)
     if req.min_score is not None and not math.isfinite(req.min_score):
         raise RequestError("min_score", "min_score must be a finite number")
 
@@ -153,7 +156,7 @@ class Index:
     # ------------------------------------------------------------ reading
 
     def search(self, text: str | None = None, *, id: str | None = None, relations: dict[str, float] | None = None,
-               k: int = 10, offset: int = 0, min_score: float | None = None, filters: dict[str, str] | None = None,
+               k: int = 10, offset: int = 0, min_score: float | None = None, filters: dict[str, FilterValue] | None = None,
                explain: bool = False, rerank: str | None = None, rerank_depth: int | None = None) -> list[Hit]:
         """Hits for one query (see :class:`SearchRequest`); raises :class:`RequestError`."""
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
@@ -286,7 +289,9 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
             head_of(searcher, req.rerank)
     if req.id is not None and searcher.unknown_ids([req.query()]):
         raise RequestError("id", f"document id {req.id[:80]!r} is not in the index", 404)
-    return (req.k + req.offset, tuple(sorted(req.filters.items())), req.explain, req.rerank, req.rerank_depth,
+    # the value's type is part of the key: True == 1 in Python, but the filters differ
+    typed_filters = tuple(sorted((f, type(v).__name__, v) for f, v in req.filters.items()))
+    return (req.k + req.offset, typed_filters, req.explain, req.rerank, req.rerank_depth,
             projection)
 
 

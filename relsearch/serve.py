@@ -28,7 +28,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 from starlette.exceptions import HTTPException
 
 from .api import MAX_K, MAX_RERANK_DEPTH, Index, RequestError, SearchRequest
@@ -67,7 +67,8 @@ class QueryOptions(_Body):
     k: int = Field(10, ge=1, le=MAX_K)
     offset: int = Field(0, ge=0, le=MAX_K - 1)
     min_score: FiniteFloat | None = Field(None, description="Drop hits scoring below this.")
-    filters: dict[str, str] = Field(default_factory=dict, description="Exact metadata matches, AND-ed.")
+    filters: dict[str, StrictStr | StrictBool | StrictInt | FiniteFloat] = Field(
+        default_factory=dict, description='Exact metadata matches, AND-ed; JSON types match exactly (true is not 1, "1" is not 1).')
     explain: bool = Field(False, description="Add every operator's own score to each hit.")
     rerank: str | None = Field(None, description="A re-ranking head of the bundle, e.g. pu-head.")
     rerank_depth: int | None = Field(None, ge=1, le=MAX_RERANK_DEPTH)

@@ -173,6 +173,23 @@ def test_add_and_delete_are_visible_without_restart(server, index_dir):
     assert e.value.status == 404
 
 
+def test_filters_match_json_types_over_http_and_in_one_micro_batch(server, index):
+    """true is not 1 (nor "1"), even when both filters meet in one encoder pass (True == 1 in Python)."""
+    from relsearch.api import SearchRequest
+
+    client = Client(server)
+    text = "A maker of artisanal anvils and forging hammers."
+    client.add([{"id": f"ZZ-{kind}", "text": text, "flag": value}
+                for kind, value in [("bool", True), ("int", 1), ("str", "1")]])
+    try:
+        for value, expected in [(True, "ZZ-bool"), (1, "ZZ-int"), ("1", "ZZ-str")]:
+            assert [h["id"] for h in client.search(text=text, k=5, filters={"flag": value})] == [expected]
+        batch = index.search_batch([SearchRequest(text=text, k=5, filters={"flag": v}) for v in (True, 1)])
+        assert [[h.id for h in hits] for hits in batch.results] == [["ZZ-bool"], ["ZZ-int"]]
+    finally:
+        client.delete(["ZZ-bool", "ZZ-int", "ZZ-str"])
+
+
 def test_another_writers_publish_is_picked_up(server, index_dir):
     from relsearch.indexer import mutations
 
