@@ -66,7 +66,9 @@ def parse_query_line(line_no: int, raw: bytes, default_relations: dict[str, floa
     obj = rec.decode_line(line_no, raw, limits)
     if isinstance(obj, rec.Rejection):
         return None if obj.reason == rec.EMPTY_LINE else f"{obj.reason}: {obj.detail}"
-    relations = _relations(obj.get("relation"), default_relations)
+    if "relation" in obj and "relations" in obj:
+        return "give 'relation' or 'relations' (the HTTP API's spelling), not both"
+    relations = _relations(obj.get("relation", obj.get("relations")), default_relations)
     if isinstance(relations, str):
         return relations
     unknown = sorted(set(relations) - set(known_relations)) if known_relations is not None else []

@@ -103,6 +103,16 @@ def test_query_file_weights_are_checked_per_line(tmp_path):
         (1, "relation 'identity'"), (2, "relation weights are all zero (identity=0)"), (4, "relation 'identity'")]
 
 
+def test_query_file_reads_the_http_apis_relations_key_too(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in (
+        {"text": "x", "relations": {"identity": float("nan")}}, {"text": "x", "relations": {"paraphrase": 2}},
+        {"text": "x", "relation": "identity", "relations": {"identity": 1}})))
+    queries, errors = read_queries(str(path), {"identity": 1.0})
+    assert [(q.line, q.relations) for q in queries] == [(2, {"paraphrase": 2.0})]
+    assert [e["line"] for e in errors] == [1, 3] and "not both" in errors[1]["error"]
+
+
 def test_empty_and_undecodable_query_text_is_refused(forged):
     for text, message in [("   ", "query text is empty"), ("caf\udce9 bank", "query text is not valid UTF-8")]:
         out = invoke("query", text, "--index", forged)  # click hands undecodable argv bytes over as surrogates
