@@ -1,9 +1,12 @@
-"""SQLite document store: id, text, metadata JSON and raw norm ‖h‖ per FAISS position."""
+"""SQLite document store: id, text, metadata JSON and raw norm ‖h‖ per FAISS position, and the
+indexed side table that answers metadata filters (indexer/filters.py)."""
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+
+from . import filters as flt
 
 SCHEMA = """
 CREATE TABLE docs (
@@ -14,27 +17,62 @@ CREATE TABLE docs (
     norm REAL NOT NULL         -- ‖h‖ of the raw pooled vector: h = t̂ · norm
 );
 """
+# One row per metadata field of a document and per scalar element of an array field
+# (filters.fields_of). Clustered on (field, type, value) so that an equality, range or IN filter
+# is an index range scan that reads only its matches; pos has its own index for deletes.
+FIELDS_SCHEMA = """
+CREATE TABLE fields (
+    field TEXT NOT NULL,
+    type TEXT NOT NULL,        -- text | number | bool (0/1) | null | array | object
+    value NOT NULL,            -- no affinity: numbers stay numbers, strings strings ('' for null/array/object)
+    folded TEXT,               -- casefold(value) of text values, for case-insensitive matches
+    elem INTEGER NOT NULL,     -- 1: an element of an array field; 0: the field's own value
+    pos INTEGER NOT NULL,
+    PRIMARY KEY (field, type, value, elem, pos)
+) WITHOUT ROWID;
+"""
+FIELDS_INDEXES = """
+CREATE INDEX fields_folded ON fields(field, folded) WHERE folded IS NOT NULL;
+CREATE INDEX fields_pos ON fields(pos);
+"""
 
 
 class DocStore:
     """``create``: a new file; ``write``: open an unpublished copy for a mutation; else read-only."""
 
     def __init__(self, path: str, *, create: bool = False, write: bool = False):
+        self._indexes_pending = False
         if create:
             self.conn = sqlite3.connect(path)
-            self.conn.executescript(SCHEMA)
+            self.conn.executescript(SCHEMA + FIELDS_SCHEMA)
+            self._indexes_pending = True  # built once by close(): cheaper than growing them row by row
         elif write:
             self.conn = sqlite3.connect(path)
+            if not self.has_fields_table():  # an index written before typed filters: add the table now
+                self.conn.executescript(FIELDS_SCHEMA + FIELDS_INDEXES)
+                self._add_fields(self.rows())
+                self.conn.commit()
         else:  # read-only: a reader never writes to a published index
             self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
 
     def add(self, rows: Iterable[tuple[int, str, str, dict, float]]) -> None:
         """rows: (pos, id, text, metadata, norm)."""
+        rows = list(rows)
         self.conn.executemany(
             "INSERT INTO docs VALUES (?, ?, ?, ?, ?)",
             ((p, i, t, json.dumps(m, ensure_ascii=False), float(n)) for p, i, t, m, n in rows),
         )
+        self._add_fields([rows])
         self.conn.commit()
+
+    def _add_fields(self, batches) -> None:
+        for rows in batches:
+            self.conn.executemany("INSERT INTO fields VALUES (?, ?, ?, ?, ?, ?)",
+                                  (r + (p,) for p, _, _, m, _ in rows for r in flt.fields_of(m)))
+
+    def has_fields_table(self) -> bool:
+        q = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fields'"
+        return self.conn.execute(q).fetchone() is not None
 
     def positions(self, ids: list[str]) -> dict[str, int]:
         out = {}
@@ -56,35 +94,22 @@ class DocStore:
         return {pos: {"id": doc_id, "text": text, "norm": norm, "metadata": meta}
                 for (pos, doc_id, text, _, norm), meta in zip(rows, metas)}
 
-    def matching(self, filters: dict[str, str | bool | int | float]) -> list[int]:
-        """Positions whose metadata equals every filter value, types included: a str matches only a
-        JSON string, a bool only true/false, a number only a number (1 matches 1 and 1.0, never true).
-
-        SQLite's json_extract turns JSON true into 1 and cannot tell "1" from 1 in a comparison, so
-        each clause also checks json_type.
-        """
-        where, args = [], []
-        for field, value in filters.items():
-            path = '$."' + field.replace('"', '""') + '"'
-            if isinstance(value, bool):
-                where.append("json_type(meta, ?) = ?")
-                args += [path, "true" if value else "false"]
-            elif isinstance(value, (int, float)):
-                where.append("json_type(meta, ?) IN ('integer', 'real') AND json_extract(meta, ?) = ?")
-                args += [path, path, value if isinstance(value, float) or abs(value) < 2**63 else float(value)]
-            elif isinstance(value, str):
-                where.append("json_type(meta, ?) = 'text' AND json_extract(meta, ?) = ?")
-                args += [path, path, value]
-            else:
-                raise TypeError(f"filter {field!r}: {value!r} is not a string, boolean or number")
-        q = "SELECT pos FROM docs" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY pos"
-        return [p for (p,) in self.conn.execute(q, args)]
+    def matching(self, filters: Mapping[str, object]) -> list[int]:
+        """Sorted positions whose metadata satisfies ``filters`` (the typed JSON form of
+        indexer/filters.py; FilterError if invalid), answered from the indexed side table."""
+        if not self.has_fields_table():
+            raise flt.FilterError("this index predates typed filters (no filter table in its docstore): "
+                                  "run `relsearch compact --index DIR` once to add it")
+        sql, args = flt.matching_sql(flt.clauses(filters))
+        return [p for (p,) in self.conn.execute(sql, args)]
 
     def delete(self, ids: list[str]) -> dict[str, int]:
         """Remove documents by id; returns id → the position each one had (absent ids are skipped)."""
         found = self.positions(ids)
         for chunk in _chunks(list(found), 500):
             self.conn.execute(f"DELETE FROM docs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
+        for chunk in _chunks(list(found.values()), 500):
+            self.conn.execute(f"DELETE FROM fields WHERE pos IN ({','.join('?' * len(chunk))})", chunk)
         self.conn.commit()
         return found
 
@@ -106,6 +131,10 @@ class DocStore:
         return self.conn.execute("SELECT COUNT(*) FROM docs").fetchone()[0]
 
     def close(self) -> None:
+        if self._indexes_pending:
+            self.conn.executescript(FIELDS_INDEXES)
+            self.conn.commit()
+            self._indexes_pending = False
         self.conn.close()
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from .indexer import mutations
 from .indexer import records as rec
 from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_filters, check_weights, is_utf8
+from .retrieval.paging import page, search_collapsed
 from .retrieval.search import Hit, Query, QueryError, Searcher
 
 
@@ -45,9 +46,11 @@ class RequestError(ValueError):
 @dataclass(frozen=True, kw_only=True)
 class SearchRequest:
     """One query: ``text`` or ``id`` (an indexed document, never returned itself), the relation
-    mixture ``{name: weight}`` (default identity), exact metadata ``filters`` (AND; JSON types
-    match exactly: ``true`` is not ``1``), the page
-    ``offset``…``offset + k``, hits below ``min_score`` dropped, ``explain`` (every operator's own
+    mixture ``{name: weight}`` (default identity), metadata ``filters`` (indexer/filters.py: a
+    value or ``{operator: value}`` per field, AND-ed; JSON types match exactly: ``true`` is not
+    ``1``), the page
+    ``offset``…``offset + k`` after keeping the best hit per value of metadata field ``collapse``
+    (retrieval/paging.py), hits below ``min_score`` dropped, ``explain`` (every operator's own
     score), ``rerank`` (a re-ranking head of the bundle) over ``rerank_depth`` ANN candidates."""
 
     text: str | None = None
@@ -56,7 +59,8 @@ class SearchRequest:
     k: int = 10
     offset: int = 0
     min_score: float | None = None
-    filters: dict[str, FilterValue] = field(default_factory=dict)
+    collapse: str | None = None
+    filters: dict[str, FilterValue | dict] = field(default_factory=dict)
     explain: bool = False
     rerank: str | None = None
     rerank_depth: int | None = None
@@ -156,11 +160,13 @@ class Index:
     # ------------------------------------------------------------ reading
 
     def search(self, text: str | None = None, *, id: str | None = None, relations: dict[str, float] | None = None,
-               k: int = 10, offset: int = 0, min_score: float | None = None, filters: dict[str, FilterValue] | None = None,
-               explain: bool = False, rerank: str | None = None, rerank_depth: int | None = None) -> list[Hit]:
+               k: int = 10, offset: int = 0, min_score: float | None = None, collapse: str | None = None,
+               filters: dict[str, FilterValue | dict] | None = None, explain: bool = False, rerank: str | None = None,
+               rerank_depth: int | None = None) -> list[Hit]:
         """Hits for one query (see :class:`SearchRequest`); raises :class:`RequestError`."""
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
-                            min_score=min_score, filters=filters or {}, explain=explain, rerank=rerank,
+                            min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
+                            rerank=rerank,
                             rerank_depth=rerank_depth)
         out = self.search_batch([req]).results[0]
         if isinstance(out, Exception):
@@ -170,7 +176,7 @@ class Index:
     def search_batch(self, requests: Sequence[SearchRequest]) -> BatchAnswer:
         """Hits per request, or the :class:`RequestError` of that request alone, all from one generation.
 
-        Requests that share k + offset, filters, explain and re-ranking run as one
+        Requests that share k + offset, collapse, filters, explain and re-ranking run as one
         ``Searcher.search`` call: one encoder pass for all their texts (micro-batching).
         """
         with self._lock:
@@ -284,28 +290,35 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
         projection = searcher.projection_of([req.query()])
     with _blame("filters"):
         searcher.check({}, req.filters)
+    if req.collapse is not None and req.collapse not in searcher.metadata_fields:
+        raise RequestError("collapse", f"unknown collapse field {req.collapse!r}; metadata fields: "
+                                       f"{', '.join(searcher.metadata_fields) or '(none)'}")
     if req.rerank is not None:
         with _blame("rerank"):
             head_of(searcher, req.rerank)
     if req.id is not None and searcher.unknown_ids([req.query()]):
         raise RequestError("id", f"document id {req.id[:80]!r} is not in the index", 404)
-    # the value's type is part of the key: True == 1 in Python, but the filters differ
-    typed_filters = tuple(sorted((f, type(v).__name__, v) for f, v in req.filters.items()))
-    return (req.k + req.offset, typed_filters, req.explain, req.rerank, req.rerank_depth,
+    # JSON text keeps each value's type: True == 1 in Python, but the filters differ
+    typed_filters = json.dumps(req.filters, sort_keys=True)
+    return (req.k + req.offset, req.collapse, typed_filters, req.explain, req.rerank, req.rerank_depth,
             projection)
 
 
 def _run(searcher: Searcher, requests: list[SearchRequest]) -> list[list[Hit]]:
-    """One search call for requests sharing a group key."""
+    """One search call (more with ``collapse``: retrieval/paging.py) for requests sharing a group key."""
     first = requests[0]
-    queries, fetch = [r.query() for r in requests], first.k + first.offset
-    with _blame("query"):
+    queries = [r.query() for r in requests]
+
+    def run(fetch: int) -> list[list[Hit]]:
         if first.rerank is not None:
             from .retrieval.rerank import search_reranked
 
             return search_reranked(searcher, queries, head=first.rerank, k=fetch, depth=first.rerank_depth,
                                    filters=first.filters, explain=first.explain)
         return searcher.search(queries, k=fetch, filters=first.filters, explain=first.explain)
+
+    with _blame("query"):
+        return search_collapsed(run, need=first.k + first.offset, field=first.collapse, limit=searcher.live_count)
 
 
 @contextlib.contextmanager
@@ -319,8 +332,7 @@ def _blame(field_name: str):
 
 
 def _page(hits: list[Hit], req: SearchRequest) -> list[Hit]:
-    page = hits[req.offset:req.offset + req.k]
-    return page if req.min_score is None else [h for h in page if h.score >= req.min_score]
+    return page(hits, offset=req.offset, k=req.k, min_score=req.min_score)
 
 
 def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits) -> rec.Record:

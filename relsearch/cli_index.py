@@ -4,9 +4,12 @@ Registered in :mod:`relsearch.cli`; kept free of imports from it so either modul
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
+import shutil
+import tempfile
 
 import click
 
@@ -86,7 +89,7 @@ def _echo_backends(backends: dict) -> None:
 def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, recall_target, faiss_device, append,
           chunk_lines, max_length, precision, workers, strict, max_line_bytes, max_text_bytes, max_metadata_bytes,
           quiet, **es):
-    """Encode CORPUS (JSONL) with a Beam pipeline into a FAISS index + docstore at --index.
+    """Encode CORPUS (JSONL; - reads standard input) with a Beam pipeline into a FAISS index + docstore at --index.
 
     Unknown options (--runner, --direct_num_workers, ...) pass through to Apache Beam. The new
     index replaces the old one atomically, and only when the run succeeds.
@@ -104,13 +107,20 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
                    append=append, es=es_target(**es), chunk_lines=chunk_lines, max_length=max_length,
                    precision=precision, strict=strict, progress=not quiet,
                    limits=Limits(max_line_bytes, max_text_bytes, max_metadata_bytes))
+    spool = None
     try:
+        if corpus == "-":
+            spool = spool_stdin(index_dir)
+            job = dataclasses.replace(job, input=spool)
         report = run_index(job, beam_args)
     except (IndexInputError, FileExistsError, ValueError, RuntimeError) as e:
-        raise click.ClickException(str(e)) from None
+        raise click.ClickException(str(e).replace(spool, "stdin") if spool else str(e)) from None
     except OSError as e:  # disk full, permissions: the previous index is untouched
         raise click.ClickException(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}; "
                                    "nothing was published") from None
+    finally:
+        if spool:
+            os.unlink(spool)
     if report.resumed_chunks:
         click.echo(f"resumed: {report.resumed_chunks} chunks were already encoded by an interrupted run")
     click.echo(report.summary() + (f" (replaced {report.replaced})" if append else ""))
@@ -125,6 +135,19 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
                   is not None and not append else ""))
     _echo_backends(report.backends)
     click.echo(f"index: {index_dir} ({report.documents} documents, {report.seconds:.1f} s)")
+
+
+def spool_stdin(index_dir: str, block: int = 1 << 20) -> str:
+    """Copy standard input, block by block (bounded memory), to a file beside the index, and return
+    its path. The index job needs a file: it cuts the input into byte ranges that workers read in
+    parallel and hashes it to resume an interrupted run. The caller removes the file."""
+    target = os.path.abspath(index_dir)
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    fd, path = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.stdin-", suffix=".jsonl",
+                                dir=os.path.dirname(target))
+    with os.fdopen(fd, "wb") as out:
+        shutil.copyfileobj(click.get_binary_stream("stdin"), out, block)
+    return path
 
 
 def read_ids(path: str) -> list[str]:

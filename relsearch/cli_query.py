@@ -5,11 +5,12 @@ Registered in :mod:`relsearch.cli`; kept free of imports from it so either modul
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 import click
 
-from relsearch.retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, filter_value
+from relsearch.retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, merge_filters, parse_filter
 
 
 def _fail(message: str) -> None:
@@ -28,12 +29,18 @@ def key_values(ctx, param, specs) -> dict[str, str]:
 
 
 def typed_filters(ctx, param, specs) -> dict:
-    """Click callback for --filter: FIELD=VALUE → {FIELD: typed VALUE} (retrieval/inputs.filter_value)."""
-    return {key: filter_value(value) for key, value in key_values(ctx, param, specs).items()}
+    """Click callback for --filter: expressions → the typed JSON form of indexer/filters.py
+    (retrieval/inputs.parse_filter); a malformed one is a usage error."""
+    try:
+        return merge_filters([parse_filter(spec) for spec in specs])
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from None
 
 
-FILTER_HELP = ('FIELD=VALUE exact metadata match, typed: 1 and 2.5 match numbers, true/false booleans, '
-               '"1" (in double quotes) the string 1, other text that string; repeat = AND.')
+FILTER_HELP = ('Metadata filter, repeat = AND: FIELD=VALUE (typed: 1 and 2.5 numbers, true/false booleans, '
+               '"1" in double quotes the string 1, other text that string), FIELD!=VALUE, FIELD>=VALUE (>, <, <=), '
+               'FIELD~=TEXT (case-insensitive), "FIELD in [A,B]", "FIELD has VALUE" (array holds it), '
+               '"FIELD exists"; "not " before any negates it.')
 
 
 def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
@@ -51,6 +58,12 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1, max=MAX_K),
               help=f"Hits per query, at most {MAX_K:,} (more than the index holds: all of them).")
 @click.option("--filter", "filters", multiple=True, callback=typed_filters, help=FILTER_HELP)
+@click.option("--offset", type=click.IntRange(min=0, max=MAX_K - 1), default=0, show_default=True,
+              help="Skip this many hits (the next page: --offset 10 -k 10); offset + k at most "
+                   f"{MAX_K:,}.")
+@click.option("--min-score", type=float, default=None, help="Drop hits scoring below this.")
+@click.option("--collapse", "collapse_field", default=None, metavar="FIELD",
+              help="Keep only the best hit per value of metadata FIELD (e.g. one share class per company).")
 @click.option("--json", "as_json", is_flag=True,
               help='JSON lines: {"rank", "id", "score", "text", "metadata": {...}} per hit.')
 @click.option("--explain", is_flag=True, help="Add every operator's own score for each hit.")
@@ -76,11 +89,12 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--hybrid", is_flag=True, help="Elasticsearch: fuse BM25 on the query text with kNN (RRF).")
 @click.option("--fusion", type=click.Choice(["server", "client"]), default="server", show_default=True,
               help="--hybrid: the server's rrf retriever, or two searches fused here.")
-def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json, explain, model, ef_search, nprobe,
+def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json, explain, model, ef_search, nprobe,
           rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion):
     """Find documents standing in --relation to TEXT (or to --id, or to each line of --queries)."""
     from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
+    from relsearch.retrieval.paging import page, search_collapsed
     from relsearch.retrieval.search import Query, QueryError
 
     if sum(x is not None for x in (text, doc_id, queries_file)) != 1:
@@ -94,6 +108,10 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
         rerank = int(rerank)
     if rerank_depth is not None and head is None:
         _fail("--rerank-depth needs --rerank HEAD")
+    if offset + k > MAX_K:
+        _fail(f"--offset + -k must be at most {MAX_K:,}, got {offset:,} + {k:,}")
+    if min_score is not None and not math.isfinite(min_score):
+        _fail(f"--min-score must be a finite number, got {min_score}")
     if backend == "es" and not (es_url and es_index):
         _fail("--backend es needs --es-url and --es-index")
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
@@ -114,20 +132,32 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
             queries = [q for q in queries if q.doc_id not in unknown]
         else:
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
+        if collapse_field is not None and collapse_field not in searcher.metadata_fields:
+            raise QueryError(f"unknown --collapse field {collapse_field!r}; metadata fields: "
+                             f"{', '.join(searcher.metadata_fields) or '(none)'}")
         if head is not None:
             from relsearch.retrieval.rerank import head_of, search_reranked
 
             head_of(searcher, head)  # an unknown head fails before any query runs
-            results = search_reranked(searcher, queries, head=head, k=k, depth=rerank_depth, filters=filters,
-                                      explain=explain) if queries else []
+
+            def run(fetch):
+                return search_reranked(searcher, queries, head=head, k=fetch, depth=rerank_depth, filters=filters,
+                                       explain=explain)
         else:
-            results = searcher.search(queries, k=k, filters=filters, explain=explain) if queries else []
+            def run(fetch):
+                return searcher.search(queries, k=fetch, filters=filters, explain=explain)
+        ranked = search_collapsed(run, need=offset + k, field=collapse_field,
+                                  limit=searcher.live_count) if queries else []
+        results = [page(hits, offset=offset, k=k, min_score=min_score) for hits in ranked]
+        if filters and queries and not any(results) and not len(searcher.matching(filters)):
+            click.echo(f"no document matches the filter {json.dumps(filters, ensure_ascii=False)}", err=True)
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         _fail(e.args[0] if isinstance(e, KeyError) else str(e))
     if queries_file:
         for q, hits in zip(queries, results):
             payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits]}
-            click.echo(json.dumps(payload, ensure_ascii=False) if as_json else _table(hits, title=f"query {q.query_id}"))
+            click.echo(json.dumps(payload, ensure_ascii=False) if as_json
+                       else _table(hits, title=f"query {q.query_id}", first=offset + 1))
         for err in errors:
             click.echo(f"{queries_file}:{err['line']}: {err['error']}", err=True)
         if errors:
@@ -135,20 +165,20 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, as_json,
         return
     hits = results[0]
     if as_json:
-        for rank, hit in enumerate(hits, 1):
+        for rank, hit in enumerate(hits, offset + 1):
             click.echo(json.dumps(hit.to_json(rank), ensure_ascii=False))
     else:
-        click.echo(_table(hits))
+        click.echo(_table(hits, first=offset + 1))
 
 
-def _table(hits, title: str | None = None) -> str:
+def _table(hits, title: str | None = None, first: int = 1) -> str:
     lines = [title] if title else []
     reranked = bool(hits) and hasattr(hits[0], "ann_score")
     if reranked:  # --rerank HEAD: the head's P(positive), then the ANN score and rank it came with
         lines.append(f"{'rank':>4}  {hits[0].reranker[:7]:>7}  {'ann':>7}  {'ann#':>4}  {'id':<16}  text")
     else:
         lines.append(f"{'rank':>4}  {'score':>7}  {'id':<16}  text")
-    for rank, h in enumerate(hits, 1):
+    for rank, h in enumerate(hits, first):
         snippet = " ".join(h.text.split())
         snippet = snippet[:90] + ("…" if len(snippet) > 90 else "")
         scores = f"{h.score:7.4f}  {h.ann_score:7.4f}  {h.ann_rank:>4}" if reranked else f"{h.score:7.4f}"

@@ -67,16 +67,19 @@ class QueryOptions(_Body):
     k: int = Field(10, ge=1, le=MAX_K)
     offset: int = Field(0, ge=0, le=MAX_K - 1)
     min_score: FiniteFloat | None = Field(None, description="Drop hits scoring below this.")
-    filters: dict[str, StrictStr | StrictBool | StrictInt | FiniteFloat] = Field(
-        default_factory=dict, description='Exact metadata matches, AND-ed; JSON types match exactly (true is not 1, "1" is not 1).')
+    collapse: str | None = Field(None, min_length=1, description="Keep the best hit per value of this metadata field.")
+    filters: dict[str, StrictStr | StrictBool | StrictInt | FiniteFloat | dict[str, Any]] = Field(
+        default_factory=dict, description='Metadata filters, AND-ed: {field: value} (exact; JSON types match exactly, '
+        'true is not 1, "1" is not 1) or {field: {operator: value}} with eq, ieq, gt, gte, lt, lte, in, has, exists, '
+        'not (see indexer/filters.py).')
     explain: bool = Field(False, description="Add every operator's own score to each hit.")
     rerank: str | None = Field(None, description="A re-ranking head of the bundle, e.g. pu-head.")
     rerank_depth: int | None = Field(None, ge=1, le=MAX_RERANK_DEPTH)
 
     def request(self, text: str | None, doc_id: str | None, relations: dict | None = None) -> SearchRequest:
         return SearchRequest(text=text, id=doc_id, relations=relations or self.relations, k=self.k,
-                             offset=self.offset, min_score=self.min_score, filters=self.filters, explain=self.explain,
-                             rerank=self.rerank, rerank_depth=self.rerank_depth)
+                             offset=self.offset, min_score=self.min_score, collapse=self.collapse,
+                             filters=self.filters, explain=self.explain, rerank=self.rerank, rerank_depth=self.rerank_depth)
 
 
 class SearchBody(QueryOptions):

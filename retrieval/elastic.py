@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from relsearch.indexer.elastic import ID_FIELD, METADATA_FIELD, NORM_FIELD, TEXT_FIELD, VECTOR_FIELD
+from relsearch.indexer.filters import clauses as typed_clauses
 
 FUSIONS = ("server", "client")
 MAX_NUM_CANDIDATES = 10_000  # Elasticsearch's limit on num_candidates
@@ -35,10 +36,13 @@ class Hit:
 
 
 def filter_clauses(filters: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    """``{field: value}`` → ES filter clauses on ``metadata.<field>``, all of which must match.
+    """``{field: condition}`` → ES filter clauses on ``metadata.<field>``, all of which must match.
 
     A scalar value is an exact ``term`` match (Elasticsearch coerces "2020" to a numeric field's
-    type); a list/tuple/set is a ``terms`` match on any of its values.
+    type); a list/tuple/set is a ``terms`` match on any of its values; an object of operators
+    (indexer/filters.py) maps to ``term`` (eq, has; ieq with ``case_insensitive``), ``range``,
+    ``terms`` (in), ``exists``, and ``bool.must_not`` for ``not``. Elasticsearch cannot tell an
+    array from a scalar, so ``has`` there also matches a field equal to the value.
     """
     clauses: list[dict[str, Any]] = []
     for name, value in sorted((filters or {}).items()):
@@ -52,9 +56,25 @@ def filter_clauses(filters: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             clauses.append({"terms": {path: values}})
         elif value is None:
             raise ValueError(f"filter {name!r} has no value; filters match exact values")
+        elif isinstance(value, Mapping):
+            for c in typed_clauses({name: value}):
+                es = _es_clause(path, c)
+                clauses.append({"bool": {"must_not": [es]}} if c.negate else es)
         else:
             clauses.append({"term": {path: value.item() if isinstance(value, np.generic) else value}})
     return clauses
+
+
+def _es_clause(path: str, c) -> dict[str, Any]:
+    if c.op == "exists":
+        return {"exists": {"field": path}}
+    if c.op == "in":
+        return {"terms": {path: list(c.value)}}
+    if c.op == "ieq":
+        return {"term": {path: {"value": c.value, "case_insensitive": True}}}
+    if c.op in ("gt", "gte", "lt", "lte"):
+        return {"range": {path: {c.op: c.value}}}
+    return {"term": {path: c.value}}  # eq, has
 
 
 def rrf_fuse(rankings: Sequence[Sequence[str]], *, rank_constant: int = 60,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .elastic import MAX_NUM_CANDIDATES, knn_search
-from .inputs import FilterValue
+from .inputs import Filters
 from .search import Hit, Query, QueryError, Searcher
 
 
@@ -42,13 +42,21 @@ class EsSearcher:
             options.url, credentials_file=options.credentials_file, ca_certs=options.ca_certs)
         self.metadata_fields = searcher.metadata_fields
 
-    def check(self, relations: dict[str, float], filters: dict[str, FilterValue]) -> None:
+    def check(self, relations: dict[str, float], filters: Filters) -> None:
         self.searcher.check(relations, filters)
+
+    @property
+    def live_count(self) -> int:
+        return self.searcher.live_count
+
+    def matching(self, filters: Filters) -> np.ndarray:
+        """The local index's matches: the mirror holds the same documents."""
+        return self.searcher.matching(filters)
 
     def unknown_ids(self, queries: list[Query]) -> set[str]:
         return self.searcher.unknown_ids(queries)
 
-    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, FilterValue] | None = None,
+    def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
                explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
         """As :meth:`Searcher.search`; k is clipped to the local index's live documents. Filter values
         go to Elasticsearch typed, where each metadata field has the one type its mapping gave it."""

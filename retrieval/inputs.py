@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
+
+from ..indexer.filters import clauses
 
 # Above these a request is refused; below them k and depth are clipped to the number of live
 # documents (Searcher.search), so a large k costs no more than the index holds.
@@ -19,6 +22,7 @@ MAX_RERANK_DEPTH = 10_000  # ANN candidates re-scored by a pair head (query --re
 MAX_WEIGHT = 1e6
 
 FilterValue = str | bool | int | float
+Filters = Mapping[str, "FilterValue | Mapping"]  # {field: value | {operator: value}}: indexer/filters.py
 
 
 def check_at_most(name: str, value: int, maximum: int) -> int:
@@ -68,10 +72,68 @@ def filter_value(text: str) -> FilterValue:
     return value if isinstance(value, (str, bool, int, float)) else text
 
 
-def check_filters(filters: Mapping[str, FilterValue]) -> None:
-    """Raise ValueError unless every filter value is valid text, a boolean or a finite number."""
-    for name, value in filters.items():
-        if isinstance(value, str) and not is_utf8(value) or not is_utf8(name):
-            raise ValueError(f"filter {name!r}: not valid UTF-8")
-        if isinstance(value, float) and not math.isfinite(value) or not isinstance(value, (str, bool, int, float)):
-            raise ValueError(f"filter {name!r}: {value!r} is not a string, boolean or finite number")
+def check_filters(filters: Mapping[str, object]) -> None:
+    """Raise ValueError (one line naming the field) unless ``filters`` is a valid typed filter:
+    ``{field: scalar | {operator: value}}`` as indexer/filters.py describes."""
+    clauses(filters)
+
+
+# --filter grammar: [not ] FIELD OP VALUE, FIELD in|has VALUE, FIELD exists (FIELD has none of = ! < > ~)
+_WORD = re.compile(r"(?P<field>[^\s=!<>~]+)\s+(?:(?P<op>in|has)\s+(?P<value>.*\S)|(?P<exists>exists))\s*", re.S)
+_CMP = re.compile(r"(?P<field>[^=!<>~]+?)\s*(?P<op>!=|~=|>=|<=|=|>|<)(?P<value>.*)", re.S)
+_CMP_OPS = {"=": "eq", "!=": "eq", "~=": "ieq", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
+
+
+def parse_filter(spec: str) -> tuple[str, str, object, bool]:
+    """One ``--filter`` expression → (field, operator, value, negated) of indexer/filters.py.
+
+    ``FIELD=VALUE`` (typed by :func:`filter_value`), ``FIELD!=VALUE``, ``FIELD>=VALUE`` (also ``>``,
+    ``<``, ``<=``; numbers or strings), ``FIELD~=TEXT`` (case-insensitive), ``FIELD in [A,B]``
+    (a JSON array, or comma-separated values typed one by one), ``FIELD has VALUE`` (an array
+    holding it), ``FIELD exists``; a leading ``not `` negates any of them. ValueError if malformed.
+    """
+    text = spec.strip()
+    negate = text.startswith("not ")
+    if negate:
+        text = text[4:].lstrip()
+    if m := _WORD.fullmatch(text):
+        field = m["field"]
+        if m["exists"]:
+            return field, "exists", True, negate
+        if m["op"] == "has":
+            return field, "has", filter_value(m["value"]), negate
+        return field, "in", _listed(m["value"], spec), negate
+    if (m := _CMP.fullmatch(text)) and m["field"].strip():
+        op, raw = m["op"], m["value"].strip()
+        value = raw if op == "~=" and not raw.startswith('"') else filter_value(raw)
+        return m["field"].strip(), _CMP_OPS[op], value, negate != (op == "!=")
+    raise ValueError(f"cannot read filter {spec!r}: expected FIELD=VALUE, FIELD!=VALUE, FIELD>=VALUE (>, <, <=), "
+                     "FIELD~=TEXT, FIELD in [A,B], FIELD has VALUE or FIELD exists, optionally after 'not '")
+
+
+def _listed(text: str, spec: str) -> list:
+    if not (text.startswith("[") and text.endswith("]")):
+        raise ValueError(f"filter {spec!r}: 'in' takes a list in brackets, e.g. [Energy,Utilities]")
+    try:
+        values = json.loads(text, parse_constant=_no_constant)
+        if isinstance(values, list) and all(isinstance(v, (str, bool, int, float)) for v in values):
+            return values
+    except ValueError:
+        pass
+    return [filter_value(item.strip()) for item in text[1:-1].split(",")]
+
+
+def merge_filters(specs: list[tuple[str, str, object, bool]]) -> dict:
+    """Parsed ``--filter`` expressions (AND) → the JSON form: a lone equality stays a plain value,
+    anything else becomes ``{operator: value, "not": {...}}``; the same operator twice on a field
+    is a ValueError (two values AND-ed would match nothing; use ``in``)."""
+    ops: dict[str, dict] = {}
+    for field, op, value, negate in specs:
+        target = ops.setdefault(field, {})
+        if negate:
+            target = target.setdefault("not", {})
+        if op in target:
+            raise ValueError(f"filter {field!r}: {'not ' if negate else ''}{op} given twice; use "
+                             f"'{field} in [A,B]' for any of several values")
+        target[op] = value
+    return {f: o["eq"] if list(o) == ["eq"] else o for f, o in ops.items()}

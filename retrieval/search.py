@@ -20,7 +20,7 @@ from ..indexer import ann, gpu
 from ..indexer.ann import SearchResult
 from ..indexer.build import projection_key
 from ..indexer.store import IndexFiles, open_index
-from .inputs import FilterValue, check_filters, check_weights, is_utf8
+from .inputs import Filters, check_filters, check_weights, is_utf8
 
 EXACT_SUBSET_MAX = 10_000  # a filter matching at most this many documents is searched exactly
 
@@ -108,9 +108,9 @@ class Searcher:
     def operators(self):
         return self.bundle.operators
 
-    def check(self, relations: dict[str, float], filters: dict[str, FilterValue]) -> None:
+    def check(self, relations: dict[str, float], filters: Filters) -> None:
         """Raise (KeyError / QueryError naming the valid choices) for an unknown relation or filter
-        field, a weight that is not finite, too large or all zero, or an untyped filter value."""
+        field, a weight that is not finite, too large or all zero, or an invalid filter."""
         for name in relations:
             lookup(self.operators, name)  # raises KeyError naming the available ones
         try:
@@ -182,22 +182,29 @@ class Searcher:
             return lookup(self.operators, next(iter(relations))).apply(h)  # = the mixture, minus its sum
         return mixture_query(self.operators, h, relations)
 
-    def search(self, queries: list[Query], *, k: int = 10, filters: dict[str, FilterValue] | None = None,
+    def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
                explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
         """Top-k hits per query (never the query document itself). ``params`` overrides the
         index's tuned search parameters for this call (indexer/ann.py). ``filters``: field → value
-        of :func:`~.inputs.filter_value`'s types, matched with its type (indexer/docstore.py).
+        a value or ``{operator: value}`` per field, typed (indexer/filters.py).
         k above the number of live documents is clipped to it: every result array is (n, k + 1)."""
         k = min(k, self.live_count)
         projection = self.projection_of(queries)
         h, qv = self.query_vectors(queries, filters)
-        subset = np.asarray(self.files.docstore.matching(filters), dtype=np.int64) if filters else None
+        subset = self.matching(filters) if filters else None
         # one extra candidate per query so that dropping the query document still leaves k
         if projection:
             result = self.projected_search(projection, qv, k + 1, subset)
         else:
             result = self.ann(qv, k + 1, subset=subset, params=params)
         return self.hits(result, queries, k, h if explain else None)
+
+    def matching(self, filters: Filters) -> np.ndarray:
+        """Sorted live positions whose metadata satisfies ``filters`` (the docstore's indexed filter table)."""
+        try:
+            return np.asarray(self.files.docstore.matching(filters), dtype=np.int64)
+        except ValueError as e:
+            raise QueryError(str(e)) from None
 
     def projection_of(self, queries: list[Query]) -> str | None:
         """The projection operator these queries search with (each alone), or None."""

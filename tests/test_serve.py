@@ -132,6 +132,9 @@ def test_batch_relations_score(server):
     ('{"text": "x", "relations": {"identity": NaN}}', 422, "relations.identity"),
     ('{"text": "x", "relations": {"identity": 0}}', 422, "relations"),
     ('{"text": "x", "filters": {"no-such-field": "a"}}', 422, "filters"),
+    ('{"text": "x", "filters": {"gics_sector": {"gte": true}}}', 422, "filters"),
+    ('{"text": "x", "filters": {"gics_sector": {"near": "a"}}}', 422, "filters"),
+    ('{"text": "x", "collapse": "no-such-field"}', 422, "collapse"),
     ('{"text": "x", "surprise": 1}', 422, "surprise"),
     ('{"text": "x", "index": "other"}', 404, "index"),
     ('{"id": "NOT-THERE"}', 404, "id"),
@@ -188,6 +191,16 @@ def test_filters_match_json_types_over_http_and_in_one_micro_batch(server, index
         assert [[h.id for h in hits] for hits in batch.results] == [["ZZ-bool"], ["ZZ-int"]]
     finally:
         client.delete(["ZZ-bool", "ZZ-int", "ZZ-str"])
+
+
+def test_operator_filters_and_collapse_over_http(server, index):
+    client = Client(server)
+    hits = client.search(text="power and gas utilities", k=10, collapse="gics_sector",
+                         filters={"gics_sector": {"in": ["Energy", "Utilities"], "not": {"ieq": "ENERGY"}}})
+    assert [_metadata(h)["gics_sector"] for h in hits] == ["Utilities"]
+    same = index.search("power and gas utilities", k=10, collapse="gics_sector",
+                        filters={"gics_sector": {"in": ["Energy", "Utilities"], "not": {"ieq": "ENERGY"}}})
+    assert [h["id"] for h in hits] == [h.id for h in same]
 
 
 def test_another_writers_publish_is_picked_up(server, index_dir):

@@ -1,0 +1,57 @@
+"""Shaping a ranked hit list: collapse on a metadata field, then a page ``offset…offset + k``, then a
+minimum score. Shared by ``relsearch query`` and the API (relsearch/api.py), so both page alike.
+
+Collapsing keeps the best-scoring hit of each value of the field (GOOG and GOOGL share a
+``company`` value: one slot, not two). Values compare with their JSON type (``true`` is not ``1``,
+``1`` is ``1.0``);
+a hit without the field is a group of its own. Because collapsing removes hits, the search is
+repeated with a deeper candidate list until the page is full or the index is exhausted.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+H = TypeVar("H")  # a Hit or a re-ranked hit: anything with .score and .metadata
+
+WIDEN = 4  # each retry fetches this many times more candidates
+
+
+def collapse(hits: Sequence[H], field: str) -> list[H]:
+    """``hits`` (best first) keeping the first hit of each value of ``metadata[field]``."""
+    seen, out = set(), []
+    for hit in hits:
+        if field in hit.metadata:
+            value = hit.metadata[field]
+            if isinstance(value, float) and value.is_integer():  # 1.0 is the number 1, as filters match it
+                value = int(value)
+            key = json.dumps(value, sort_keys=True, ensure_ascii=False)
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append(hit)
+    return out
+
+
+def search_collapsed(run: Callable[[int], list[list[H]]], *, need: int, field: str | None,
+                     limit: int) -> list[list[H]]:
+    """``run(fetch)``: the top ``fetch`` hits per query. Returns each query's hits collapsed on
+    ``field`` (uncollapsed if None), at least ``need`` of them whenever that many groups exist
+    among the first ``limit`` (the live documents): the fetch widens ×4 until they do."""
+    fetch = need
+    while True:
+        results = run(fetch)
+        if field is None:
+            return results
+        collapsed = [collapse(hits, field) for hits in results]
+        short = any(len(c) < need and len(h) >= fetch for c, h in zip(collapsed, results))
+        if not short or fetch >= limit:
+            return collapsed
+        fetch = min(fetch * WIDEN, limit)
+
+
+def page(hits: Sequence[H], *, offset: int = 0, k: int, min_score: float | None = None) -> list[H]:
+    """Hits ``offset…offset + k`` of ``hits``, less those scoring below ``min_score``."""
+    out = list(hits[offset:offset + k])
+    return out if min_score is None else [h for h in out if h.score >= min_score]

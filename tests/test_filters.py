@@ -1,0 +1,212 @@
+"""Typed metadata filters: the semantics table, the --filter grammar, the indexed plan, migration,
+the Elasticsearch translation, and a filtered search that returns k whenever k match."""
+from __future__ import annotations
+
+import sqlite3
+
+import numpy as np
+import pytest
+
+from relsearch.indexer import filters as flt
+from relsearch.indexer.docstore import DocStore
+from relsearch.retrieval.elastic import filter_clauses
+from relsearch.retrieval.inputs import merge_filters, parse_filter
+
+DOCS = {
+    "bool_true": {"v": True},
+    "int_one": {"v": 1},
+    "float_one": {"v": 1.0},
+    "str_one": {"v": "1"},
+    "big": {"v": 2**70},
+    "year_2009": {"v": 2009, "tags": ["energy", "finance"]},
+    "year_2015": {"v": 2015.5, "tags": ["Finance"]},
+    "text_apple": {"v": "Apple", "tags": []},
+    "text_strasse": {"v": "Straße"},
+    "null": {"v": None},
+    "list_v": {"v": [1, "x", True]},
+    "object_v": {"v": {"a": 1}},
+    "no_v": {"other": 1},
+    'quote"key': {'we"ird': "ok"},
+}
+
+# filter on field "v" (or as given) → the documents it matches
+TABLE = [
+    ({"v": True}, {"bool_true", "list_v"}),
+    ({"v": 1}, {"int_one", "float_one", "list_v"}),  # 1 == 1.0; never true, never "1"
+    ({"v": 1.0}, {"int_one", "float_one", "list_v"}),
+    ({"v": "1"}, {"str_one"}),
+    ({"v": 2**70}, {"big"}),
+    ({"v": {"gte": 2009}}, {"big", "year_2009", "year_2015"}),
+    ({"v": {"gt": 2009, "lt": 3000}}, {"year_2015"}),
+    ({"v": {"lte": 1}}, {"int_one", "float_one", "list_v"}),  # numbers only: true and "1" are not numbers
+    ({"v": {"lt": "B"}}, {"str_one", "text_apple"}),  # strings by code point; "x" > "B"
+    ({"v": {"in": ["Apple", 2009, False]}}, {"text_apple", "year_2009"}),
+    ({"v": {"in": [True]}}, {"bool_true", "list_v"}),
+    ({"tags": "finance"}, {"year_2009"}),  # an array matches when an element does
+    ({"tags": {"has": "finance"}}, {"year_2009"}),
+    ({"v": {"has": "x"}}, {"list_v"}),
+    ({"v": {"has": "Apple"}}, set()),  # has: arrays only
+    ({"v": {"ieq": "apple"}}, {"text_apple"}),
+    ({"v": {"ieq": "STRASSE"}}, {"text_strasse"}),  # Unicode case folding
+    ({"tags": {"ieq": "FINANCE"}}, {"year_2009", "year_2015"}),
+    ({"v": {"exists": True}}, set(DOCS) - {"no_v", 'quote"key'}),  # null counts as present
+    ({"v": {"exists": False}}, {"no_v", 'quote"key'}),
+    ({"v": {"not": {"eq": 1}}}, set(DOCS) - {"int_one", "float_one", "list_v"}),  # missing fields included
+    ({"v": {"not": {"in": [1, "1"]}, "exists": True}}, set(DOCS) - {"int_one", "float_one", "list_v", "str_one",
+                                                                    "no_v", 'quote"key'}),
+    ({"v": {"gte": 2000, "not": {"gte": 2010}}}, {"year_2009"}),
+    ({"v": {"gte": 2000}, "tags": "finance"}, {"year_2009"}),  # fields AND-ed
+    ({'we"ird': "ok"}, {'quote"key'}),  # any key, quotes included
+    ({"v": "nothing"}, set()),
+]
+
+
+@pytest.fixture(scope="module")
+def store():
+    s = DocStore(":memory:", create=True)
+    s.add((i, doc_id, "t", meta, 1.0) for i, (doc_id, meta) in enumerate(DOCS.items()))
+    yield s
+    s.close()
+
+
+def _ids(store, filters) -> set[str]:
+    positions = store.matching(filters)
+    assert positions == sorted(set(positions))  # sorted, each once
+    return {d["id"] for d in store.get(positions).values()}
+
+
+@pytest.mark.parametrize(("filters", "expected"), TABLE, ids=[str(f) for f, _ in TABLE])
+def test_filter_semantics_table(store, filters, expected):
+    assert _ids(store, filters) == expected
+
+
+@pytest.mark.parametrize(("filters", "message"), [
+    ({"v": {"gte": True}}, "compares numbers or strings"),
+    ({"v": {"ieq": 1}}, "compares strings"),
+    ({"v": {"in": []}}, "list of 1"),
+    ({"v": {"around": 1}}, "unknown operator 'around'"),
+    ({"v": {"not": {"not": {"eq": 1}}}}, '"not" takes'),
+    ({"v": {"exists": "yes"}}, "true or false"),
+    ({"v": float("nan")}, "finite"),
+    ({"v": None}, "not a string"),
+    ({"v": {}}, "at least one operator"),
+])
+def test_invalid_filters_name_the_field_and_the_fault(store, filters, message):
+    with pytest.raises(flt.FilterError, match=message) as e:
+        store.matching(filters)
+    assert str(e.value).startswith("filter 'v': ")
+
+
+def test_positive_filters_search_the_side_table_indexes(store):
+    """Each positive operator is an index search (cost ∝ matches), never a scan of the table."""
+    for filters in [{"v": 1}, {"v": {"gte": 2000, "lt": 2020}}, {"v": {"in": ["a", 1]}}, {"v": {"ieq": "x"}},
+                    {"tags": {"has": "a"}}, {"v": {"exists": True}}]:
+        sql, args = flt.matching_sql(flt.clauses(filters))
+        plan = " | ".join(row[-1] for row in store.conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+        assert "SEARCH fields USING" in plan and "SCAN fields" not in plan, (filters, plan)
+
+
+def test_deleted_documents_leave_the_filter_table(tmp_path):
+    s = DocStore(str(tmp_path / "d.sqlite"), create=True)
+    s.add([(0, "a", "t", {"k": 1}, 1.0), (1, "b", "t", {"k": 1}, 1.0)])
+    s.delete(["a"])
+    assert s.matching({"k": 1}) == [1]
+    assert s.conn.execute("SELECT COUNT(*) FROM fields").fetchone()[0] == 1
+    s.close()
+
+
+def test_an_older_docstore_gets_the_table_on_its_next_mutation(tmp_path):
+    path = str(tmp_path / "old.sqlite")
+    conn = sqlite3.connect(path)  # a docstore as written before typed filters
+    conn.executescript("CREATE TABLE docs (pos INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, text TEXT NOT NULL, "
+                       "meta TEXT NOT NULL, norm REAL NOT NULL);"
+                       """INSERT INTO docs VALUES (0, 'a', 't', '{"k": [1, 2]}', 1.0);""")
+    conn.commit()
+    conn.close()
+    with pytest.raises(flt.FilterError, match="relsearch compact"):
+        DocStore(path).matching({"k": 1})
+    DocStore(path, write=True).close()
+    assert DocStore(path).matching({"k": {"has": 2}}) == [0]
+
+
+@pytest.mark.parametrize(("spec", "parsed"), [
+    ("country=US", ("country", "eq", "US", False)),
+    ("n=1", ("n", "eq", 1, False)),
+    ('code="1"', ("code", "eq", "1", False)),
+    ("flag=true", ("flag", "eq", True, False)),
+    ("country!=US", ("country", "eq", "US", True)),
+    ("year>=2010", ("year", "gte", 2010, False)),
+    ("year > 2010", ("year", "gt", 2010, False)),
+    ("year<2.5", ("year", "lt", 2.5, False)),
+    ("name<=M", ("name", "lte", "M", False)),
+    ("name~=apple", ("name", "ieq", "apple", False)),
+    ("name~=true", ("name", "ieq", "true", False)),  # case-insensitive compares text
+    ("gics_sector in [Energy,Utilities]", ("gics_sector", "in", ["Energy", "Utilities"], False)),
+    ('x in ["a,b", 1, true]', ("x", "in", ["a,b", 1, True], False)),
+    ("x in [1, b]", ("x", "in", [1, "b"], False)),
+    ("tags has finance", ("tags", "has", "finance", False)),
+    ("ceo exists", ("ceo", "exists", True, False)),
+    ("not ceo exists", ("ceo", "exists", True, True)),
+    ("not year>=2010", ("year", "gte", 2010, True)),
+    ("title=a in b", ("title", "eq", "a in b", False)),  # the first operator decides
+    ("url=a=b>c", ("url", "eq", "a=b>c", False)),
+])
+def test_filter_grammar(spec, parsed):
+    assert parse_filter(spec) == parsed
+
+
+@pytest.mark.parametrize("spec", ["country", "=US", "x in Energy", "not ", "x in [1"])
+def test_malformed_filter_expressions_are_refused(spec):
+    with pytest.raises(ValueError):
+        flt.clauses(merge_filters([parse_filter(spec)]))
+
+
+def test_expressions_merge_per_field():
+    specs = ["year>=2010", "year<2020", "not country in [US]", "country!=CA", "sector=Energy"]
+    assert merge_filters([parse_filter(s) for s in specs]) == {
+        "year": {"gte": 2010, "lt": 2020}, "country": {"not": {"in": ["US"], "eq": "CA"}}, "sector": "Energy"}
+    with pytest.raises(ValueError, match="in \\[A,B\\]"):
+        merge_filters([parse_filter("c=US"), parse_filter("c=CA")])
+
+
+def test_elasticsearch_receives_the_same_operators():
+    clauses = filter_clauses({"year": {"gte": 2010, "not": {"in": [2015]}}, "name": {"ieq": "apple"},
+                              "ceo": {"exists": False}, "sector": "Energy"})
+    assert clauses == [
+        {"bool": {"must_not": [{"exists": {"field": "metadata.ceo"}}]}},
+        {"term": {"metadata.name": {"value": "apple", "case_insensitive": True}}},
+        {"term": {"metadata.sector": "Energy"}},
+        {"range": {"metadata.year": {"gte": 2010}}},
+        {"bool": {"must_not": [{"terms": {"metadata.year": [2015]}}]}},
+    ]
+
+
+def test_range_filter_search_returns_k_whenever_k_match(tmp_path):
+    """Through Searcher: a range filter's hits are exactly the exact search's top-k among its matches,
+    and a broad one (FAISS with an id selector) still returns k."""
+    from relsearch.indexer.build import Block, build_published
+    from relsearch.indexer.faiss_index import FaissSpec
+    from relsearch.retrieval.search import Searcher
+
+    from synthetic_index import D, encoder_identity, raw_vectors, unit
+
+    n = 400
+    docs = [{"id": f"d{i}", "text": f"t{i}", "metadata": {"year": 1900 + i % 200, "tags": ["even" if i % 2 else "odd"]}}
+            for i in range(n)]
+    vectors = raw_vectors(n, seed=3)
+    build_published(str(tmp_path / "idx"), [Block(docs, vectors)], n=n, d=D, encoder=encoder_identity(),
+                    spec=FaissSpec(factory="Flat", tune_queries=20))
+    searcher = Searcher(str(tmp_path / "idx"), exact_subset_max=50)
+    q = unit(raw_vectors(3, seed=9))
+    t = unit(vectors)
+    for filters in [{"year": {"gte": 2090}}, {"year": {"lt": 2050}, "tags": {"has": "even"}}]:
+        allowed = np.asarray([i for i, d in enumerate(docs) if _python_match(d["metadata"], filters)])
+        result = searcher.ann(q, 10, subset=searcher.matching(filters))
+        for row in range(3):
+            exact = allowed[np.argsort(-(t[allowed] @ q[row]), kind="stable")[:10]]
+            assert set(result.positions[row]) == set(exact)
+
+
+def _python_match(meta, filters):
+    year_ok = all({"gte": meta["year"] >= v, "lt": meta["year"] < v}[op] for op, v in filters["year"].items())
+    return year_ok and ("tags" not in filters or filters["tags"]["has"] in meta["tags"])
