@@ -253,3 +253,17 @@ def test_bundle_json_describes_the_tower(tmp_path, encoder):
     Bundle(encoder=dict(encoder.identity), operators={"p": tower_op(encoder, "p")}).save(tmp_path / "b")
     entry = next(e for e in json.loads((tmp_path / "b" / "bundle.json").read_text())["operators"] if e["name"] == "p")
     assert entry["kind"] == "encoder" and entry["tower"]["marker"] == MARKER
+
+
+def test_the_python_api_and_http_server_batch_answers_tower_queries(small_index, tower_bundle):
+    from relsearch.api import Index, SearchRequest
+
+    index = Index(str(small_index), str(tower_bundle))
+    doc = index.searcher().files.docstore.get([0])[0]
+    answer = index.search_batch([SearchRequest(text="cloud software", relations={"similar": 1.0}, k=3),
+                                 SearchRequest(id=doc["id"], relations={"similar": 0.5, "identity": 0.5}, k=3)])
+    searcher = index.searcher()
+    one = searcher.search([Query(text="cloud software", relations={"similar": 1.0})], k=3)[0]
+    assert [h.id for h in answer.results[0]] == [h.id for h in one]
+    assert len(answer.results[1]) == 3 and doc["id"] not in [h.id for h in answer.results[1]]
+    assert {r["name"]: r["kind"] for r in index.relations()}["similar"] == "encoder"
