@@ -210,6 +210,7 @@ def test_train_tower_tiny_run_writes_a_bundle_the_cli_queries(tmp_path, small_in
     assert info["training"]["steps"] == 3  # 12 triples (6 + 6 inverse) in batches of 4, none tiny
     assert info["training"]["triples_per_second"] > 0 and info["metrics"]["queries"] == 6
     assert not (tmp_path / "model.checkpoint").exists()
+    assert "`query-tower`: LoRA rank 8" in (out / "MODEL_CARD.md").read_text()
     answer = CliRunner().invoke(cli, ["query", "cloud software", "--index", str(small_index), "--model", str(out),
                                       "--relation", "para", "-k", "3", "--json"])
     assert answer.exit_code == 0, answer.output
