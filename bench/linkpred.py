@@ -18,7 +18,8 @@ and so are other copies of the gold text (a duplicated document is not a competi
 Head prediction (``both_directions``) asks (?, r, t) with the operator named ``<r>^-1`` when the
 bundle has one (``relsearch train --inverse`` trains it on reversed triples, for every regime);
 otherwise translation operators use normalize(h_t − r) and other kinds report the direction as
-unavailable. Query encoders (kind ``encoder``) read the query text through their tower. Gold answers missing from the candidates are an error unless
+unavailable. Query encoders (kind ``encoder``) read the query text through their tower. Gold
+answers missing from the candidates are an error unless
 ``skip_missing``, which counts them per relation and leaves them out.
 """
 from __future__ import annotations

@@ -339,8 +339,8 @@ def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig
                      "triples_per_second": round(trained_triples / seconds, 1) if seconds else None,
                      "temperature": round(1 / float(log_inv_t.detach().exp()), 5), "history": history}
     params = {k: v.detach().float().cpu().numpy().copy() for k, v in lora_params.items()}
-    tower = {"name": TOWER_NAME, "marker": MARKER, "scale": lora.lora_alpha / lora.r, "base": frozen.identity["weights_sha256"],
-             "rank": config.lora_rank, "targets": list(LORA_TARGETS)}
+    tower = {"name": TOWER_NAME, "marker": MARKER, "scale": lora.lora_alpha / lora.r,
+             "base": frozen.identity["weights_sha256"], "rank": config.lora_rank, "targets": list(LORA_TARGETS)}
     metrics = _test_metrics(data["test"], tower_unit, table, known, wanted)
     ops = {}
     for name in wanted:
