@@ -15,9 +15,11 @@ random tie-breaking; BM25's zero scores tie a lot). *Raw*: nothing filtered, *op
 (RSE's protocol). In both, candidates whose text is the query's are excluded (the query itself)
 and so are other copies of the gold text (a duplicated document is not a competitor).
 
-Head prediction (``both_directions``) asks (?, r, t): translation operators use
-normalize(h_t − r); other kinds use an operator named ``<r>^-1`` when the bundle has one, else the
-direction is reported as unavailable. Gold answers missing from the candidates are an error unless
+Head prediction (``both_directions``) asks (?, r, t) with the operator named ``<r>^-1`` when the
+bundle has one (``relsearch train --inverse`` trains it on reversed triples, for every regime);
+otherwise translation operators use normalize(h_t − r) and other kinds report the direction as
+unavailable. Query encoders (kind ``encoder``) read the query text through their tower. Gold
+answers missing from the candidates are an error unless
 ``skip_missing``, which counts them per relation and leaves them out.
 """
 from __future__ import annotations
@@ -77,14 +79,20 @@ def raw_vectors(bundle: Bundle, texts: list[str], *, cache_dir: str | None = Non
     16-bit precisions (``auto`` picks bf16 on CPUs with AMX) make a vector depend slightly on which
     texts share its batch; ``fp32`` gives batch-independent vectors (and its own cache entries).
     """
-    from ..encoder.model import Encoder, EncoderConfig
+    from ..encoder.model import Encoder
     from ..encoder.training import encode_cached
 
-    config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
-                           max_length=bundle.encoder.get("max_length"), precision=precision)
+    config = _encoder_config(bundle, precision)
     if config not in _ENCODERS:  # one model per process: the suite runs many benchmarks on one encoder
         _ENCODERS[config] = Encoder(config)
     return encode_cached(_ENCODERS[config], list(texts), cache_dir=cache_dir, progress=progress)
+
+
+def _encoder_config(bundle: Bundle, precision: str):
+    from ..encoder.model import EncoderConfig
+
+    return EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
+                         max_length=bundle.encoder.get("max_length"), precision=precision)
 
 
 def read_texts(path: str, text_field: str = "text") -> list[str]:
@@ -118,9 +126,11 @@ def operator_for(operators: dict[str, Operator], name: str, direction: str) -> O
     op = lookup(operators, name)
     if direction == "tail" or op.kind == "identity":
         return op
+    if f"{name}^-1" in operators:  # trained on reversed triples (relsearch train --inverse)
+        return operators[f"{name}^-1"]
     if op.kind == "translation":  # (?, r, t): q = normalize(h_t − r)
         return Operator(name=f"{name}^-1", kind="translation", params={"r": -op.params["r"]})
-    return operators.get(f"{name}^-1")
+    return None
 
 
 # ---------------------------------------------------------------- candidates
@@ -144,6 +154,7 @@ def load_candidates(job: LinkPredJob, query_texts: list[str]) -> Candidates:
         from ..retrieval.search import Query, Searcher
 
         searcher = Searcher(job.index, job.model, precision=job.precision)
+        searcher.reads_text(searcher.operators)  # query encoders get their towers on the index's encoder
         files = searcher.files
         n = files.docstore.count()
         docs = files.docstore.get(list(range(n)))
@@ -156,6 +167,10 @@ def load_candidates(job: LinkPredJob, query_texts: list[str]) -> Candidates:
     texts = read_texts(job.candidates, job.text_field)
     distinct = list(dict.fromkeys(texts + queries))
     vecs = raw_vectors(bundle, distinct, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
+    if any(op.needs_text for op in bundle.operators.values()):
+        from ..encoder.tower import attach_towers
+
+        attach_towers(bundle.operators, _ENCODERS[_encoder_config(bundle, job.precision)])
     by_text = dict(zip(distinct, vecs))
     unit = normalize(np.stack([by_text[t] for t in texts])) if texts else np.zeros((0, vecs.shape[1]), np.float32)
     return Candidates(texts, unit, by_text, bundle, {"candidates": file_fingerprint(job.candidates)})
@@ -196,7 +211,7 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
     if method == "bm25":
         return bm25.scores([it.query for it in items])
     h = np.stack([cands.raw[it.query] for it in items])
-    return op.apply(h) @ op.documents(cands.unit).T
+    return op.apply(h, [it.query for it in items]) @ op.documents(cands.unit).T
 
 
 def _rank(method, items, cands, bm25, op, columns, chunk) -> tuple[Ranks, Ranks]:

@@ -33,7 +33,7 @@ def save(fig, path: str) -> str:
 
 def operator_similarity(operators: dict[str, Operator], h: np.ndarray) -> tuple[list[str], np.ndarray]:
     """(names, (m, m) cosine) between the shifts op(h) − ĥ of the non-identity operators over rows of ``h``."""
-    names = sorted(n for n, op in operators.items() if op.kind != "identity")
+    names = sorted(n for n, op in operators.items() if op.kind != "identity" and not op.needs_text)  # a tower reads text
     base = normalize(h)
     shifts = np.stack([(operators[n].apply(h) - base).ravel() for n in names]) if names else np.zeros((0, 1))
     unit = shifts / np.maximum(np.linalg.norm(shifts, axis=1, keepdims=True), 1e-12)

@@ -5,7 +5,9 @@ Layout of a bundle folder::
     bundle.json            manifest: format, encoder identity, operators (name, kind, description,
                            training data, metrics) — names are explicit, order never matters
     operators.safetensors  tensors named "<operator>/<param>"; re-ranking heads (encoder/heads.py)
-                           as "head:<name>/<param>", described under the manifest's "heads"
+                           as "head:<name>/<param>", described under the manifest's "heads"; the
+                           LoRA deltas of query towers (kind ``encoder``, encoder/tower.py) once per
+                           tower as "tower:<name>/<module>.lora_A|B", named by each operator's "tower"
 """
 from __future__ import annotations
 
@@ -72,8 +74,13 @@ class Bundle:
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        tensors = {f"{op.name}/{k}": np.ascontiguousarray(v, dtype=np.float32)
-                   for op in self.operators.values() for k, v in op.params.items()}
+        tensors: dict[str, np.ndarray] = {}
+        for op in self.operators.values():
+            for k, v in op.params.items():
+                key, value = f"{_tensor_prefix(op)}/{k}", np.ascontiguousarray(v, dtype=np.float32)
+                if key in tensors and not np.array_equal(tensors[key], value):  # one tower name, two towers
+                    raise ValueError(f"operators share tower tensor {key!r} with different values")
+                tensors[key] = value
         for head in self.heads.values():
             tensors.update(head.tensors())
         manifest = {
@@ -92,6 +99,14 @@ class Bundle:
         (path / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
         self.path = str(path)
         return path
+
+
+TOWER_PREFIX = "tower:"
+
+
+def _tensor_prefix(op: Operator) -> str:
+    """Where an operator's tensors live: its name, or its tower's (shared by the operators trained with it)."""
+    return TOWER_PREFIX + op.info["tower"]["name"] if op.kind == "encoder" else op.name
 
 
 def _load_tensors(path: Path) -> dict[str, np.ndarray]:
@@ -160,8 +175,10 @@ def load_bundle(ref: str | None = None, *, dim: int | None = None) -> Bundle:
     for entry in manifest["operators"]:
         entry = dict(entry)
         name, kind, desc = entry.pop("name"), entry.pop("kind"), entry.pop("description", "")
+        tower = entry.get("tower") if kind == "encoder" else None
+        prefix = TOWER_PREFIX + str(tower.get("name")) if isinstance(tower, dict) else name
         params = {k.split("/", 1)[1]: v for k, v in tensors.items()
-                  if k.split("/", 1)[0] == name and not k.startswith(HEAD_PREFIX)}
+                  if k.split("/", 1)[0] == prefix and not k.startswith(HEAD_PREFIX)}
         operators[name] = Operator(name=name, kind=kind, description=desc, params=params, info=entry)
     encoder = dict(manifest["encoder"])
     if encoder.get("path"):  # fine-tuned weights stored inside the bundle (joint training)

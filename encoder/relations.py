@@ -5,11 +5,13 @@ unit document vectors scores ``cos(op(h), t)``. They are stateless apart from th
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
-KINDS = ("identity", "translation", "linear", "projection")
+KINDS = ("identity", "translation", "linear", "projection", "encoder")
+TOWER_KEYS = ("name", "marker", "scale", "base")  # what info["tower"] of an encoder operator holds
 
 
 def normalize(x: np.ndarray) -> np.ndarray:
@@ -26,7 +28,12 @@ class Operator:
     ``linear``: q = normalize(h Wᵀ + b);  ``projection``: q = normalize(h Pᵀ) on *both* sides — the
     documents searched are normalize(t̂ Pᵀ) too (:meth:`documents`), so such an operator is searched
     in its own projected copy of the index (design.md §3: maps on both sides do not collapse).
-    ``params`` holds ``r``, ``W``/``b`` or ``P`` as float32 arrays.
+    ``encoder``: q = normalize(tower(marker(relation, query text))) — a relation-conditioned query
+    encoder (encoder/tower.py): the base encoder plus LoRA deltas, reading the query *text* marked
+    with the relation; documents stay in the base encoder's space, so any index of that encoder
+    serves it. It ignores h, needs the text, and works once :func:`~.tower.attach_towers` has set
+    its ``query_tower`` (texts → raw (n, d) vectors); its ``info["tower"]`` describes the tower.
+    ``params`` holds ``r``, ``W``/``b``, ``P`` or the tower's LoRA tensors as float32 arrays.
     """
 
     name: str
@@ -34,14 +41,23 @@ class Operator:
     description: str = ""
     params: dict[str, np.ndarray] = field(default_factory=dict)
     info: dict = field(default_factory=dict)  # training data, hyperparameters, metrics
+    # kind "encoder" only: set at run time by encoder/tower.py (it needs the base transformer)
+    query_tower: Callable[[list[str]], np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"operator {self.name!r}: unknown kind {self.kind!r}; choose one of {', '.join(KINDS)}")
-        needed = {"identity": set(), "translation": {"r"}, "linear": {"W", "b"}, "projection": {"P"}}[self.kind]
+        needed = {"identity": set(), "translation": {"r"}, "linear": {"W", "b"}, "projection": {"P"},
+                  "encoder": set()}[self.kind]
         missing = needed - set(self.params)
         if missing:
             raise ValueError(f"operator {self.name!r} ({self.kind}) lacks parameters {sorted(missing)}")
+        if self.kind == "encoder":
+            tower = self.info.get("tower")
+            absent = [k for k in TOWER_KEYS if not isinstance(tower, dict) or k not in tower]
+            if absent or not self.params:
+                raise ValueError(f"operator {self.name!r} (encoder) lacks its query tower "
+                                 f"({'LoRA tensors' if not self.params else 'tower ' + ', '.join(absent)})")
 
     @property
     def dim(self) -> int | None:
@@ -52,12 +68,25 @@ class Operator:
         return None
 
     @property
+    def needs_text(self) -> bool:
+        """True when the operator reads the query text rather than its vector (kind ``encoder``)."""
+        return self.kind == "encoder"
+
+    @property
     def both_sides(self) -> bool:
         """True when documents must be transformed too (:meth:`documents` is not the identity)."""
         return self.kind == "projection"
 
-    def apply(self, h: np.ndarray) -> np.ndarray:
-        """(n, d) raw vectors → (n, d) unit query vectors."""
+    def apply(self, h: np.ndarray, texts: list[str] | None = None) -> np.ndarray:
+        """(n, d) raw vectors → (n, d) unit query vectors; kind ``encoder`` reads ``texts`` (n) instead."""
+        if self.kind == "encoder":
+            if self.query_tower is None:
+                raise ValueError(f"relation {self.name!r} is a query encoder (kind encoder): it needs its base "
+                                 "transformer, which this command does not load")
+            if texts is None:
+                raise ValueError(f"relation {self.name!r} is a query encoder (kind encoder): it needs the query "
+                                 "text, not only its vector")
+            return normalize(self.query_tower(list(texts)))
         h = np.asarray(h, dtype=np.float32)
         if self.kind == "translation":
             h = h + self.params["r"]
@@ -94,17 +123,19 @@ def parse_relation_args(specs: list[str] | tuple[str, ...]) -> dict[str, float]:
     return weights or {"identity": 1.0}
 
 
-def mixture_query(operators: dict[str, Operator], h: np.ndarray, weights: dict[str, float]) -> np.ndarray:
+def mixture_query(operators: dict[str, Operator], h: np.ndarray, weights: dict[str, float],
+                  texts: list[str] | None = None) -> np.ndarray:
     """Σ_k w_k · op_k(h): one query vector whose inner product with t̂ is Σ_k w_k cos(op_k(h), t).
 
-    Not renormalised, so scores stay the exact weighted sum of per-relation cosines.
+    Not renormalised, so scores stay the exact weighted sum of per-relation cosines. ``texts`` (n):
+    the query texts, which ``encoder`` operators read (their unit vector joins the sum like any other).
     """
     q = np.zeros_like(np.asarray(h, dtype=np.float32))
     for name in weights:
         if lookup(operators, name).both_sides and len(weights) > 1:
             raise ValueError(f"{name!r} projects documents too (its own index); query it alone, not in a mixture")
     for name, w in weights.items():
-        q += np.float32(w) * lookup(operators, name).apply(h)
+        q += np.float32(w) * lookup(operators, name).apply(h, texts)
     return q
 
 

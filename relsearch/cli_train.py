@@ -17,6 +17,8 @@ OBJECTIVES = ("rse", "aspect", "transition", "pu", "distill")
 ONLY_FOR = {
     "regime": ("rse", "aspect", "pu"),
     "operator": ("rse",), "negatives": ("rse",), "candidates": ("rse",), "relation_lr": ("rse",), "eval_every": ("rse",),
+    "margin": ("rse",), "pre_batch": ("rse",), "lora_rank": ("rse",), "warmup": ("rse",), "chunk": ("rse",),
+    "inverse": ("rse",),
     "max_candidates": ("rse", "aspect"),
     "relations": ("rse", "transition"),
     "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",), "project": ("aspect",),
@@ -52,12 +54,22 @@ def _description_map(specs) -> dict[str, str]:
               help="dev data for early stopping (same format as DATA); repeatable")
 @click.option("--test", "test_files", multiple=True, type=click.Path(exists=True, dir_okay=False),
               help="test data: metrics vs identity go into the bundle and its card; repeatable")
-@click.option("--regime", type=click.Choice(["adapter", "joint"]), default=None,
+@click.option("--regime", type=click.Choice(["adapter", "joint", "encoder"]), default=None,
               help="adapter: frozen encoder, operators only (default); joint: fine-tune the encoder too "
-                   "(the corpus must then be re-indexed with the bundle)")
+                   "(the corpus must then be re-indexed with the bundle); encoder: a relation-conditioned query "
+                   "encoder (LoRA) over frozen documents: any index of the base encoder serves it")
 @click.option("--operator", type=click.Choice(["linear", "translation"]), default=None, help="rse operator kind")
-@click.option("--negatives", type=click.Choice(["all", "batch"]), default=None,
-              help="rse adapter: all training texts of the relation, or in-batch tails + one hard negative")
+@click.option("--negatives", type=click.Choice(["all", "batch", "table"]), default=None,
+              help="rse adapter: all training texts of the relation (all), or in-batch tails + one hard negative "
+                   "(batch); rse encoder: the whole text table (table, default) or in-batch tails and heads (batch)")
+@click.option("--margin", type=float, default=None, help="rse encoder: additive margin on the gold cosine (0.02)")
+@click.option("--pre-batch", type=int, default=None,
+              help="rse encoder --negatives batch: tails of this many earlier batches are negatives too")
+@click.option("--lora-rank", type=int, default=None, help="rse encoder: rank of the query tower's LoRA deltas (8)")
+@click.option("--warmup", type=float, default=None, help="rse encoder: fraction of steps of linear warm-up (0.1)")
+@click.option("--chunk", type=int, default=None, help="rse joint/encoder: texts per gradient-cache chunk")
+@click.option("--inverse", is_flag=True, default=None,
+              help="rse: also train <relation>^-1 on reversed triples, for head prediction (?, r, t)")
 @click.option("--max-candidates", type=int, default=None, help="sampled softmax above this many texts")
 @click.option("--relation", "relations", multiple=True, help="train only these relations (repeatable)")
 @click.option("--candidates", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -173,22 +185,30 @@ def _run(objective, data, dev, test, base, out, given: dict):
 
 
 def _rse(data, dev, test, base, out, given):
-    if given.pop("regime", "adapter") == "joint":
-        from .encoder.training.rse_joint import JointConfig, train_joint
-
-        config = JointConfig(**_pick(JointConfig, given))
-        return train_joint(data, dev_files=dev, test_files=test, config=config, base=base, out=out)
-    from .encoder.model import Encoder, EncoderConfig
-    from .encoder.training.rse import TrainConfig, train_adapter
-
-    if "max_length" in given:
-        raise click.UsageError("--max-length applies to fine-tuning (--regime joint); the adapter regime encodes "
-                               "with the base encoder's own maximum")
+    regime = given.pop("regime", "adapter")
     candidates = given.pop("candidates", None)
     if candidates:
         from .bench.linkpred import read_texts
 
         candidates = read_texts(candidates)
+    if regime == "joint":
+        from .encoder.training.rse_joint import JointConfig, train_joint
+
+        config = JointConfig(**_pick(JointConfig, given))
+        return train_joint(data, dev_files=dev, test_files=test, config=config, base=base, out=out,
+                           candidates=candidates)
+    if regime == "encoder":
+        from .encoder.training.tower import TowerConfig, train_tower
+
+        config = TowerConfig(**_pick(TowerConfig, given))
+        return train_tower(data, dev_files=dev, test_files=test, config=config, base=base, out=out,
+                           candidates=candidates), None
+    from .encoder.model import Encoder, EncoderConfig
+    from .encoder.training.rse import TrainConfig, train_adapter
+
+    if "max_length" in given:
+        raise click.UsageError("--max-length applies to fine-tuning (--regime joint or encoder); the adapter regime "
+                               "encodes with the base encoder's own maximum")
     from .encoder.bundle import load_bundle
 
     config = TrainConfig(**_pick(TrainConfig, given))

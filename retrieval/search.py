@@ -168,19 +168,37 @@ class Searcher:
                 raise QueryError("query text is empty")
             self.check(q.relations, filters)
         h = self.raw_vectors(queries)
+        texts = self.query_texts(queries) if self.reads_text({n for q in queries for n in q.relations}) else None
         qv = np.zeros_like(h)
         groups: dict[tuple, list[int]] = {}
         for i, q in enumerate(queries):
             groups.setdefault(tuple(sorted(q.relations.items())), []).append(i)
         for key, rows in groups.items():
-            qv[rows] = self.transform(h[rows], dict(key))
+            qv[rows] = self.transform(h[rows], dict(key), None if texts is None else [texts[i] for i in rows])
         return h, qv
 
-    def transform(self, h: np.ndarray, relations: dict[str, float]) -> np.ndarray:
-        """Relational query vectors (n, d) for raw vectors ``h`` (n, d) under one relation mixture."""
+    def reads_text(self, names) -> bool:
+        """True when a relation among ``names`` is a query encoder (kind ``encoder``): its tower is
+        then attached to this Searcher's transformer, and queries need their text."""
+        if not any(lookup(self.operators, n).needs_text for n in names):
+            return False
+        from ..encoder.tower import attach_towers
+
+        attach_towers(self.operators, self.encoder)
+        return True
+
+    def query_texts(self, queries: list[Query]) -> list[str]:
+        """Each query's text: its own, or the stored text of its document (``--id``: re-encoded by query towers)."""
+        positions = self.files.docstore.positions([q.doc_id for q in queries if q.doc_id is not None])
+        docs = self.files.docstore.get(list(positions.values())) if positions else {}
+        return [q.text if q.doc_id is None else docs[positions[q.doc_id]]["text"] for q in queries]
+
+    def transform(self, h: np.ndarray, relations: dict[str, float], texts: list[str] | None = None) -> np.ndarray:
+        """Relational query vectors (n, d) for raw vectors ``h`` (n, d) under one relation mixture;
+        ``texts`` (n): the query texts, for query encoders (see :meth:`reads_text`)."""
         if len(relations) == 1 and next(iter(relations.values())) == 1.0:
-            return lookup(self.operators, next(iter(relations))).apply(h)  # = the mixture, minus its sum
-        return mixture_query(self.operators, h, relations)
+            return lookup(self.operators, next(iter(relations))).apply(h, texts)  # = the mixture, minus its sum
+        return mixture_query(self.operators, h, relations, texts)
 
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
                explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
@@ -246,12 +264,13 @@ class Searcher:
         document; keep k. ``h`` given: add every operator's score (``--explain``)."""
         positions, scores = result.positions, result.scores
         docs = self.files.docstore.get(np.unique(positions[positions >= 0]).tolist())
+        texts = self.query_texts(queries) if h is not None and self.reads_text(self.operators) else None
         results = []
         for i, q in enumerate(queries):
             kept = [(p, s) for p, s in zip(positions[i], scores[i]) if p >= 0 and docs[p]["id"] != q.doc_id][:k]
             hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in kept]
             if h is not None:
-                hits = self._explain(h[i], hits, [p for p, _ in kept])
+                hits = self._explain(h[i], hits, [p for p, _ in kept], None if texts is None else texts[i])
             results.append(hits)
         return results
 
@@ -292,15 +311,21 @@ class Searcher:
                 return None
         return self._gpu.search(qv, k, params, vectors=self.files.vectors, selection=selection)
 
-    def _explain(self, h: np.ndarray, hits: list[Hit], positions: list[int]) -> list[Hit]:
+    def _explain(self, h: np.ndarray, hits: list[Hit], positions: list[int], text: str | None = None) -> list[Hit]:
         t = np.asarray(self.files.vectors[positions]) if positions else np.zeros((0, len(h)), np.float32)
-        per_op = {name: (op.apply(h[None])[0] @ op.documents(t).T) for name, op in sorted(self.operators.items())}
+        per_op = {name: (op.apply(h[None], [text])[0] @ op.documents(t).T) for name, op in sorted(self.operators.items())}
         return [Hit(hit.id, hit.score, hit.text, hit.metadata, {name: s[j] for name, s in per_op.items()})
                 for j, hit in enumerate(hits)]
 
 
 def score_pair(bundle: Bundle, encoder: Encoder, text_a: str, text_b: str) -> dict[str, float]:
-    """cos(op(h_a), t̂_b) for every operator in the bundle (the RSE case-study view)."""
+    """cos(op(h_a), t̂_b) for every operator in the bundle (the RSE case-study view); query
+    encoders (kind ``encoder``) read text_a through their tower on ``encoder``."""
+    if any(op.needs_text for op in bundle.operators.values()):
+        from ..encoder.tower import attach_towers
+
+        attach_towers(bundle.operators, encoder)
     h = encoder.encode([text_a, text_b]).vectors
     t = h[1] / max(np.linalg.norm(h[1]), 1e-12)
-    return {name: float(op.apply(h[:1])[0] @ op.documents(t[None])[0]) for name, op in sorted(bundle.operators.items())}
+    return {name: float(op.apply(h[:1], [text_a])[0] @ op.documents(t[None])[0])
+            for name, op in sorted(bundle.operators.items())}

@@ -119,6 +119,31 @@ def test_linkpred_head_prediction_uses_minus_r_or_an_inverse_operator():
     assert not rows[("mean", "lin")]["available"] and rows[("tail", "lin")]["available"]
 
 
+def test_linkpred_head_prediction_prefers_a_trained_inverse_for_every_kind():
+    """``train --inverse`` writes ``<r>^-1``: head prediction uses it (for a translation too, over −r),
+    and a query encoder's inverse reads the tail's text."""
+    swap = np.array([[0, 1], [1, 0]], np.float32)  # the inverse maps "t" = (0, 1) onto "h" = (1, 0)
+    ops = {"lin": Operator(name="lin", kind="linear", params={"W": np.eye(2, dtype=np.float32), "b": np.zeros(2, "f")}),
+           "lin^-1": Operator(name="lin^-1", kind="linear", params={"W": swap, "b": np.zeros(2, "f")}),
+           "t": Operator(name="t", kind="translation", params={"r": np.array([5.0, 5.0], "f")}),
+           "t^-1": Operator(name="t^-1", kind="linear", params={"W": swap, "b": np.zeros(2, "f")})}
+    texts, vecs = ["h", "t", "decoy"], [[1, 0], [0, 1], [0.6, 0.8]]
+    seen = []
+    tower = Operator(name="enc^-1", kind="encoder", params={"m.lora_A": np.zeros((1, 2), "f"), "m.lora_B": np.zeros((2, 1), "f")},
+                     info={"tower": {"name": "x", "marker": "{text}", "scale": 1.0, "base": "toy"}},
+                     query_tower=lambda batch: seen.extend(batch) or np.array([[1.0, 0.0]] * len(batch), "f"))
+    ops.update({"enc": Operator(name="enc", kind="linear", params={"W": np.eye(2, dtype=np.float32), "b": np.zeros(2, "f")}),
+                "enc^-1": tower})
+    bundle = Bundle(encoder={"model": "toy", "dim": 2}, operators=ops)
+    cands = _candidates(texts, vecs, {"h": [1, 0], "t": [0, 1]}, bundle)
+    for rel in ("lin", "t", "enc"):
+        out = evaluate([{"head": "h", "relation": rel, "tail": "t"}], [], cands, ["relation"], directions=("tail", "head"))
+        rows = {(r["direction"], r["relation"]): r for r in out["rows"]}
+        assert rows[("head", rel)]["available"] and rows[("head", rel)]["raw"]["mrr"] == 1.0, rel
+        assert rows[("mean", rel)]["available"]
+    assert seen == ["t"]  # the tower read the tail's text
+
+
 # ---------------------------------------------------------------- BM25 and correlations
 
 

@@ -306,8 +306,14 @@ def test_joint_training_steps_create_every_tensor_on_the_encoders_device(tmp_pat
              ("It rains.", "Rain is falling."), ("He eats.", "He is eating.")]
     triples = _write(tmp_path / "t.jsonl", [{"head": h, "relation": "r", "tail": t} for h, t in pairs])
     assert _joint_step_problems(train_joint, train_files=[triples], base="all-MiniLM-L6-v2", out=tmp_path / "rse",
+                                candidates=["A bird flies.", "Snow is white."],  # --candidates: extra negatives
                                 config=JointConfig(batch_size=4, max_length=8, progress=False,
                                                    cache_dir=str(tmp_path / "cache"))) == []
+    from relsearch.encoder.training.tower import TowerConfig, train_tower
+
+    assert _joint_step_problems(train_tower, train_files=[triples], out=tmp_path / "tower", candidates=["A bird flies."],
+                                config=TowerConfig(batch_size=4, max_length=8, progress=False, negatives="batch",
+                                                   pre_batch=1, cache_dir=str(tmp_path / "cache"))) == []
     device = "cuda" if torch.cuda.is_available() else "cpu"
     with DeviceAudit(device) as audit:  # the linear operator's start (the step above trains a translation)
         assert training._init_params("linear", 4, torch.Generator(device=device), device)["W"].device.type == device

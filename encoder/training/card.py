@@ -76,6 +76,17 @@ def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[st
                          f"{'; '.join(cells) or 'no test data'} |")
         protocols = sorted({op.info["metrics"]["protocol"] for op in ops if op.info.get("metrics", {}).get("protocol")})
         lines += [""] + [f"Protocol: {p}." for p in protocols] + [""]
+    towers = {op.info["tower"]["name"]: op for op in ops if op.kind == "encoder"}
+    if towers:
+        lines += ["## Query towers (operators of kind `encoder`)", ""]
+        for name, op in sorted(towers.items()):
+            t, tr = op.info["tower"], op.info.get("training", {})
+            users = ", ".join(sorted(o.name for o in ops if o.kind == "encoder" and o.info["tower"]["name"] == name))
+            lines.append(f"- `{name}`: LoRA rank {t.get('rank')} on {', '.join(t.get('targets', []))} of the encoder "
+                         f"above, reading `{t['marker']}`; used by {users}. Trained {tr.get('steps')} steps in "
+                         f"{tr.get('train_seconds')} s on {tr.get('device')} ({tr.get('triples_per_second')} triples/s); "
+                         f"best step {tr.get('best_step')}, learned temperature {tr.get('temperature')}.")
+        lines.append("")
     heads = getattr(bundle, "heads", {})
     if heads:
         lines += ["## Re-ranking heads (`relsearch query --rerank NAME`)", ""]

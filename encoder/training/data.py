@@ -61,6 +61,16 @@ def read_triples(path: str | os.PathLike) -> list[Triple]:
     return out
 
 
+INVERSE_SUFFIX = "^-1"  # bench linkpred answers (?, r, t) with the operator named "<r>^-1"
+
+
+def with_inverses(triples: list[Triple]) -> list[Triple]:
+    """``triples`` plus each one reversed as relation ``<r>^-1`` (tail → head), so that head
+    prediction (?, r, t) is trained like tail prediction. A hard negative stays with its head only."""
+    return triples + [Triple(t.tail, t.relation + INVERSE_SUFFIX, t.head, None, t.group, t.where) for t in triples
+                      if not t.relation.endswith(INVERSE_SUFFIX)]
+
+
 def relations_to_train(loaded: dict[str, list[Triple]], wanted=None) -> list[str]:
     """The relations to train (``wanted``, default every relation of ``loaded["train"]``), after
     checking that each wanted relation and each dev/test triple's relation has training triples."""

@@ -38,7 +38,7 @@ import numpy as np
 from ..metrics import Ranks, rank_gold, ranking_metrics
 from ..bundle import Bundle
 from .cache import _tqdm, encode_cached
-from .data import Triple, read_triples, relations_to_train
+from .data import Triple, read_triples, relations_to_train, with_inverses
 from .loop import Checkpoint
 from ..relations import Operator, normalize
 
@@ -63,6 +63,7 @@ class TrainConfig:
     max_candidates: int | None = 8192  # "all" mode: above this many texts, a fresh random sample per batch
     seed: int = 13
     relations: tuple[str, ...] | None = None  # train only these (default: every relation in train)
+    inverse: bool = False  # also train "<relation>^-1" on reversed triples (head prediction)
     max_dev_queries: int | None = 2000  # dev triples scored per epoch (a seeded sample; candidates stay all)
     threads: int | None = None  # torch CPU threads while training (None: leave torch's setting)
     cache_dir: str | None = None  # vector cache; default $RELSEARCH_CACHE or ~/.cache/relsearch/vectors
@@ -310,6 +311,8 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
     if not train_files:
         raise ValueError("no training files given")
     loaded = {"train": _load(train_files), "dev": _load(dev_files), "test": _load(test_files)}
+    if config.inverse:
+        loaded = {k: with_inverses(v) for k, v in loaded.items()}
     wanted = relations_to_train(loaded, config.relations)
     if encoder is None:
         from ..model import Encoder, EncoderConfig

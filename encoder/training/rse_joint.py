@@ -25,7 +25,7 @@ import numpy as np
 from ..bundle import Bundle, load_bundle
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
-from .data import read_triples, relations_to_train
+from .data import read_triples, relations_to_train, with_inverses
 from .loop import Checkpoint, EarlyStopping, seed_everything
 from .rse import PROTOCOL, _Split, _split, _true_tails, link_prediction
 
@@ -44,6 +44,7 @@ class JointConfig:
     patience: int = 3
     max_dev_queries: int | None = 1000
     relations: tuple[str, ...] | None = None
+    inverse: bool = False  # also train "<relation>^-1" on reversed triples (head prediction)
     seed: int = 13
     threads: int | None = None
     cache_dir: str | None = None
@@ -87,8 +88,12 @@ def group_aware_batches(keys: list[set], batch_size: int, rng: random.Random) ->
 
 
 def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig = JointConfig(), base=None,
-                out=None):
-    """Fine-tune encoder + relation operators; returns (bundle, TrainableEncoder) for ``write_bundle``."""
+                out=None, candidates: list[str] | None = None):
+    """Fine-tune encoder + relation operators; returns (bundle, TrainableEncoder) for ``write_bundle``.
+
+    ``candidates``: more texts to contrast against (e.g. all entity descriptions of a knowledge
+    graph): each step adds a seeded sample of ``batch_size`` of them (fewer when there are fewer)
+    to the batch's negatives, embedded with gradients like the tails."""
     import torch
     import torch.nn.functional as F
 
@@ -100,6 +105,8 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
         train_files = [train_files]
     loaded = {s: [t for f in files for t in read_triples(f)] for s, files in
               (("train", train_files), ("dev", dev_files), ("test", test_files))}
+    if config.inverse:
+        loaded = {s: with_inverses(v) for s, v in loaded.items()}
     wanted = relations_to_train(loaded, config.relations)
     loaded = {s: [t for t in v if t.relation in wanted and t.head != t.tail] for s, v in loaded.items()}
     if not loaded["train"]:
@@ -155,7 +162,8 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
         return float(np.mean([m["mrr"] for m, _, _ in res.values()]))
 
     state_names = [f"op.{name}.{k}" for name in wanted for k in params[name]]
-    checkpoint = Checkpoint(out, _hyper(config, train_files, base)) if out else None
+    checkpoint = Checkpoint(out, dict(_hyper(config, train_files, base), candidates=len(candidates or ()))) \
+        if out else None
     stopper, step, history = EarlyStopping(config.patience), 0, []
     best = None
     resumed = checkpoint.load() if checkpoint else None
@@ -201,12 +209,15 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
                 negs.append(t.negative)
             else:
                 negs.append(text_list[rng.choice(tails_of[t.relation])])
+        extra = [] if not candidates else [candidates[i] for i in rng.sample(range(len(candidates)),
+                                                                              min(len(candidates), len(batch)))]
+        negs = negs + extra
         cands = tails + negs
         false_negatives = np.zeros((len(batch), len(cands)), dtype=bool)
         for row, i in enumerate(batch):
             true = known[rels[row]].get(texts[heads[row]], set())
             for col, c in enumerate(cands):
-                if col != row and (texts[c] in true or c == heads[row]):
+                if col != row and (texts.get(c, -1) in true or c == heads[row]):  # a candidate may be no triple's
                     false_negatives[row, col] = True
         mask = torch.as_tensor(false_negatives, device=device)
         labels = torch.arange(len(batch), device=device)

@@ -1,0 +1,381 @@
+"""Query-tower regime (``relsearch train --regime encoder``): relation-conditioned query encoders.
+
+The query side is a copy of the base encoder with LoRA deltas (``peft``) that reads
+``"relation: NAME; head text"``; documents stay frozen in the base encoder's space, so the bundle
+serves any index built with the base encoder (operators of kind ``encoder``, encoder/tower.py).
+
+Recipe (informed by SimKGC and sentence-transformers' CachedMultipleNegativesRankingLoss):
+
+- **frozen documents, so whole-table negatives**: every distinct text of the data (heads, tails,
+  hard negatives of all splits, plus ``candidates`` such as all entity descriptions of a knowledge
+  graph) is encoded once with the frozen base encoder; each query is contrasted with the whole
+  table (``negatives="table"``; a seeded sample of ``max_candidates`` plus the batch's tails when
+  the table is larger). ``negatives="batch"``: only the batch's tails and heads plus, with
+  ``pre_batch=k``, the tails of the k previous batches (exact vectors: documents do not move);
+- **the head as a self-negative**: the query's own text stays in the softmax (it is what plain
+  similarity ranks first); other true tails of (head, relation) are masked out (false negatives);
+- **additive margin** m subtracted from the gold cosine, **learnable temperature** (1/τ, from
+  ``temperature``, at most 100), AdamW with **linear warm-up then linear decay**;
+- **gradient caching** (:func:`~.finetune.chunked_backward`): a batch of any size (≥ 1,024) runs in
+  the memory of one ``chunk`` of queries, with the full-batch gradient;
+- **no degenerate trailing batches** (:func:`even_batches`): a last batch under half the batch size
+  is merged into the one before;
+- bf16 autocast on CUDA GPUs that have it (fp16 on older ones, bf16 on AMX CPUs, else fp32).
+
+Dev MRR (over the whole table, filtered, query excluded) at step 0, every ``eval_every`` steps and
+at each epoch's end keeps the best state; ``patience`` evaluations without a gain stop the run.
+Interrupted runs resume from ``OUT.checkpoint`` (:class:`~.loop.Checkpoint`).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..bundle import Bundle, load_bundle
+from ..metrics import Ranks, rank_gold, ranking_metrics
+from ..relations import Operator, normalize
+from ..tower import MARKER, marked
+from .cache import _tqdm, encode_cached
+from .data import read_triples, relations_to_train, with_inverses
+from .loop import Checkpoint, EarlyStopping, seed_everything
+
+NEGATIVES = ("table", "batch")
+TOWER_NAME = "query-tower"
+LORA_TARGETS = ("query", "key", "value", "dense")  # BERT-family linear layers (attention and feed-forward)
+MAX_INV_TEMPERATURE = 100.0
+PROTOCOL = ("link prediction on the test triples: candidates = the whole text table (every head, tail and "
+            "negative of train/dev/test plus --candidates); filtered (other true tails of (head, relation) "
+            "removed); query itself excluded; realistic ranks")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TowerConfig:
+    """Hyperparameters of :func:`train_tower` (see the module docstring)."""
+
+    epochs: int = 3
+    batch_size: int = 1024
+    chunk: int = 128  # queries per gradient-cache chunk
+    lr: float | None = None  # LoRA and temperature learning rate, default 1e-3
+    temperature: float = 0.05  # initial τ; learned
+    margin: float = 0.02
+    negatives: str = "table"
+    max_candidates: int | None = 65536  # "table": above this many texts, a seeded sample per batch
+    pre_batch: int = 0  # "batch": earlier batches whose tails are negatives too
+    warmup: float = 0.1  # fraction of the steps with a rising learning rate
+    lora_rank: int = 8
+    max_length: int = 64  # query tokens while training
+    eval_every: int | None = None  # steps between dev evaluations (default: once per epoch)
+    patience: int = 3
+    max_dev_queries: int | None = 2000
+    relations: tuple[str, ...] | None = None
+    inverse: bool = False  # also train "<relation>^-1" on reversed triples (head prediction)
+    seed: int = 13
+    threads: int | None = None
+    cache_dir: str | None = None
+    progress: bool = True
+
+    def __post_init__(self):
+        if self.negatives not in NEGATIVES:
+            raise ValueError(f"unknown negatives {self.negatives!r}; choose one of {', '.join(NEGATIVES)}")
+        if self.epochs < 1 or self.batch_size < 2 or self.chunk < 1 or self.patience < 1 or self.lora_rank < 1:
+            raise ValueError("epochs ≥ 1, batch_size ≥ 2, chunk, patience and lora_rank ≥ 1 are needed")
+        if not 0 <= self.warmup < 1 or self.temperature <= 0 or self.margin < 0 or self.pre_batch < 0:
+            raise ValueError("warmup in [0, 1), temperature > 0, margin ≥ 0 and pre_batch ≥ 0 are needed")
+
+    @property
+    def learning_rate(self) -> float:
+        return self.lr if self.lr is not None else 1e-3
+
+
+def even_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """A shuffled split of ``range(n)`` into batches of ``batch_size``; a last batch smaller than half
+    of it joins the previous batch (a tiny batch has almost no negatives: a near-zero, noisy step)."""
+    order = rng.permutation(n)
+    batches = [order[i:i + batch_size] for i in range(0, n, batch_size)]
+    if len(batches) > 1 and len(batches[-1]) < batch_size / 2:
+        batches[-2:] = [np.concatenate(batches[-2:])]
+    return batches
+
+
+def lr_factor(step: int, total: int, warmup: int) -> float:
+    """Linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return max(0.0, (total - step) / max(1, total - warmup))
+
+
+def tower_loss(q, cand, gold, mask, inv_temperature, margin: float):
+    """Additive-margin InfoNCE: mean over queries of −log softmax((cos − m·[gold]) / τ)[gold].
+
+    ``q`` (b, d) and ``cand`` (c, d) unit vectors; ``gold`` (b,) column of each query's tail;
+    ``mask`` (b, c) bool, True = a false negative left out (never the gold column);
+    ``inv_temperature`` 1/τ (a scalar tensor, learnable).
+    """
+    import torch.nn.functional as F
+
+    cos = q @ cand.T
+    cos = cos - margin * F.one_hot(gold, cos.shape[1]).to(cos.dtype)
+    return F.cross_entropy((cos * inv_temperature).masked_fill(mask, float("-inf")), gold)
+
+
+@dataclass
+class _Data:
+    """Triples as text ids: relation name, head, tail per row of each split."""
+
+    rel: list[str]
+    head: np.ndarray
+    tail: np.ndarray
+
+    def __len__(self):
+        return len(self.head)
+
+
+def _known(*splits: _Data) -> dict[tuple[str, int], set[int]]:
+    out: dict[tuple[str, int], set[int]] = {}
+    for s in splits:
+        for r, h, t in zip(s.rel, s.head.tolist(), s.tail.tolist()):
+            out.setdefault((r, h), set()).add(t)
+    return out
+
+
+def _false_negatives(data: _Data, rows, cols: np.ndarray, known, n_cols: int) -> np.ndarray:
+    """(b, c) bool: other true tails of each row's (relation, head) among the columns (``cols``: text id → column)."""
+    mask = np.zeros((len(rows), n_cols), dtype=bool)
+    for i, row in enumerate(rows):
+        others = [t for t in known[(data.rel[row], int(data.head[row]))] if t != data.tail[row]]
+        pos = cols[others] if others else np.zeros(0, np.int64)
+        mask[i, pos[pos >= 0]] = True
+    return mask
+
+
+def evaluate(query_unit: np.ndarray, data: _Data, rows: np.ndarray, table_unit: np.ndarray, known,
+             *, chunk: int = 1024) -> dict:
+    """Filtered realistic metrics of unit query vectors (one per row of ``rows``) against the whole table."""
+    cols = np.arange(len(table_unit))
+    parts = []
+    for start in range(0, len(rows), chunk):
+        part = rows[start:start + chunk]
+        scores = query_unit[start:start + chunk] @ table_unit.T
+        filt = _false_negatives(data, part, cols, known, len(table_unit))
+        parts.append(rank_gold(scores, data.tail[part], filter_mask=filt, exclude=data.head[part]))
+    return ranking_metrics(Ranks.concat(parts)) if parts else {}
+
+
+def _lora_state(model) -> dict[str, object]:
+    """``{"<module>.lora_A": (r, in), "<module>.lora_B": (out, r)}`` tensors of a peft LoRA model, named
+    by the module's path in the base model (what encoder/tower.py merges)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if ".lora_A." in name or ".lora_B." in name:
+            module, kind = name.split(".lora_")
+            out[f"{module.removeprefix('base_model.model.')}.lora_{kind[0]}"] = p
+    return out
+
+
+def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig = TowerConfig(), base=None,
+                out=None, candidates: list[str] | None = None) -> Bundle:
+    """Train one query tower for the relations of ``train_files``; returns a bundle of ``encoder``
+    operators on the base encoder (indexes built with the base encoder serve it unchanged)."""
+    import torch
+
+    from ..model import Encoder, EncoderConfig
+    from .finetune import TrainableEncoder, chunked_backward
+
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise RuntimeError("--regime encoder needs peft: pip install peft") from e
+    if isinstance(train_files, (str, os.PathLike)):
+        train_files = [train_files]
+    loaded = {s: [t for f in files for t in read_triples(f)] for s, files in
+              (("train", train_files), ("dev", dev_files), ("test", test_files))}
+    if config.inverse:
+        loaded = {s: with_inverses(v) for s, v in loaded.items()}
+    wanted = relations_to_train(loaded, config.relations)
+    loaded = {s: [t for t in v if t.relation in wanted and t.head != t.tail] for s, v in loaded.items()}
+    if not loaded["train"]:
+        raise ValueError("no usable training triples")
+    if config.threads:
+        torch.set_num_threads(config.threads)
+    seed_everything(config.seed)
+
+    texts: dict[str, int] = {}
+    for split in loaded.values():
+        for t in split:
+            for x in (t.head, t.tail, t.negative):
+                if x is not None:
+                    texts.setdefault(x, len(texts))
+    for x in candidates or ():
+        texts.setdefault(x, len(texts))
+    text_list = list(texts)
+    data = {s: _Data([t.relation for t in v], np.array([texts[t.head] for t in v], np.int64),
+                     np.array([texts[t.tail] for t in v], np.int64)) for s, v in loaded.items()}
+    known = _known(*data.values())
+
+    base_ref = load_bundle(base).encoder if base else load_bundle(None).encoder
+    frozen = Encoder(EncoderConfig(model=base_ref["model"], max_length=base_ref.get("max_length")))
+    table = normalize(encode_cached(frozen, text_list, cache_dir=config.cache_dir, progress=config.progress))
+
+    cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    encoder = TrainableEncoder(base_ref["model"], max_length=config.max_length,
+                               precision="bf16" if cuda_bf16 else "auto")
+    device = encoder.device
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
+                      target_modules=list(LORA_TARGETS))
+    encoder.model = get_peft_model(encoder.model, lora)
+    lora_params = _lora_state(encoder.model)
+    log_inv_t = torch.tensor(math.log(1 / config.temperature), device=device, requires_grad=True)
+    opt = torch.optim.AdamW([*lora_params.values(), log_inv_t], lr=config.learning_rate, weight_decay=0.0)
+    table_t = torch.from_numpy(table).to(device)
+
+    rng = np.random.default_rng(config.seed)
+    train = data["train"]
+    epochs = [even_batches(len(train), config.batch_size, np.random.default_rng([config.seed, e]))
+              for e in range(config.epochs)]
+    flat = [(e, b) for e, bs in enumerate(epochs) for b in bs]
+    warmup = int(config.warmup * len(flat))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, len(flat), warmup))
+    dev = data["dev"]
+    dev_rows = np.arange(len(dev))
+    if config.max_dev_queries and len(dev) > config.max_dev_queries:
+        dev_rows = np.sort(rng.choice(len(dev), config.max_dev_queries, replace=False))
+
+    def tower_unit(split: _Data, rows: np.ndarray) -> np.ndarray:
+        by_rel = [(split.rel[r], text_list[split.head[r]]) for r in rows]
+        return normalize(encoder.embed([marked(MARKER, r, [x])[0] for r, x in by_rel]))
+
+    def dev_mrr() -> float:
+        if not len(dev_rows):
+            return float("nan")
+        return evaluate(tower_unit(dev, dev_rows), dev, dev_rows, table, known)["mrr"]
+
+    def snapshot() -> dict:
+        return {**{f"lora.{k}": v.detach().clone() for k, v in lora_params.items()},
+                "log_inv_t": log_inv_t.detach().clone()}
+
+    def restore(state: dict, prefix: str = "") -> None:
+        with torch.no_grad():
+            for k, v in lora_params.items():
+                v.copy_(state[f"{prefix}lora.{k}"])
+            log_inv_t.copy_(state[f"{prefix}log_inv_t"])
+
+    checkpoint = Checkpoint(out, _hyper(config, train_files, base, candidates)) if out else None
+    stopper, step, history, best, seconds = EarlyStopping(config.patience), 0, [], None, 0.0
+    resumed = checkpoint.load() if checkpoint else None
+    if resumed:
+        restore(resumed["tensors"])
+        best = {k[5:]: v for k, v in resumed["tensors"].items() if k.startswith("best.")} or None
+        opt.load_state_dict(resumed["optimizer"])
+        stopper.restore(resumed["state"]["stopper"])
+        step, history, seconds = resumed["state"]["step"], resumed["state"]["history"], resumed["state"]["seconds"]
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, len(flat), warmup), last_epoch=step - 1)
+    else:
+        start = dev_mrr()
+        if not math.isnan(start):
+            stopper.update(start, 0)
+        history.append({"step": 0, "dev_mrr": round(start, 5)})
+        best = snapshot()
+
+    eval_every = config.eval_every or len(epochs[0])
+    bar = _tqdm(total=len(flat), initial=step, desc="rse query tower", unit="step", disable=not config.progress)
+    prev_tails: list[np.ndarray] = []
+    encoder.train()
+    for e, batch in flat[step:]:
+        if stopper.stale >= config.patience:
+            break
+        t0 = time.perf_counter()
+        heads, tails = train.head[batch], train.tail[batch]
+        if config.negatives == "table" and (not config.max_candidates or len(table) <= config.max_candidates):
+            cand = np.arange(len(table))
+        elif config.negatives == "table":
+            sample = np.random.default_rng([config.seed, step]).choice(len(table), config.max_candidates, replace=False)
+            cand = np.unique(np.concatenate([sample, tails, heads]))
+        else:  # in-batch tails, the heads as self-negatives, and earlier batches' tails
+            cand = np.unique(np.concatenate([tails, heads, *prev_tails]))
+            prev_tails = ([tails] + prev_tails)[:config.pre_batch]
+        cols = np.full(len(table), -1, dtype=np.int64)
+        cols[cand] = np.arange(len(cand))
+        mask = torch.as_tensor(_false_negatives(train, batch, cols, known, len(cand)), device=device)
+        gold = torch.as_tensor(cols[tails], device=device)
+        cand_t = table_t if len(cand) == len(table) else table_t[torch.as_tensor(cand, device=device)]
+        queries = [marked(MARKER, train.rel[r], [text_list[train.head[r]]])[0] for r in batch]
+
+        def loss_fn(q_raw):
+            inv_t = log_inv_t.exp().clamp(max=MAX_INV_TEMPERATURE)
+            return tower_loss(torch.nn.functional.normalize(q_raw, dim=-1), cand_t, gold, mask, inv_t, config.margin)
+
+        opt.zero_grad()
+        loss = chunked_backward(encoder, [queries], loss_fn, chunk=config.chunk)
+        opt.step()
+        sched.step()
+        seconds += time.perf_counter() - t0
+        step += 1
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.4f}", tau=f"{1 / float(log_inv_t.detach().exp()):.4f}")
+        epoch_end = step == len(flat) or flat[step][0] != e
+        if step % eval_every == 0 or epoch_end:
+            score = dev_mrr()
+            encoder.train()
+            history.append({"step": step, "epoch": e + 1, "loss": round(loss, 5), "dev_mrr": round(score, 5),
+                            "temperature": round(1 / float(log_inv_t.detach().exp()), 5)})
+            if math.isnan(score) or stopper.improved(score):
+                best = snapshot()
+            if not math.isnan(score):
+                stopper.update(score, step)
+            if checkpoint:
+                tensors = {**snapshot(), **{f"best.{k}": v for k, v in best.items()}}
+                checkpoint.save({"step": step, "history": history, "stopper": stopper.state(), "seconds": seconds},
+                                tensors, opt)
+    bar.close()
+    restore(best)
+    trained_triples = sum(len(b) for _, b in flat[:step])
+    info_training = {"steps": step, "best_step": stopper.best_step, "dev_mrr_start": history[0]["dev_mrr"],
+                     "dev_mrr": stopper.best, "train_seconds": round(seconds, 1), "device": device,
+                     "triples_per_second": round(trained_triples / seconds, 1) if seconds else None,
+                     "temperature": round(1 / float(log_inv_t.detach().exp()), 5), "history": history}
+    params = {k: v.detach().float().cpu().numpy().copy() for k, v in lora_params.items()}
+    tower = {"name": TOWER_NAME, "marker": MARKER, "scale": lora.lora_alpha / lora.r,
+             "base": frozen.identity["weights_sha256"], "rank": config.lora_rank, "targets": list(LORA_TARGETS)}
+    metrics = _test_metrics(data["test"], tower_unit, table, known, wanted)
+    ops = {}
+    for name in wanted:
+        info = {"tower": tower, "regime": "encoder", "data": {s: {"triples": sum(r == name for r in d.rel)}
+                                                            for s, d in data.items()},
+                "hyperparameters": _hyper(config, train_files, base, candidates), "training": info_training}
+        if name in metrics:
+            info["metrics"] = metrics[name]
+        ops[name] = Operator(name=name, kind="encoder", params=params, info=info,
+                             description=f"{name} (relation-conditioned query encoder)")
+    return Bundle(encoder=dict(frozen.identity), operators=ops,
+                  info={"trainer": "relsearch rse query tower (LoRA query encoder, frozen documents)",
+                        "config": _hyper(config, train_files, base, candidates)})
+
+
+def _test_metrics(test: _Data, tower_unit, table: np.ndarray, known, wanted) -> dict[str, dict]:
+    """Per relation: the tower vs identity of the base encoder, on the whole table (``PROTOCOL``)."""
+    out = {}
+    for name in wanted:
+        rows = np.array([i for i, r in enumerate(test.rel) if r == name], dtype=np.int64)
+        if not len(rows):
+            continue
+        trained = evaluate(tower_unit(test, rows), test, rows, table, known)
+        plain = evaluate(table[test.head[rows]], test, rows, table, known)
+        out[name] = {"split": "test", "protocol": PROTOCOL, "queries": len(rows), "candidates": len(table),
+                     "trained": {k: round(v, 5) for k, v in trained.items()},
+                     "identity": {k: round(v, 5) for k, v in plain.items()}}
+    return out
+
+
+def _hyper(config: TowerConfig, train_files, base, candidates) -> dict:
+    d = dataclasses.asdict(config)
+    d.update(lr=config.learning_rate, base=base, data=[str(f) for f in train_files],
+             candidates=len(candidates) if candidates else 0)
+    for k in ("cache_dir", "progress", "threads"):
+        d.pop(k)
+    d["relations"] = list(d["relations"]) if d["relations"] else None
+    return d
