@@ -36,6 +36,7 @@ from ..indexer.es_mirror import EsTarget, mirrors_for
 from ..indexer.faiss_index import DEFAULT_FACTORY, FaissSpec
 from ..indexer.tuning import AutoPolicy
 from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
+from .runners import local_workers, pipeline_options, run_to_end
 
 ENCODER_FILE = "encoder.json"
 PROGRESS_SUFFIX = ".progress"
@@ -276,17 +277,6 @@ def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: Encode
     )
 
 
-def pipeline_options(beam_args: list[str]):
-    """Beam options from pass-through args; without ``--runner`` use the in-process FnApiRunner
-    (the DirectRunner would first try to download the Prism runner, which fails offline)."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    args = list(beam_args)
-    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
-        args.append("--runner=FnApiRunner")
-    return PipelineOptions(args)
-
-
 def _pipeline(options, build: Path):
     """A Beam pipeline whose scratch folder lies in the build folder: Beam makes it in /tmp, where
     every killed run would leave one behind; here the next run of the index removes it."""
@@ -352,7 +342,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         bundle = load_bundle(recorded) if recorded else None
     bundle = bundle or load_bundle(job.model)
     options = pipeline_options(list(beam_args))
-    workers = options.get_all_options().get("direct_num_workers") or 1
+    workers = local_workers(options)
     encoder_config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
                                    precision=job.precision,
@@ -376,8 +366,11 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             build, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, job.progress))
         watcher.start()
         try:
-            with _pipeline(options, build) as p:
-                build_pipeline(p, job, [c for c in chunks if c not in resumed], encoder_config, str(build))
+            todo = [c for c in chunks if c not in resumed]
+            if todo:  # a resumed run with every chunk encoded has nothing for Beam to do
+                p = _pipeline(options, build)
+                build_pipeline(p, job, todo, encoder_config, str(build))
+                run_to_end(p)
         except Exception as e:
             store.raise_if_full(e, job.index, kept=build)
             raise
