@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -242,6 +243,15 @@ class _Holder:  # Beam's Shared keeps only a weak reference to what it caches
         self.value = value
 
 
+encoders_loaded = 0  # in this process: one per worker process is the contract (checked on a Dask cluster)
+
+
+def _load_encoder(config: EncoderConfig) -> _Holder:
+    global encoders_loaded
+    encoders_loaded += 1
+    return _Holder(Encoder(config))
+
+
 def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig, shard_dir: str):
     import apache_beam as beam
     from apache_beam.utils import shared
@@ -253,7 +263,7 @@ def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig,
             self._shared = shared.Shared()
 
         def setup(self):
-            self._holder = self._shared.acquire(lambda: _Holder(Encoder(encoder_config)), tag=repr(encoder_config))
+            self._holder = self._shared.acquire(partial(_load_encoder, encoder_config), tag=repr(encoder_config))
             identity = Path(shard_dir) / ENCODER_FILE  # tells the driver which encoder wrote the shards
             if not identity.exists():
                 _write_atomically(identity, lambda p: p.write_text(json.dumps(self._holder.value.identity),
