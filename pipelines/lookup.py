@@ -17,6 +17,7 @@ place only when the counts reconcile, so a failed run never leaves a half-writte
 from __future__ import annotations
 
 import heapq
+import io
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ from pathlib import Path
 from ..indexer import records as rec
 from ..retrieval.inputs import MAX_K, FilterValue, check_at_most
 from .index import Chunk, IndexInputError, check_input, plan_chunks, read_numbered_lines
+from . import shardfs
 from .runners import local_workers, pipeline_options, run_to_end, runner_name
 
 # Rejection reasons beyond indexer/records.py's (stable strings: they appear in the rejected file).
@@ -225,7 +227,8 @@ def lookup_chunk(chunk: Chunk, searcher, job: LookupJob, work_dir: str) -> None:
     parse, resolve ids in batches, then search in batches of inputs sharing their --same values (each
     batch one exact search within its matching subset)."""
     parsed = [parse_lookup_line(n, raw, id_field=job.id_field, text_field=job.text_field, same=job.same)
-              for n, raw in read_numbered_lines(job.input, chunk.start, chunk.end, chunk.first_line)]
+              for n, raw in read_numbered_lines(job.input, chunk.start, chunk.end, chunk.first_line,
+                                                opener=shardfs.open_binary)]
     rejected = [x for x in parsed if isinstance(x, rec.Rejection)]
     groups: dict[tuple, list[LookupInput]] = {}
     for batch in _batches([x for x in parsed if isinstance(x, LookupInput)], job.batch_size):
@@ -244,20 +247,14 @@ def lookup_chunk(chunk: Chunk, searcher, job: LookupJob, work_dir: str) -> None:
     _write_shard(work_dir, name + RESULTS_SUFFIX, rows)
     _write_shard(work_dir, name + REJECTED_SUFFIX,
                  [(r.line, json.dumps(r.to_json(), ensure_ascii=False)) for r in rejected])
-    _write_atomically(Path(work_dir) / (name + STATS_SUFFIX), json.dumps(dict(stats)))
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    shardfs.write(shardfs.join(work_dir, name + STATS_SUFFIX), json.dumps(dict(stats)).encode())
 
 
 def _write_shard(work_dir: str, name: str, rows: list[tuple[int, str]]) -> None:
     """Rows (line number, one JSON line) sorted by line, as ``LINE<TAB>JSON`` (JSON escapes tabs)."""
     if rows:
         rows.sort(key=lambda r: r[0])
-        _write_atomically(Path(work_dir) / name, "".join(f"{n}\t{s}\n" for n, s in rows))
+        shardfs.write(shardfs.join(work_dir, name), "".join(f"{n}\t{s}\n" for n, s in rows).encode("utf-8"))
 
 
 def open_searcher(index: str, model: str | None, *, warm_faiss: bool):
@@ -345,34 +342,45 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
     out.parent.mkdir(parents=True, exist_ok=True)
     work = out.parent / f".{out.name}.work-{uuid.uuid4().hex[:8]}"
     work.mkdir()
+    options = pipeline_options(list(beam_args))
+    temp = options.get_all_options().get("temp_location")
+    # shards where the workers can write them: beside --out, or under Beam's --temp_location (gs://, s3://, ...)
+    shards = shardfs.join(temp, f"relsearch-lookup-{work.name[-8:]}") if temp else str(work)
     try:
-        options = pipeline_options(list(beam_args))
+        chunks = plan_chunks(job.input, job.chunk_lines)
+        if not shardfs.is_local(shards):  # remote workers read the input from beside the shards
+            staged = shardfs.join(shards, "input.jsonl")
+            shardfs.copy_in(job.input, staged)
+            job = replace(job, input=staged)
         p = beam.Pipeline(options=options)
-        build_pipeline(p, job, plan_chunks(job.input, job.chunk_lines), str(work), handle=handle, opener=opener,
+        build_pipeline(p, job, chunks, shards, handle=handle, opener=opener,
                        tag=tag, reshuffle=local_workers(options) != 1 or runner_name(list(beam_args)) is not None)
         run_to_end(p)
-        report = _assemble(work, job, total)
+        report = _assemble(work, shards, job, total)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if shards != str(work):
+            shardfs.remove([shards])
         del holder
     report.seconds = clock() - started
     return report
 
 
-def _assemble(work: Path, job: LookupJob, total: int) -> LookupReport:
-    """Merge shards by line number into temp files in ``work``; rename into place if counts reconcile."""
+def _assemble(work: Path, shards: str, job: LookupJob, total: int) -> LookupReport:
+    """Merge the shards in ``shards`` by line number into temp files in ``work``; rename into place if
+    counts reconcile."""
     report = LookupReport(out=job.out, rejected_path=rejected_path(job.out), read=total, answered=0, rejected=0)
     with open(work / "rejected.jsonl", "w", encoding="utf-8", newline="\n") as f:
-        for _, row in _merged(_fan_in(sorted(work.glob(f"*{REJECTED_SUFFIX}")), work)):
+        for _, row in _merged(_fan_in(shardfs.names(shards, REJECTED_SUFFIX), work)):
             f.write(row + "\n")
             report.rejected += 1
             report.reasons[json.loads(row)["reason"]] += 1
     with open(work / "results.jsonl", "w", encoding="utf-8", newline="\n") as f:
-        for _, row in _merged(_fan_in(sorted(work.glob(f"*{RESULTS_SUFFIX}")), work)):
+        for _, row in _merged(_fan_in(shardfs.names(shards, RESULTS_SUFFIX), work)):
             f.write(row + "\n")
             report.answered += 1
-    for p in work.glob(f"*{STATS_SUFFIX}"):
-        stats = json.loads(p.read_text())
+    for p in shardfs.names(shards, STATS_SUFFIX):
+        stats = json.loads(shardfs.read(p))
         report.id_lookups += stats.get("id_lookups", 0)  # a chunk without a search has no counts
         report.id_search_seconds += stats.get("id_seconds", 0.0)
         report.text_lookups += stats.get("text_lookups", 0)
@@ -384,8 +392,8 @@ def _assemble(work: Path, job: LookupJob, total: int) -> LookupReport:
     return report
 
 
-def _read_shard(path: Path) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8", newline="\n") as f:
+def _read_shard(path: str) -> Iterator[tuple[int, str]]:
+    with io.TextIOWrapper(shardfs.open_binary(str(path)), encoding="utf-8", newline="\n") as f:
         for line in f:
             n, _, row = line.rstrip("\n").partition("\t")
             yield int(n), row

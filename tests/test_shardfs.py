@@ -104,3 +104,18 @@ def test_index_with_remote_shards_resumes_and_matches_a_local_build(tmp_path, sm
     np.testing.assert_array_equal(np.asarray(a.vectors), np.asarray(b.vectors))
     assert a.docstore.get(list(range(20))) == b.docstore.get(list(range(20)))
     assert list((remote / "scratch").iterdir()) == []  # published: the remote shards are gone
+
+
+def test_lookup_with_remote_shards_writes_the_same_results(tmp_path, small_index, remote):
+    from relsearch.pipelines.lookup import LookupJob, run_lookup
+
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "MMM"}, {"id": "nope"}, "bad", {"id": "ABT"}])
+    outputs = []
+    for name, args in (("local", []), ("remote", ["--temp_location", SCHEME + "scratch"])):
+        job = LookupJob(input=str(queries), index=str(small_index), out=str(tmp_path / f"{name}.jsonl"), k=5,
+                        chunk_lines=2)
+        report = run_lookup(job, args)
+        assert (report.read, report.answered, report.rejected) == (4, 2, 2)
+        outputs.append(((tmp_path / f"{name}.jsonl").read_text(), (tmp_path / f"{name}.rejected.jsonl").read_text()))
+    assert outputs[0] == outputs[1]
+    assert list((remote / "scratch").iterdir()) == []  # the remote shards and staged input are removed
