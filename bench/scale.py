@@ -236,7 +236,8 @@ def main(argv=None) -> None:
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("-k", "--k", type=int, default=10)
     parser.add_argument("--recall-target", type=float, default=0.95)
-    parser.add_argument("--factory", default="auto", help="FAISS index-factory string, e.g. IVF2048,PQ48 (default: auto)")
+    parser.add_argument("--factory", default="auto",
+                        help="FAISS index-factory string, e.g. IVF1024,PQ48 (default: auto)")
     parser.add_argument("--add-workers", type=int, default=1,
                         help="processes filling an IVF index shard by shard (indexer/sharded_add.py)")
     parser.add_argument("--repeats", type=int, default=11)

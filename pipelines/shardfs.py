@@ -56,7 +56,7 @@ def read(path: str) -> bytes:
 
 
 def open_binary(path: str, mode: str = "rb"):
-    """A seekable binary reader (``mode`` must be ``"rb"``; the signature of ``open`` for callers that take an opener)."""
+    """A seekable binary reader; ``open``'s signature, for callers that take an opener (``mode`` must be "rb")."""
     if mode != "rb":
         raise ValueError(f"open_binary reads only, got mode {mode!r}")
     return FileSystems.open(path, compression_type=_RAW)
