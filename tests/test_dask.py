@@ -130,3 +130,17 @@ def test_index_and_lookup_on_a_dask_scheduler_with_two_worker_processes(tmp_path
     loads = client.run(lambda: index_mod.encoders_loaded)
     assert all(n <= 1 for n in loads.values()) and sum(loads.values()) >= 1, loads  # one model per worker process
     print(f"dask run: {time.perf_counter() - started:.1f} s, encoders loaded per worker {loads}")
+
+
+def test_an_unreachable_scheduler_is_one_line_and_writes_nothing(tmp_path, small_index):
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "MMM"}])
+    result = CliRunner().invoke(cli, ["lookup", str(queries), "--index", str(small_index), "--out",
+                                      str(tmp_path / "o.jsonl"), *DASK, "--dask_client_address",
+                                      f"tcp://127.0.0.1:{_free_port()}", "--dask_connection_timeout", "2"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: Timed out trying to connect")
+    assert sorted(os.listdir(tmp_path)) == ["q.jsonl"]
