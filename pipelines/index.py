@@ -174,7 +174,7 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
     then ``NNNNNN.progress`` holds the chunk's lines done so far, rewritten after each encoded
     batch, so the progress bar moves within a chunk (:func:`lines_done`).
     """
-    done = shardfs.join(shard_dir, f"{chunk.number:06d}.npz")
+    done = shardfs.join(shard_dir, f"{chunk.number:06d}.npz")  # shard_dir: str (or a local Path)
     if shardfs.exists(done):
         return
     parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field, limits=job.limits)

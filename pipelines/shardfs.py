@@ -1,7 +1,7 @@
 """Shard and scratch files through Beam's FileSystems, so workers and the driver need no shared
 POSIX mount.
 
-Paths are strings: local paths, or any scheme Beam's FileSystems knows (``gs://``, ``s3://``,
+Paths are strings (a local ``Path`` is accepted too): local paths, or any scheme Beam's FileSystems knows (``gs://``, ``s3://``,
 ``hdfs://``, ``azfs://`` once apache-beam's extra for it is installed). Only whole, bounded files
 are written and read (a shard is one chunk: at most ``--chunk-lines`` lines and 32 MiB of input,
 plus its vectors). A file appears complete or not at all: written under a temporary name and
@@ -19,16 +19,16 @@ OBJECT_STORES = ("gs", "s3", "azfs")
 _RAW = CompressionTypes.UNCOMPRESSED  # never guess a codec from a file name
 
 
-def is_local(path: str) -> bool:
-    return FileSystems.get_scheme(path) in (None, "file")
+def is_local(path: str | os.PathLike) -> bool:
+    return FileSystems.get_scheme(os.fspath(path)) in (None, "file")
 
 
-def join(base: str, *names: str) -> str:
-    return FileSystems.join(base, *names)
+def join(base: str | os.PathLike, *names: str) -> str:
+    return FileSystems.join(os.fspath(base), *names)
 
 
-def exists(path: str) -> bool:
-    return FileSystems.exists(path)
+def exists(path: str | os.PathLike) -> bool:
+    return FileSystems.exists(os.fspath(path))
 
 
 def _put(path: str, blocks) -> None:
@@ -62,7 +62,7 @@ def open_binary(path: str, mode: str = "rb"):
     return FileSystems.open(path, compression_type=_RAW)
 
 
-def names(folder: str, suffix: str) -> list[str]:
+def names(folder: str | os.PathLike, suffix: str) -> list[str]:
     """Paths of the files directly in ``folder`` whose name ends in ``suffix``, sorted."""
     found = FileSystems.match([join(folder, "*" + suffix)])[0].metadata_list
     return sorted(m.path for m in found)
