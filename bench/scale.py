@@ -93,7 +93,8 @@ def build(target: str, base, identity, args) -> tuple[dict, float]:
 
     started = time.perf_counter()
     manifest = build_published(target, blocks(), n=args.n, d=base.shape[1], encoder=identity,
-                               spec=FaissSpec(recall_target=args.recall_target),
+                               spec=FaissSpec(factory=args.factory, recall_target=args.recall_target,
+                                              add_workers=args.add_workers),
                                run={"synthetic": {"base": len(base), "noise": args.noise, "seed": args.seed}})
     return manifest, time.perf_counter() - started
 
@@ -106,10 +107,38 @@ def recall_at(found: np.ndarray, truth, vectors: np.ndarray, q: np.ndarray) -> f
     return float((valid & (got >= truth.scores[:, -1:] - 1e-6)).sum() / truth.positions.size)
 
 
+class AnonPeak:
+    """The peak of this process's anonymous resident memory (``RssAnon``), sampled every 0.2 s.
+    ``ru_maxrss`` also counts the file-backed pages of the memory-mapped vectors.npy it has read,
+    which the kernel reclaims at will; the anonymous part is what a build really holds."""
+
+    def __init__(self):
+        import threading
+
+        self.peak_kib, self._stop = 0, threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self):
+        while not self._stop.wait(0.2):
+            try:
+                with open("/proc/self/status") as f:
+                    kib = next(int(line.split()[1]) for line in f if line.startswith("RssAnon:"))
+            except (OSError, StopIteration):
+                return
+            self.peak_kib = max(self.peak_kib, kib)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return round(self.peak_kib / 1024, 1)
+
+
 def run(args) -> dict:
     from relsearch.indexer import ann
     from relsearch.retrieval.search import Query, Searcher
 
+    anon = AnonPeak()
     base, identity = encode_base(args.corpus, args.base, args.cache)
     out = args.out or tempfile.mkdtemp(prefix="relsearch-scale-")
     target = os.path.join(out, "idx")
@@ -179,6 +208,11 @@ def run(args) -> dict:
         "ratio_cpu_time": round(statistics.median(cpu["faiss"]) / statistics.median(cpu["relsearch"]), 4),
         "ratio_with_docs_vs_faiss": round(qps["relsearch+docs"] / qps["faiss"], 4),
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_anon_mib": anon.stop(),
+        # the largest FAISS add worker (--add-workers > 1); RSS counts file pages of vectors.npy it touched
+        "peak_rss_add_worker_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        "vectors_npy_gib": round(args.n * base.shape[1] * 4 / 2**30, 2),
+        "index_faiss_mib": round(os.path.getsize(os.path.join(target, "index.faiss")) / 2**20, 1),
         "threads": _threads(),
     }
     if not args.out and not args.keep:
@@ -202,6 +236,10 @@ def main(argv=None) -> None:
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("-k", "--k", type=int, default=10)
     parser.add_argument("--recall-target", type=float, default=0.95)
+    parser.add_argument("--factory", default="auto",
+                        help="FAISS index-factory string, e.g. IVF1024,PQ48 (default: auto)")
+    parser.add_argument("--add-workers", type=int, default=1,
+                        help="processes filling an IVF index shard by shard (indexer/sharded_add.py)")
     parser.add_argument("--repeats", type=int, default=11)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cache", default=None, help="save/load the encoded base vectors (.npy)")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import gpu
+from . import gpu, sharded_add
 from .tuning import AutoPolicy, TuningConfig, choose_factory, exact_scores, tune
 
 DEFAULT_FACTORY = "auto"
@@ -30,6 +30,7 @@ class FaissSpec:
     policy: AutoPolicy = field(default_factory=AutoPolicy)
     add_block: int = 65_536
     train_cap: int = 200_000
+    add_workers: int = 1  # > 1: an IVF index on a vectors.npy file is filled by this many processes (sharded_add.py)
 
     def __post_init__(self):
         if not 0.0 < self.recall_target <= 1.0:
@@ -78,17 +79,25 @@ def blocks_of(vectors: np.ndarray, block: int):
 
 
 def build_faiss(vectors: np.ndarray, factory: str = "Flat", *, seed: int = 0, train_cap: int = 200_000,
-                block: int = 65_536, device: str = "auto", facts: gpu.GpuFacts | None = None):
+                block: int = 65_536, device: str = "auto", facts: gpu.GpuFacts | None = None, add_workers: int = 1):
     """(n, d) float32 unit vectors → (trained, filled FAISS index, device used: "gpu"/"cpu").
 
     ``factory`` is any FAISS index-factory string ("Flat", "HNSW32", "IVF1024,Flat", ...);
-    ids are positions 0..n-1. Indexes that need training are trained on a seeded sample.
+    ids are positions 0..n-1. Indexes that need training are trained on a seeded sample. With
+    ``add_workers`` > 1, a CPU-built bare IVF index over a ``.npy`` memory map is trained here and
+    filled by that many processes, shard by shard (indexer/sharded_add.py).
     """
     n, d = vectors.shape
     index = new_index(d, factory)
     sample = None if index.is_trained else _sample(vectors, train_size(index, n, train_cap), seed)
+    facts = facts or gpu.detect()
+    path = getattr(vectors, "filename", None)
+    if (add_workers > 1 and path and sharded_add.shardable(index)
+            and gpu.build_device(index, facts, device) == "cpu"):
+        index.train(sample)
+        return sharded_add.add_sharded(index, str(path), n, workers=add_workers, block=block), "cpu"
     try:
-        return gpu.train_and_add(index, sample, blocks_of(vectors, block), facts=facts or gpu.detect(), device=device)
+        return gpu.train_and_add(index, sample, blocks_of(vectors, block), facts=facts, device=device)
     except RuntimeError as e:
         raise ValueError(f"cannot build FAISS index {factory!r} on {n} vectors: {e}") from e
 
@@ -114,7 +123,7 @@ def build_index(vectors: np.ndarray, spec: FaissSpec = FaissSpec(), *, facts: gp
     else:
         factory, tier, reason = spec.factory, "explicit", "given with --faiss-index"
     index, device = build_faiss(vectors, factory, seed=spec.seed, train_cap=spec.train_cap, block=spec.add_block,
-                                device=spec.device, facts=facts)
+                                device=spec.device, facts=facts, add_workers=spec.add_workers)
     tuning = tune(index, vectors, TuningConfig(recall_target=spec.recall_target, k=spec.k, queries=spec.tune_queries,
                                                 seed=spec.seed))
     return index, describe(index, spec, factory, tier, reason, tuning.params, tuning.to_json(), device)

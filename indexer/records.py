@@ -78,15 +78,16 @@ class Rejection:
 
 
 def read_numbered_lines(path: str, start: int = 0, end: int | None = None, first_line: int = 1,
-                        max_bytes: int | None = None):
+                        max_bytes: int | None = None, *, opener=open):
     """Yield (line_number, raw bytes without the newline) for the lines in bytes [start, end).
 
     A line longer than ``max_bytes`` (default: ``DEFAULT_LIMITS.max_line_bytes``) is yielded as
     its first ``max_bytes + 2`` bytes and the rest is skipped without holding it in memory, so a
     hostile multi-gigabyte line costs no more than the limit; parse_line rejects it by its length.
+    ``opener(path, "rb")`` gives a seekable binary file (the pipelines pass Beam's FileSystems).
     """
     limit = DEFAULT_LIMITS.max_line_bytes if max_bytes is None else max_bytes
-    with open(path, "rb") as f:
+    with opener(path, "rb") as f:
         f.seek(start)
         number, pos = first_line, start
         while end is None or pos < end:

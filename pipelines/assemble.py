@@ -10,6 +10,7 @@ encoder check for ``--append`` and the ``--strict`` rejections file.
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ import numpy as np
 from ..indexer import records as rec
 from ..indexer import store
 from ..indexer.build import Block
+from . import shardfs
 
 
 class IndexInputError(ValueError):
@@ -36,17 +38,22 @@ class ShardPlan:
     dim: int | None = None
 
 
-def _rows(build: Path, number: int) -> list[dict]:
+def _rows(build: str, number: int) -> list[dict]:
     # split on "\n" only: str.splitlines also breaks at U+2028, U+0085, ... which JSON leaves unescaped
-    text = (build / f"{number:06d}.jsonl").read_text(encoding="utf-8")
+    text = shardfs.read(shardfs.join(build, f"{number:06d}.jsonl")).decode("utf-8")
     return [json.loads(line) for line in text.split("\n") if line]
 
 
-def plan_shards(build: Path, chunks) -> ShardPlan:
+def _vectors_npz(build: str, number: int):
+    """The chunk's ``.npz`` (vectors, truncated, lines), read through FileSystems."""
+    return np.load(io.BytesIO(shardfs.read(shardfs.join(build, f"{number:06d}.npz"))), allow_pickle=False)
+
+
+def plan_shards(build: str, chunks) -> ShardPlan:
     """Pass 1: which records are kept, which lines are rejected and why, and the counts."""
     plan, seen = ShardPlan(), {}
     for chunk in chunks:
-        with np.load(build / f"{chunk.number:06d}.npz", allow_pickle=False) as data:
+        with _vectors_npz(build, chunk.number) as data:
             plan.truncated += int(data["truncated"])
             if plan.dim is None and data["vectors"].ndim == 2 and len(data["vectors"]):
                 plan.dim = int(data["vectors"].shape[1])
@@ -66,12 +73,12 @@ def plan_shards(build: Path, chunks) -> ShardPlan:
     return plan
 
 
-def shard_blocks(build: Path, chunks, plan: ShardPlan):
+def shard_blocks(build: str, chunks, plan: ShardPlan):
     """Pass 2: one :class:`~relsearch.indexer.build.Block` of kept documents per shard, in input order."""
     for chunk, keep in zip(chunks, plan.keep):
         if not keep.any():
             continue
-        with np.load(build / f"{chunk.number:06d}.npz", allow_pickle=False) as data:
+        with _vectors_npz(build, chunk.number) as data:
             vectors = data["vectors"][keep]
         docs = [{"id": r["id"], "text": r["text"], "metadata": r["metadata"]}
                 for r, k in zip((r for r in _rows(build, chunk.number) if "rejected" not in r), keep) if k]

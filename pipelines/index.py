@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -23,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +38,8 @@ from ..indexer.es_mirror import EsTarget, mirrors_for
 from ..indexer.faiss_index import DEFAULT_FACTORY, FaissSpec
 from ..indexer.tuning import AutoPolicy
 from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
+from . import shardfs
+from .runners import local_workers, pipeline_options, run_to_end
 
 ENCODER_FILE = "encoder.json"
 PROGRESS_SUFFIX = ".progress"
@@ -162,48 +166,43 @@ def file_sha256(path: str) -> str:
 
 # ---------------------------------------------------------------- the per-chunk work (Beam DoFn body)
 
-def _write_atomically(path: Path, write) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, shard_dir: Path) -> None:
-    """Parse, validate and encode one chunk into ``NNNNNN.jsonl`` + ``NNNNNN.npz``.
+def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, shard_dir: str) -> None:
+    """Parse, validate and encode one chunk into ``NNNNNN.jsonl`` + ``NNNNNN.npz`` in ``shard_dir``
+    (a local folder or any Beam FileSystems location; ``path`` likewise).
 
     The ``.npz`` is written last and atomically: its presence marks the chunk complete. Until
     then ``NNNNNN.progress`` holds the chunk's lines done so far, rewritten after each encoded
     batch, so the progress bar moves within a chunk (:func:`lines_done`).
     """
-    done = shard_dir / f"{chunk.number:06d}.npz"
-    if done.exists():
+    done = shardfs.join(shard_dir, f"{chunk.number:06d}.npz")  # shard_dir: str (or a local Path)
+    if shardfs.exists(done):
         return
     parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field, limits=job.limits)
               for n, raw in read_numbered_lines(path, chunk.start, chunk.end, chunk.first_line,
-                                                job.limits.max_line_bytes)]
+                                                job.limits.max_line_bytes, opener=shardfs.open_binary)]
     records = [r for r in parsed if isinstance(r, rec.Record)]
-    progress_file, lines = done.with_suffix(PROGRESS_SUFFIX), chunk.lines - len(records)  # rejections are done
+    progress_file, lines = done[:-len(".npz")] + PROGRESS_SUFFIX, chunk.lines - len(records)  # rejections are done
 
     def progress(encoded: int) -> None:
         nonlocal lines
         lines += encoded
-        _write_atomically(progress_file, lambda p: p.write_text(str(lines)))
+        shardfs.write(progress_file, str(lines).encode())
 
     progress(0)
     vectors, truncated = encode_texts(encoder, [r.text for r in records], progress=progress)
     rows = [{"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata} for r in records]
     rows += [{"rejected": r.to_json()} for r in parsed if isinstance(r, rec.Rejection)]
-    _write_atomically(shard_dir / f"{chunk.number:06d}.jsonl", lambda p: p.write_text(
-        "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows), encoding="utf-8"))
-    _write_atomically(done, lambda p: _save_npz(p, vectors=vectors, truncated=np.int64(truncated),
-                                                lines=np.int64(chunk.lines)))
-    progress_file.unlink(missing_ok=True)
+    shardfs.write(shardfs.join(shard_dir, f"{chunk.number:06d}.jsonl"),
+                  "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8"))
+    _save_npz(done, vectors=vectors, truncated=np.int64(truncated), lines=np.int64(chunk.lines))
+    shardfs.remove([progress_file])
     faults.point("index.shard-written")
 
 
-def _save_npz(path: Path, **arrays) -> None:
-    with open(path, "wb") as f:
-        np.savez(f, **arrays)
+def _save_npz(path: str, **arrays) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    shardfs.write(path, buffer.getvalue())
 
 
 # The encoder tokenizes a whole text before cutting it to its window: a 20 MB text costs ~25 s and
@@ -241,6 +240,15 @@ class _Holder:  # Beam's Shared keeps only a weak reference to what it caches
         self.value = value
 
 
+encoders_loaded = 0  # in this process: one per worker process is the contract (checked on a Dask cluster)
+
+
+def _load_encoder(config: EncoderConfig) -> _Holder:
+    global encoders_loaded
+    encoders_loaded += 1
+    return _Holder(Encoder(config))
+
+
 def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig, shard_dir: str):
     import apache_beam as beam
     from apache_beam.utils import shared
@@ -252,39 +260,30 @@ def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig,
             self._shared = shared.Shared()
 
         def setup(self):
-            self._holder = self._shared.acquire(lambda: _Holder(Encoder(encoder_config)), tag=repr(encoder_config))
-            identity = Path(shard_dir) / ENCODER_FILE  # tells the driver which encoder wrote the shards
-            if not identity.exists():
-                _write_atomically(identity, lambda p: p.write_text(json.dumps(self._holder.value.identity),
-                                                                   encoding="utf-8"))
+            self._holder = self._shared.acquire(partial(_load_encoder, encoder_config), tag=repr(encoder_config))
+            identity = shardfs.join(shard_dir, ENCODER_FILE)  # tells the driver which encoder wrote the shards
+            if not shardfs.exists(identity):
+                shardfs.write(identity, json.dumps(self._holder.value.identity).encode("utf-8"))
 
         def process(self, chunk):
-            encode_chunk(chunk, path=path, job=job, encoder=self._holder.value, shard_dir=Path(shard_dir))
+            encode_chunk(chunk, path=path, job=job, encoder=self._holder.value, shard_dir=shard_dir)
 
     return EncodeChunks()
 
 
-def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: EncoderConfig, shard_dir: str):
-    """Wire the Beam graph onto pipeline ``p``; its output is the shard files in ``shard_dir``."""
+def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: EncoderConfig, shard_dir: str,
+                   input_path: str | None = None):
+    """Wire the Beam graph onto pipeline ``p``; its output is the shard files in ``shard_dir``. Workers
+    read the input at ``input_path`` (default: ``job.input``, made absolute)."""
     import apache_beam as beam
 
     (
         p
         | "Chunks" >> beam.Create(chunks)
         | "Spread" >> beam.Reshuffle()  # one input file spreads over all workers
-        | "Encode" >> beam.ParDo(_encode_chunks_dofn(os.path.abspath(job.input), job, encoder_config, shard_dir))
+        | "Encode" >> beam.ParDo(_encode_chunks_dofn(input_path or os.path.abspath(job.input), job, encoder_config,
+                                                         shard_dir))
     )
-
-
-def pipeline_options(beam_args: list[str]):
-    """Beam options from pass-through args; without ``--runner`` use the in-process FnApiRunner
-    (the DirectRunner would first try to download the Prism runner, which fails offline)."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    args = list(beam_args)
-    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
-        args.append("--runner=FnApiRunner")
-    return PipelineOptions(args)
 
 
 def _pipeline(options, build: Path):
@@ -310,25 +309,37 @@ def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> 
     return store.generations_dir(target) / f"build-{key}"
 
 
-def lines_done(shard_dir: Path) -> int:
+def _shard_dir(build: Path, options) -> str:
+    """Where workers write shards: the local build folder, or under Beam's ``--temp_location`` (any
+    FileSystems location: gs://, s3://, hdfs://, ...) so that workers need no shared mount."""
+    temp = options.get_all_options().get("temp_location")
+    if not temp:
+        return str(build)
+    owner = hashlib.sha256(str(build).encode()).hexdigest()[:8]  # the index path: two indexes never share shards
+    return shardfs.join(temp, f"relsearch-{owner}-{build.name}")
+
+
+def lines_done(shard_dir: str) -> int:
     """Input lines done: all lines of finished shards, the progress so far of the others. Read
-    from files, so it counts the work of any local runner, worker processes included."""
-    n = 0
-    for p in shard_dir.glob("*.npz"):
+    from files, so it counts the work of any runner, worker processes and remote workers included."""
+    n, finished = 0, set()
+    for p in shardfs.names(shard_dir, ".npz"):
         try:
-            with np.load(p, allow_pickle=False) as data:
+            with np.load(io.BytesIO(shardfs.read(p)), allow_pickle=False) as data:
                 n += int(data["lines"])
+            finished.add(p[:-len(".npz")])
         except (OSError, ValueError, KeyError):
             pass
-    for p in shard_dir.glob(f"*{PROGRESS_SUFFIX}"):
+    for p in shardfs.names(shard_dir, PROGRESS_SUFFIX):
         try:
-            n += 0 if p.with_suffix(".npz").exists() else int(p.read_text())  # a finished shard counts once
+            stem = p[:-len(PROGRESS_SUFFIX)]
+            n += 0 if stem in finished or shardfs.exists(stem + ".npz") else int(shardfs.read(p))  # counted once
         except (OSError, ValueError):  # removed as its shard finished
             pass
     return n
 
 
-def _watch_progress(shard_dir: Path, total: int, already: int, stop: threading.Event, enabled: bool) -> None:
+def _watch_progress(shard_dir: str, total: int, already: int, stop: threading.Event, enabled: bool) -> None:
     """Show progress (lines, updated per encoded batch) until ``stop`` is set."""
     from tqdm import tqdm
 
@@ -352,7 +363,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         bundle = load_bundle(recorded) if recorded else None
     bundle = bundle or load_bundle(job.model)
     options = pipeline_options(list(beam_args))
-    workers = options.get_all_options().get("direct_num_workers") or 1
+    workers = local_workers(options)
     encoder_config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
                                    precision=job.precision,
@@ -370,14 +381,22 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise IndexInputError(f"another `relsearch index` is building {job.index} from the same input") from None
-        resumed = [c for c in chunks if (build / f"{c.number:06d}.npz").exists()]
+        shards = _shard_dir(build, options)
+        resumed = [c for c in chunks if shardfs.exists(shardfs.join(shards, f"{c.number:06d}.npz"))]
         stop = threading.Event()
         watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
-            build, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, job.progress))
+            shards, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, job.progress))
         watcher.start()
         try:
-            with _pipeline(options, build) as p:
-                build_pipeline(p, job, [c for c in chunks if c not in resumed], encoder_config, str(build))
+            todo = [c for c in chunks if c not in resumed]
+            if todo:  # a resumed run with every chunk encoded has nothing for Beam to do
+                staged = None
+                if not shardfs.is_local(shards):  # remote workers read the input from beside the shards
+                    staged = shardfs.join(shards, "input.jsonl")
+                    shardfs.copy_in(job.input, staged)
+                p = _pipeline(options, build)
+                build_pipeline(p, job, todo, encoder_config, shards, staged)
+                run_to_end(p)
         except Exception as e:
             store.raise_if_full(e, job.index, kept=build)
             raise
@@ -385,20 +404,22 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             stop.set()
             watcher.join()
         try:
-            report = _publish(build, job, bundle, chunks, input_sha)
+            report = _publish(shards, job, bundle, chunks, input_sha)
         except IndexInputError:  # the same input would fail the same way: nothing worth resuming
+            shardfs.remove([shards])
             shutil.rmtree(build, ignore_errors=True)
             raise
         except Exception as e:
             store.raise_if_full(e, job.index, kept=build)
             raise
         report.seconds, report.resumed_chunks = time.perf_counter() - started, len(resumed)
-    shutil.rmtree(build, ignore_errors=True)  # done: the shards are in the published index now
+    shardfs.remove([shards])  # done: the shards are in the published index now
+    shutil.rmtree(build, ignore_errors=True)
     report.published = True
     return report
 
 
-def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str) -> IndexReport:
+def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str) -> IndexReport:
     """Check the shards' counts, then build a new generation (or append) and publish it."""
     plan = plan_shards(build, chunks)
     report = IndexReport(index=job.index, read=plan.read, indexed=plan.kept, rejected=len(plan.rejected),
@@ -411,7 +432,7 @@ def _publish(build: Path, job: IndexJob, bundle: Bundle, chunks: list[Chunk], in
     if job.strict and report.rejected:
         raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
                               f"rejected lines in {keep_rejections(plan.rejected, job.index)}")
-    encoder = json.loads((build / ENCODER_FILE).read_text(encoding="utf-8"))
+    encoder = json.loads(shardfs.read(shardfs.join(build, ENCODER_FILE)).decode("utf-8"))
     run = {"read": report.read, "indexed": report.indexed, "rejected": report.rejected, "truncated": report.truncated,
            "input": {"path": os.path.abspath(job.input), "sha256": input_sha}}
     mirrors = mirrors_for(job.es)

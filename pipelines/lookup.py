@@ -2,19 +2,22 @@
 
 Graph (Beam does the parallel part; the driver merges and publishes)::
 
-    read lines ─► parse ─► batch ─► resolve ids (docstore) ─► batch ─► search ─► result shards
-                    │                   │         (--same: group by the query's value, then chunk)
-                    └───────────────────┴──► rejected shards
+    chunks of input lines ─► Reshuffle ─► per chunk: parse ─► resolve ids (docstore, in batches)
+        ─► group by the --same values ─► search in batches ─► result + rejected shard of the chunk
 
-One ``Searcher`` (index + bundle) is opened per worker process through Beam ``Shared`` and used by
-the resolve and search stages; each search batch is one ``Searcher.search`` call (matrix queries).
-Workers write line-numbered shards into a work folder beside ``--out``; the driver merges them in
-input-line order into temporary files and renames them into place only when the counts reconcile,
-so a failed run never leaves a half-written results file.
+The driver cuts the input into chunks of whole lines as the index job does; a chunk is the unit
+of parallel work, so the graph is the runner-neutral ``Create → Reshuffle → ParDo`` of
+pipelines/runners.py and runs unchanged on the in-process runner, local worker processes or a
+Dask cluster. One ``Searcher`` (index + bundle) is opened per worker process through Beam
+``Shared``; each search batch is one ``Searcher.search`` call (matrix queries). Workers write
+line-numbered shards named by chunk (a retried chunk overwrites its own) into a work folder beside
+``--out``; the driver merges them in input-line order into temporary files and renames them into
+place only when the counts reconcile, so a failed run never leaves a half-written results file.
 """
 from __future__ import annotations
 
 import heapq
+import io
 import json
 import os
 import shutil
@@ -28,7 +31,9 @@ from pathlib import Path
 
 from ..indexer import records as rec
 from ..retrieval.inputs import MAX_K, FilterValue, check_at_most
-from .index import IndexInputError, check_input, pipeline_options, read_numbered_lines
+from .index import Chunk, IndexInputError, check_input, plan_chunks, read_numbered_lines
+from . import shardfs
+from .runners import local_workers, pipeline_options, run_to_end, runner_name
 
 # Rejection reasons beyond indexer/records.py's (stable strings: they appear in the rejected file).
 UNKNOWN_ID = "unknown-id"
@@ -62,6 +67,7 @@ class LookupJob:
     batch_size: int = 256  # queries per Searcher.search call
     id_field: str = "id"
     text_field: str = "text"
+    chunk_lines: int = 4096  # input lines per chunk: the unit of parallel work
 
     def __post_init__(self):
         try:
@@ -156,31 +162,28 @@ def same_values(metadata: dict, fields: tuple[str, ...]) -> tuple[tuple[str, Fil
 
 
 def resolve_batch(batch: list[LookupInput], searcher, same: tuple[str, ...]):
-    """Reject unknown ids; fill ``same`` of id inputs from the docstore. Yields inputs or tagged rejections."""
-    import apache_beam as beam
-
+    """Reject unknown ids; fill ``same`` of id inputs from the docstore. Yields inputs or Rejections."""
     ids = [x.id for x in batch if x.text is None]
     positions = searcher.files.docstore.positions(ids) if ids else {}
     docs = searcher.files.docstore.get(list(positions.values())) if same and positions else {}
     for x in batch:
         if x.text is None:
             if x.id not in positions:
-                yield beam.pvalue.TaggedOutput("rejected", rec.Rejection(
-                    x.line, UNKNOWN_ID, f"id {x.id!r} is not in the index; give a 'text' to look up new text"))
+                yield rec.Rejection(x.line, UNKNOWN_ID,
+                                    f"id {x.id!r} is not in the index; give a 'text' to look up new text")
                 continue
             if same:
                 values = same_values(docs[positions[x.id]]["metadata"], same)
                 if isinstance(values, str):
-                    yield beam.pvalue.TaggedOutput("rejected", rec.Rejection(
-                        x.line, MISSING_SAME_FIELD, f"indexed document {x.id!r} has {values}"))
+                    yield rec.Rejection(x.line, MISSING_SAME_FIELD, f"indexed document {x.id!r} has {values}")
                     continue
                 x = replace(x, same=values)
         yield x
 
 
-def search_batch(batch: list[LookupInput], searcher, job: LookupJob, work_dir: str, clock=time.perf_counter) -> None:
+def search_batch(batch: list[LookupInput], searcher, job: LookupJob, clock=time.perf_counter):
     """Answer a batch whose inputs share ``same`` values: one Searcher.search call for the id inputs, one
-    for the new texts; write a line-numbered result shard and a stats file into ``work_dir``."""
+    for the new texts. Returns ((line, result JSON line) rows, stats counts)."""
     from ..retrieval.search import Query
 
     filters = {**job.filters, **dict(batch[0].same)}
@@ -203,10 +206,8 @@ def search_batch(batch: list[LookupInput], searcher, job: LookupJob, work_dir: s
                                k=job.k + 1, filters=filters)
         stats["text_seconds"] = clock() - started
         rows += ((x, [h for h in hs if h.id != x.id][:job.k]) for x, hs in zip(by_text, hits))
-    _write_shard(work_dir, RESULTS_SUFFIX, [
-        (x.line, json.dumps({"query_id": x.id, "results": [_hit_json(h, job.with_text) for h in hits]},
-                            ensure_ascii=False)) for x, hits in rows])
-    _write_atomically(Path(work_dir) / f"{uuid.uuid4().hex}{STATS_SUFFIX}", json.dumps(stats))
+    return [(x.line, json.dumps({"query_id": x.id, "results": [_hit_json(h, job.with_text) for h in hits]},
+                                ensure_ascii=False)) for x, hits in rows], stats
 
 
 def _hit_json(hit, with_text: bool) -> dict:
@@ -216,35 +217,44 @@ def _hit_json(hit, with_text: bool) -> dict:
     return out
 
 
-def chunked(item, size: int) -> Iterator[list[LookupInput]]:
-    """(same-key, inputs) → lists of at most ``size`` inputs, in line order."""
-    _, inputs = item
-    inputs = sorted(inputs, key=lambda x: x.line)
-    for i in range(0, len(inputs), size):
-        yield inputs[i:i + size]
+def _batches(items: list, size: int) -> Iterator[list]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
 
 
-def _split(result):
-    import apache_beam as beam
+def lookup_chunk(chunk: Chunk, searcher, job: LookupJob, work_dir: str) -> None:
+    """Answer one chunk of input lines into ``NNNNNN.results`` / ``.rejected`` / ``.stats.json`` in ``work_dir``:
+    parse, resolve ids in batches, then search in batches of inputs sharing their --same values (each
+    batch one exact search within its matching subset)."""
+    parsed = [parse_lookup_line(n, raw, id_field=job.id_field, text_field=job.text_field, same=job.same)
+              for n, raw in read_numbered_lines(job.input, chunk.start, chunk.end, chunk.first_line,
+                                                opener=shardfs.open_binary)]
+    rejected = [x for x in parsed if isinstance(x, rec.Rejection)]
+    groups: dict[tuple, list[LookupInput]] = {}
+    for batch in _batches([x for x in parsed if isinstance(x, LookupInput)], job.batch_size):
+        for x in resolve_batch(batch, searcher, job.same):
+            if isinstance(x, rec.Rejection):
+                rejected.append(x)
+            else:
+                groups.setdefault(x.same, []).append(x)
+    rows, stats = [], Counter()
+    for group in groups.values():
+        for batch in _batches(group, job.batch_size):
+            found, counts = search_batch(batch, searcher, job)
+            rows += found
+            stats.update(counts)
+    name = f"{chunk.number:06d}"
+    _write_shard(work_dir, name + RESULTS_SUFFIX, rows)
+    _write_shard(work_dir, name + REJECTED_SUFFIX,
+                 [(r.line, json.dumps(r.to_json(), ensure_ascii=False)) for r in rejected])
+    shardfs.write(shardfs.join(work_dir, name + STATS_SUFFIX), json.dumps(dict(stats)).encode())
 
-    yield beam.pvalue.TaggedOutput("rejected", result) if isinstance(result, rec.Rejection) else result
 
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
-def _write_shard(work_dir: str, suffix: str, rows: list[tuple[int, str]]) -> None:
+def _write_shard(work_dir: str, name: str, rows: list[tuple[int, str]]) -> None:
     """Rows (line number, one JSON line) sorted by line, as ``LINE<TAB>JSON`` (JSON escapes tabs)."""
     if rows:
         rows.sort(key=lambda r: r[0])
-        _write_atomically(Path(work_dir) / f"{uuid.uuid4().hex}{suffix}", "".join(f"{n}\t{s}\n" for n, s in rows))
-
-
-def _write_rejections(batch: list[rec.Rejection], work_dir: str) -> None:
-    _write_shard(work_dir, REJECTED_SUFFIX, [(r.line, json.dumps(r.to_json(), ensure_ascii=False)) for r in batch])
+        shardfs.write(shardfs.join(work_dir, name), "".join(f"{n}\t{s}\n" for n, s in rows).encode("utf-8"))
 
 
 def open_searcher(index: str, model: str | None, *, warm_faiss: bool):
@@ -262,59 +272,29 @@ class _Holder:  # Shared keeps only a weak reference: the DoFn holds this object
         self.value = value
 
 
-def _searcher_dofn(handle, opener, tag: str, fn):
-    """A DoFn running ``fn(batch, searcher)`` with one Searcher per worker process (Beam ``Shared``)."""
+def _lookup_dofn(handle, opener, tag: str, job: LookupJob, work_dir: str):
+    """A DoFn answering chunks with one Searcher per worker process (Beam ``Shared``)."""
     import apache_beam as beam
 
-    class _WithSearcher(beam.DoFn):
+    class LookupChunks(beam.DoFn):
         def setup(self):
             self._holder = handle.acquire(lambda: _Holder(opener()), tag=tag)
 
-        def process(self, batch):
-            yield from fn(batch, self._holder.value) or ()
+        def process(self, chunk):
+            lookup_chunk(chunk, self._holder.value, job, work_dir)
 
-    return _WithSearcher()
+    return LookupChunks()
 
 
-def build_pipeline(p, job: LookupJob, work_dir: str, *, handle, opener, tag: str, reshuffle: bool) -> None:
+def build_pipeline(p, job: LookupJob, chunks: list[Chunk], work_dir: str, *, handle, opener, tag: str,
+                   reshuffle: bool) -> None:
     """Wire the Beam graph onto ``p``; outputs are shard files in ``work_dir``."""
     import apache_beam as beam
 
-    size = job.batch_size
-    lines = p | "Input" >> beam.Create([job.input]) | "ReadLines" >> beam.FlatMap(read_numbered_lines)
+    pcoll = p | "Chunks" >> beam.Create(chunks)
     if reshuffle:  # spread one input file across workers
-        lines = lines | "SpreadLines" >> beam.Reshuffle()
-    parsed = (
-        lines
-        | "Parse" >> beam.MapTuple(partial(parse_lookup_line, id_field=job.id_field, text_field=job.text_field,
-                                           same=job.same))
-        | "Split" >> beam.FlatMap(_split).with_outputs("rejected", main="inputs")
-    )
-    resolved = (
-        parsed.inputs
-        | "BatchResolve" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)
-        | "Resolve" >> beam.ParDo(_searcher_dofn(handle, opener, tag, partial(resolve_batch, same=job.same)))
-        .with_outputs("rejected", main="inputs")
-    )
-    if job.same:  # each batch holds one value, searched exactly within the matching subset
-        batches = (
-            resolved.inputs
-            | "KeyBySame" >> beam.Map(lambda x: (x.same, x))
-            | "GroupBySame" >> beam.GroupByKey()
-            | "Chunk" >> beam.FlatMap(chunked, size)
-        )
-        if reshuffle:
-            batches = batches | "SpreadBatches" >> beam.Reshuffle()
-    else:
-        batches = resolved.inputs | "BatchSearch" >> beam.BatchElements(min_batch_size=size, max_batch_size=size)
-    batches | "Search" >> beam.ParDo(_searcher_dofn(handle, opener, tag,
-                                                     partial(search_batch, job=job, work_dir=work_dir)))
-    (
-        (parsed.rejected, resolved.rejected)
-        | "AllRejected" >> beam.Flatten()
-        | "BatchRejected" >> beam.BatchElements(min_batch_size=1000, max_batch_size=10000)
-        | "WriteRejected" >> beam.Map(_write_rejections, work_dir)
-    )
+        pcoll = pcoll | "Spread" >> beam.Reshuffle()
+    pcoll | "Lookup" >> beam.ParDo(_lookup_dofn(handle, opener, tag, job, work_dir))
 
 
 # ---------------------------------------------------------------- driver
@@ -332,6 +312,9 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
     from ..retrieval.search import QueryError
 
     started = clock()
+    # workers of a cluster do not share our working directory
+    job = replace(job, input=os.path.abspath(job.input),
+                  model=os.path.abspath(job.model) if job.model and os.path.exists(job.model) else job.model)
     try:
         total = check_input(job.input)
     except IndexInputError as e:
@@ -359,38 +342,49 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
     out.parent.mkdir(parents=True, exist_ok=True)
     work = out.parent / f".{out.name}.work-{uuid.uuid4().hex[:8]}"
     work.mkdir()
+    options = pipeline_options(list(beam_args))
+    temp = options.get_all_options().get("temp_location")
+    # shards where the workers can write them: beside --out, or under Beam's --temp_location (gs://, s3://, ...)
+    shards = shardfs.join(temp, f"relsearch-lookup-{work.name[-8:]}") if temp else str(work)
     try:
-        options = pipeline_options(list(beam_args))
-        workers = options.get_all_options().get("direct_num_workers") or 1
-        with beam.Pipeline(options=options) as p:
-            build_pipeline(p, job, str(work), handle=handle, opener=opener, tag=tag,
-                           reshuffle=workers != 1)
-        report = _assemble(work, job, total)
+        chunks = plan_chunks(job.input, job.chunk_lines)
+        if not shardfs.is_local(shards):  # remote workers read the input from beside the shards
+            staged = shardfs.join(shards, "input.jsonl")
+            shardfs.copy_in(job.input, staged)
+            job = replace(job, input=staged)
+        p = beam.Pipeline(options=options)
+        build_pipeline(p, job, chunks, shards, handle=handle, opener=opener,
+                       tag=tag, reshuffle=local_workers(options) != 1 or runner_name(list(beam_args)) is not None)
+        run_to_end(p)
+        report = _assemble(work, shards, job, total)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if shards != str(work):
+            shardfs.remove([shards])
         del holder
     report.seconds = clock() - started
     return report
 
 
-def _assemble(work: Path, job: LookupJob, total: int) -> LookupReport:
-    """Merge shards by line number into temp files in ``work``; rename into place if counts reconcile."""
+def _assemble(work: Path, shards: str, job: LookupJob, total: int) -> LookupReport:
+    """Merge the shards in ``shards`` by line number into temp files in ``work``; rename into place if
+    counts reconcile."""
     report = LookupReport(out=job.out, rejected_path=rejected_path(job.out), read=total, answered=0, rejected=0)
     with open(work / "rejected.jsonl", "w", encoding="utf-8", newline="\n") as f:
-        for _, row in _merged(_fan_in(sorted(work.glob(f"*{REJECTED_SUFFIX}")), work)):
+        for _, row in _merged(_fan_in(shardfs.names(shards, REJECTED_SUFFIX), work)):
             f.write(row + "\n")
             report.rejected += 1
             report.reasons[json.loads(row)["reason"]] += 1
     with open(work / "results.jsonl", "w", encoding="utf-8", newline="\n") as f:
-        for _, row in _merged(_fan_in(sorted(work.glob(f"*{RESULTS_SUFFIX}")), work)):
+        for _, row in _merged(_fan_in(shardfs.names(shards, RESULTS_SUFFIX), work)):
             f.write(row + "\n")
             report.answered += 1
-    for p in work.glob(f"*{STATS_SUFFIX}"):
-        stats = json.loads(p.read_text())
-        report.id_lookups += stats["id_lookups"]
-        report.id_search_seconds += stats["id_seconds"]
-        report.text_lookups += stats["text_lookups"]
-        report.text_search_seconds += stats["text_seconds"]
+    for p in shardfs.names(shards, STATS_SUFFIX):
+        stats = json.loads(shardfs.read(p))
+        report.id_lookups += stats.get("id_lookups", 0)  # a chunk without a search has no counts
+        report.id_search_seconds += stats.get("id_seconds", 0.0)
+        report.text_lookups += stats.get("text_lookups", 0)
+        report.text_search_seconds += stats.get("text_seconds", 0.0)
     if report.answered + report.rejected != report.read:  # a bug, never user error: write nothing
         raise RuntimeError(f"counts do not reconcile: {report.summary()}")
     os.replace(work / "rejected.jsonl", report.rejected_path)
@@ -398,8 +392,8 @@ def _assemble(work: Path, job: LookupJob, total: int) -> LookupReport:
     return report
 
 
-def _read_shard(path: Path) -> Iterator[tuple[int, str]]:
-    with open(path, encoding="utf-8", newline="\n") as f:
+def _read_shard(path: str) -> Iterator[tuple[int, str]]:
+    with io.TextIOWrapper(shardfs.open_binary(str(path)), encoding="utf-8", newline="\n") as f:
         for line in f:
             n, _, row = line.rstrip("\n").partition("\t")
             yield int(n), row

@@ -49,6 +49,8 @@ def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_te
         report = run_lookup(job, beam_args)
     except (LookupInputError, ValueError) as e:
         raise click.ClickException(str(e)) from e
+    except OSError as e:  # e.g. a Dask scheduler that cannot be reached; --out is untouched
+        raise click.ClickException(f"{e.strerror or e}; nothing was written") from None
     click.echo(report.summary())
     click.echo(f"results: {report.out}")
     if report.rejected:

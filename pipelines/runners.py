@@ -1,0 +1,88 @@
+"""Beam runner plumbing shared by the index and lookup jobs: options from pass-through arguments,
+and running a pipeline to the end.
+
+Both jobs have the same runner-neutral shape, ``Create(chunks) → Reshuffle → ParDo(chunk → shard
+files)``, because that is what every runner executes faithfully. Beam 2.77's ``DaskRunner`` in
+particular (apache_beam/runners/dask) computes only the last leaf of a graph, hands every tagged
+output of a ParDo to every consumer, drops what a DoFn emits in ``finish_bundle`` (so
+``BatchElements`` loses the tail of each bundle) and treats ``Reshuffle`` as a no-op, leaving the
+partitioning to ``Create`` (128 elements per partition by default). A single-leaf graph of plain
+ParDos avoids the first three; :func:`pipeline_options` sets one chunk per Dask partition for the
+fourth, so the chunks spread over the cluster's workers.
+"""
+from __future__ import annotations
+
+import logging
+
+# Runner names Beam does not resolve by itself (create_runner knows a fixed list) → their class path.
+RUNNER_ALIASES = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner"}
+DASK_PARTITION_OPTIONS = ("--dask_npartitions", "--dask_partition_size")
+
+
+class RunnerUnavailable(ValueError):
+    """The requested runner cannot run here (its packages are missing)."""
+
+
+def _named(args: list[str], name: str) -> str | None:
+    """The value of ``--name`` / ``--name=value`` in ``args`` (the last one wins, as in argparse)."""
+    value = None
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def runner_name(beam_args: list[str]) -> str | None:
+    return _named(list(beam_args), "--runner")
+
+
+def is_dask(beam_args: list[str]) -> bool:
+    return (runner_name(beam_args) or "") in ("DaskRunner", RUNNER_ALIASES["DaskRunner"])
+
+
+def pipeline_options(beam_args: list[str]):
+    """Beam options from pass-through args.
+
+    - no ``--runner``: the in-process FnApiRunner (the DirectRunner would first try to download the
+      Prism runner, which fails offline);
+    - ``--runner DaskRunner``: Beam's DaskRunner by its class path; each chunk its own Dask
+      partition unless ``--dask_npartitions`` / ``--dask_partition_size`` is given. Its own options
+      (``--dask_client_address tcp://HOST:PORT``, ``--dask_scheduler_file``, ...) pass through.
+    """
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    args = list(beam_args)
+    name = runner_name(args)
+    if name is None:
+        args.append("--runner=FnApiRunner")
+    elif name in RUNNER_ALIASES:
+        args.append(f"--runner={RUNNER_ALIASES[name]}")  # argparse: the last --runner wins
+    if is_dask(args):
+        try:
+            import dask.distributed  # noqa: F401
+        except ImportError:
+            raise RunnerUnavailable("--runner DaskRunner needs dask.distributed: "
+                                    "pip install 'relsearch[dask]' (or 'dask[distributed]')") from None
+        logging.getLogger("apache_beam.runners.dask.transform_evaluator").setLevel(logging.ERROR)  # partition notice
+        if not any(a.split("=", 1)[0] in DASK_PARTITION_OPTIONS for a in args):
+            args.append("--dask_partition_size=1")
+    return PipelineOptions(args)
+
+
+def local_workers(options) -> int:
+    """Local worker processes this run starts (``--direct_num_workers``), 1 for other runners."""
+    return options.get_all_options().get("direct_num_workers") or 1
+
+
+def run_to_end(p) -> None:
+    """Run pipeline ``p`` and wait; raise the first worker error. A Dask client the runner opened
+    is closed afterwards (Beam leaves it connected, and with no address it owns a local cluster)."""
+    result = p.run()
+    try:
+        result.wait_until_finish()
+    finally:
+        client = getattr(result, "client", None)
+        if client is not None:
+            client.close()
