@@ -54,43 +54,69 @@ def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float((a * b).sum(1).min())
 
 
-def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32) -> dict:
-    """relsearch Encoder (auto precision) vs sentence-transformers encode, same model and texts."""
+def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, device: str = "cpu") -> dict:
+    """relsearch Encoder (auto precision) vs sentence-transformers encode, same model, texts and
+    device; beside them the machine's limits for this model, measured now (bench/limits.py)."""
+    import torch
     from sentence_transformers import SentenceTransformer
 
     from ..encoder.model import Encoder, EncoderConfig, resolve_model_path
+    from . import limits
 
-    ours = Encoder(EncoderConfig())
-    st = SentenceTransformer(resolve_model_path("all-MiniLM-L6-v2"), device="cpu")
+    ours = Encoder(EncoderConfig(device=device))
+    st = SentenceTransformer(resolve_model_path("all-MiniLM-L6-v2"), device=device)
     ours.encode(texts[:64])
     st.encode(texts[:64], batch_size=st_batch_size)  # warm both up
     st_s = _median_time(lambda: st.encode(texts, batch_size=st_batch_size), repeats)
     ours_s = _median_time(lambda: ours.encode(texts), repeats)
-    reference = Encoder(EncoderConfig(precision="fp32")).encode(texts).vectors
+    model_s = limits.model_only_seconds(ours, texts, repeats)
+    cfg = ours.model.config
+    shape = {"d": cfg.hidden_size, "ffn": cfg.intermediate_size}
+    matrix = limits.matrix_limit(ours.device, ours.dtype, **shape)
+    # bf16 for reference where the encoder runs another dtype: a small probe, since without bf16
+    # units (AVX2-only CPUs) one full-size product takes seconds
+    bf16 = matrix if ours.dtype == torch.bfloat16 else limits.matrix_limit(ours.device, torch.bfloat16, rows=512,
+                                                                           rounds=1, **shape)
+    flops = limits.model_flops(cfg, limits.token_lengths(ours, texts))
+    reference = Encoder(EncoderConfig(device=device, precision="fp32")).encode(texts).vectors
     return {
         "texts": len(texts),
-        "precision": str(ours.dtype).replace("torch.", ""),
+        "device": ours.device,
+        "precision": _dtype_name(ours.dtype),
+        "attention": getattr(cfg, "_attn_implementation", None),
         "sentence_transformers_per_s": len(texts) / st_s,
         "relsearch_per_s": len(texts) / ours_s,
         "ratio": st_s / ours_s,
         "min_cosine_to_fp32": _min_cosine(ours.encode(texts).vectors, reference),
+        "model_only_per_s": len(texts) / model_s,
+        "relsearch_over_model_only": model_s / ours_s,
+        "model_flops_per_sentence": flops / len(texts),
+        "relsearch_flop_per_s": flops / ours_s,
+        "matrix_limit_flop_per_s": matrix,
+        "bf16_matrix_limit_flop_per_s": bf16,
+        "relsearch_over_matrix_limit": flops / ours_s / matrix,
+        "probe": f"({limits.PROBE_ROWS} x {shape['d']}) @ ({shape['d']} x {shape['ffn']})",
     }
 
 
-def indexing(texts: list[str], workdir: Path) -> dict:
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def indexing(texts: list[str], workdir: Path, *, device: str = "auto") -> dict:
     """Wall time of the whole index job vs pure encoding of the same texts."""
     from ..encoder.model import Encoder, EncoderConfig
     from ..pipelines.index import IndexJob, run_index
 
     corpus = workdir / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"s{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
-    encoder = Encoder(EncoderConfig())
+    encoder = Encoder(EncoderConfig(device=device))
     encoder.encode(texts[:64])
     t = time.perf_counter()
     encoder.encode(texts)
     encode_s = time.perf_counter() - t
     t = time.perf_counter()
-    run_index(IndexJob(input=str(corpus), index=str(workdir / "idx"), progress=False))
+    run_index(IndexJob(input=str(corpus), index=str(workdir / "idx"), device=device, progress=False))
     index_s = time.perf_counter() - t
     return {"documents": len(texts), "pure_encoding_s": encode_s, "index_wall_s": index_s,
             "index_over_encoding": index_s / encode_s}
@@ -125,13 +151,31 @@ def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int =
     return out
 
 
-def run(*, n_encode: int = 5000, n_index: int = 20000, repeats: int = 3, data_dir: Path = DEFAULT_DATA) -> dict:
+def run(*, n_encode: int = 5000, n_index: int = 20000, repeats: int = 3, device: str = "cpu",
+        data_dir: Path = DEFAULT_DATA) -> dict:
+    """Every measurement of `relsearch bench speed` on ``device`` ("cpu" or "cuda[:N]")."""
+    check_device(device)
     texts = real_sentences(max(n_encode, n_index), data_dir=data_dir)
-    result = {"machine": machine_info(), "encoding": encoding(texts[:n_encode], repeats=repeats)}
+    result = {"machine": machine_info(), "encoding": encoding(texts[:n_encode], repeats=repeats, device=device)}
     with tempfile.TemporaryDirectory() as tmp:
-        result["indexing"] = indexing(texts[:n_index], Path(tmp))
+        result["indexing"] = indexing(texts[:n_index], Path(tmp), device=device)
         result["querying"] = querying(Path(tmp) / "idx", texts[-500:])
     return result
+
+
+def check_device(device: str) -> None:
+    """Raise ValueError (one line) for a device this machine does not have."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device here (torch {torch.__version__} sees none); "
+                         "use --device cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ValueError(f"--device {device!r}: choose cpu or cuda (cuda:N)")
+
+
+def _g(flop_per_s: float) -> str:
+    return f"{flop_per_s / 1e9:.1f} GFLOP/s" if flop_per_s < 1e12 else f"{flop_per_s / 1e12:.1f} TFLOP/s"
 
 
 def format_table(r: dict) -> str:
@@ -139,10 +183,17 @@ def format_table(r: dict) -> str:
     return "\n".join([
         f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, torch threads {m['torch_threads']}, "
         f"GPU {', '.join(m['gpu']) if m['gpu'] else 'none'}",
-        f"encoding {e['texts']} sentences, all-MiniLM-L6-v2:",
+        f"encoding {e['texts']} sentences on {e['device']}, all-MiniLM-L6-v2 ({e['attention']} attention):",
         f"  sentence-transformers encode   {e['sentence_transformers_per_s']:8.1f} sentences/s",
         f"  relsearch encoder ({e['precision']:>8})  {e['relsearch_per_s']:8.1f} sentences/s   "
         f"ratio {e['ratio']:.2f}x   min cosine to fp32 {e['min_cosine_to_fp32']:.5f}",
+        f"  limits, measured now: model alone (pre-tokenised batches on the device) {e['model_only_per_s']:.1f} "
+        f"sentences/s -> relsearch at {100 * e['relsearch_over_model_only']:.0f}% of it",
+        f"    matrix product {e['probe']}: {e['precision']} {_g(e['matrix_limit_flop_per_s'])}, "
+        f"bf16 {_g(e['bf16_matrix_limit_flop_per_s'])}",
+        f"    relsearch does {e['model_flops_per_sentence'] / 1e6:.1f} MFLOP/sentence x {e['relsearch_per_s']:.1f}/s "
+        f"= {_g(e['relsearch_flop_per_s'])} -> {100 * e['relsearch_over_matrix_limit']:.0f}% of the "
+        f"{e['precision']} matrix limit",
         f"indexing {i['documents']} documents:",
         f"  pure encoding {i['pure_encoding_s']:.1f} s   relsearch index {i['index_wall_s']:.1f} s   "
         f"ratio {i['index_over_encoding']:.3f}",
@@ -150,5 +201,5 @@ def format_table(r: dict) -> str:
         f"  single text query p50/p95: identity {q['latency_ms_identity_p50']:.1f}/{q['latency_ms_identity_p95']:.1f} ms, "
         f"{q['relation']} {q['latency_ms_relation_p50']:.1f}/{q['latency_ms_relation_p95']:.1f} ms",
         f"  batched ({q['batch']} queries): relsearch {q['relsearch_qps']:.0f} QPS, raw FAISS {q['raw_faiss_qps']:.0f} QPS, "
-        f"ratio {q['relsearch_over_faiss_qps']:.3f}",
+        f"ratio {q['relsearch_over_faiss_qps']:.3f}   (relsearch includes the docstore fetch of every hit)",
     ])

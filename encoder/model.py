@@ -165,7 +165,7 @@ class Encoder:
         limit = min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
         self.max_length = min(config.max_length or st_max_len or limit, limit)
         self.dim = int(self.model.config.hidden_size)
-        self._tokenize = Tokenize(self.tokenizer, self.max_length)
+        self.tokenize = Tokenize(self.tokenizer, self.max_length)
 
     @property
     def identity(self) -> dict:
@@ -192,13 +192,13 @@ class Encoder:
         out = np.empty((n, self.dim), dtype=np.float32)
         if n == 0:
             return EncodeResult(out, 0)
-        batches = token_batches(self._tokenize, list(texts), self.token_budget)
+        batches = map(self._host_tensors, token_batches(self.tokenize, list(texts), self.token_budget))
         if n > FIRST_WINDOW:  # one window: nothing to overlap, so no thread (query latency)
             batches = prefetch(batches)
         truncated, pending, pending_rows = 0, [], 0
         with torch.inference_mode():
-            for batch in batches:
-                pending.append((batch.rows, self._forward(batch)))
+            for batch, input_ids, mask in batches:
+                pending.append((batch.rows, self._forward(input_ids, mask)))
                 truncated += batch.truncated
                 pending_rows += len(batch.rows)
                 if pending_rows >= PENDING_ROWS:  # bounds device memory held by pooled vectors
@@ -209,15 +209,25 @@ class Encoder:
             _collect(out, pending)
         return EncodeResult(out, truncated)
 
-    def _forward(self, batch: TokenBatch):
-        """Pooled vectors (b, d), float32, left on the model's device (no synchronisation here)."""
+    def _host_tensors(self, batch: TokenBatch) -> tuple[TokenBatch, object, object]:
+        """The batch with its token arrays as tensors; pinned on CUDA so the copy to the GPU is
+        asynchronous. Runs in the tokenising thread, off the model's thread."""
         import torch
 
-        input_ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
-        if self.device.startswith("cuda"):  # pinned host memory: the copy overlaps the GPU's work
-            input_ids = input_ids.pin_memory().to(self.device, non_blocking=True)
-            mask = mask.pin_memory().to(self.device, non_blocking=True)
-        hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()
+        ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
+        if self.device.startswith("cuda"):
+            ids, mask = ids.pin_memory(), mask.pin_memory()
+        return batch, ids, mask
+
+    def _forward(self, input_ids, mask):
+        """Pooled vectors (b, d), float32, left on the model's device (no synchronisation here)."""
+        input_ids = input_ids.to(self.device, non_blocking=True)
+        mask = mask.to(self.device, non_blocking=True)
+        return self.pool(self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
+
+    def pool(self, hidden, mask):
+        """float32 (b, d) pooled vectors from the last hidden states (b, w, d) and the mask (b, w)."""
+        hidden = hidden.float()
         if self.pooling == "cls":
             return hidden[:, 0]
         m = mask.unsqueeze(-1).to(hidden.dtype)
