@@ -240,11 +240,18 @@ class Searcher:
         positions, scores = result.positions, result.scores
         docs = self.files.docstore.get(np.unique(positions[positions >= 0]).tolist())
         results = []
-        for i, q in enumerate(queries):
-            kept = [(p, s) for p, s in zip(positions[i], scores[i]) if p >= 0 and docs[p]["id"] != q.doc_id][:k]
-            hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in kept]
+        # plain Python ints and floats: per hit, numpy scalars cost more than the dict lookup itself
+        for q, row, row_scores in zip(queries, positions.tolist(), scores.tolist()):
+            hits, kept = [], []
+            for p, s in zip(row, row_scores):
+                if p < 0 or (doc := docs[p])["id"] == q.doc_id:
+                    continue
+                hits.append(Hit(doc["id"], s, doc["text"], doc["metadata"]))
+                kept.append(p)
+                if len(hits) == k:
+                    break
             if h is not None:
-                hits = self._explain(h[i], hits, [p for p, _ in kept])
+                hits = self._explain(h[len(results)], hits, kept)
             results.append(hits)
         return results
 
