@@ -244,12 +244,12 @@ class Searcher:
         for q, row, row_scores in zip(queries, positions.tolist(), scores.tolist()):
             hits, kept = [], []
             for p, s in zip(row, row_scores):
+                if len(hits) >= k:
+                    break
                 if p < 0 or (doc := docs[p])["id"] == q.doc_id:
                     continue
                 hits.append(Hit(doc["id"], s, doc["text"], doc["metadata"]))
                 kept.append(p)
-                if len(hits) == k:
-                    break
             if h is not None:
                 hits = self._explain(h[len(results)], hits, kept)
             results.append(hits)
