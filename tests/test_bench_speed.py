@@ -23,9 +23,11 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
                      "min_cosine_to_fp32": 0.9999, "model_only_per_s": 5.5, "relsearch_over_model_only": 0.91,
                      "model_flops_per_sentence": 4e8, "relsearch_flop_per_s": 2e9, "matrix_limit_flop_per_s": 4e9,
                      "bf16_matrix_limit_flop_per_s": 4e9, "relsearch_over_matrix_limit": 0.5, "probe": "(a) @ (b)"},
-        "indexing": {"documents": 1, "pure_encoding_s": 1.0, "index_wall_s": 1.0, "index_over_encoding": 1.0},
+        "indexing": {"documents": 1, "pure_encoding_s": 1.0, "index_wall_s": 1.0, "index_over_encoding": 1.0,
+                     "beam_import_s": 0.5, "index_with_import_over_encoding": 1.5},
         "querying": result})
     assert "machine:" in table and table.count("50% of the bfloat16 matrix limit") == 1
+    assert "ratio 1.000   (1.500 counting 0.5 s of importing Beam" in table
 
 
 def test_model_flops_counts_projections_feed_forward_and_attention_by_hand():
