@@ -60,11 +60,9 @@ def matrix_limit(device: str, dtype, *, d: int, ffn: int, rows: int = PROBE_ROWS
     return best
 
 
-def model_only_seconds(encoder, texts: list[str], repeats: int) -> float:
-    """Median seconds for the model alone over ``texts``: tokenised, batched and copied to the
-    device beforehand; the timed part is the forward passes and pooling only."""
-    import statistics
-
+def model_only(encoder, texts: list[str]):
+    """A function running the model alone over ``texts``: tokenised, batched and copied to the
+    device here, beforehand; what it runs (and a caller times) is the forward passes and pooling."""
     import torch
 
     from ..encoder.batching import token_batches
@@ -79,12 +77,7 @@ def model_only_seconds(encoder, texts: list[str], repeats: int) -> float:
         _sync(encoder.device)
 
     run()  # warm
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+    return run
 
 
 def token_lengths(encoder, texts: list[str]) -> np.ndarray:

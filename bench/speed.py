@@ -3,7 +3,9 @@
 Every ratio compares two things measured here, now, on the same texts, model and machine:
 relsearch's encoder vs sentence-transformers ``encode``; ``relsearch index`` (Beam pipeline,
 FAISS, docstore) vs pure encoding of the same texts; relsearch's batched query path vs raw FAISS
-on the same index with the same query vectors. Figures are medians over ``repeats``.
+on the same index with the same query vectors; beside the encoder, this machine's limits for the
+model, measured in the same run (bench/limits.py). Figures are medians over ``repeats`` rounds, and the
+things compared are timed in turn within each round (load from other jobs hits them alike).
 """
 from __future__ import annotations
 
@@ -51,13 +53,15 @@ def real_sentences(n: int, *, data_dir: Path = DEFAULT_DATA, seed: int = 0) -> l
     return (sentences * -(-n // len(sentences)))[:n]
 
 
-def _median_time(fn, repeats: int) -> float:
-    times = []
+def _interleaved_medians(fns: list, repeats: int) -> list[float]:
+    """Median seconds of each function, timed in turn within each of ``repeats`` rounds."""
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+    return [statistics.median(ts) for ts in times]
 
 
 def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -79,9 +83,10 @@ def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, dev
     st = SentenceTransformer(resolve_model_path("all-MiniLM-L6-v2"), device=device)
     ours.encode(texts[:64])
     st.encode(texts[:64], batch_size=st_batch_size)  # warm both up
-    st_s = _median_time(lambda: st.encode(texts, batch_size=st_batch_size), repeats)
-    ours_s = _median_time(lambda: ours.encode(texts), repeats)
-    model_s = limits.model_only_seconds(ours, texts, repeats)
+    # interleaved rounds: on a shared machine, load that comes and goes hits all three alike
+    st_s, ours_s, model_s = _interleaved_medians([
+        lambda: st.encode(texts, batch_size=st_batch_size), lambda: ours.encode(texts),
+        limits.model_only(ours, texts)], repeats)
     cfg = ours.model.config
     shape = {"d": cfg.hidden_size, "ffn": cfg.intermediate_size}
     matrix = limits.matrix_limit(ours.device, ours.dtype, **shape)
@@ -160,8 +165,8 @@ def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int =
     qv = np.ascontiguousarray(searcher.raw_vectors(batch))
     qv /= np.linalg.norm(qv, axis=1, keepdims=True)
     index = searcher.files.faiss
-    ours_s = _median_time(lambda: searcher.search(batch, k=k), repeats)
-    faiss_s = _median_time(lambda: index.search(qv, k + 1), repeats)
+    ours_s, faiss_s = _interleaved_medians([lambda: searcher.search(batch, k=k), lambda: index.search(qv, k + 1)],
+                                           repeats)
     out.update({"batch": len(batch), "relsearch_qps": len(batch) / ours_s, "raw_faiss_qps": len(batch) / faiss_s,
                 "relsearch_over_faiss_qps": faiss_s / ours_s})
     return out
