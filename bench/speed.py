@@ -3,7 +3,9 @@
 Every ratio compares two things measured here, now, on the same texts, model and machine:
 relsearch's encoder vs sentence-transformers ``encode``; ``relsearch index`` (Beam pipeline,
 FAISS, docstore) vs pure encoding of the same texts; relsearch's batched query path vs raw FAISS
-on the same index with the same query vectors. Figures are medians over ``repeats``.
+on the same index with the same query vectors; beside the encoder, this machine's limits for the
+model, measured in the same run (bench/limits.py). Figures are medians over ``repeats`` rounds, and the
+things compared are timed in turn within each round (load from other jobs hits them alike).
 """
 from __future__ import annotations
 
@@ -24,28 +26,42 @@ DEFAULT_DATA = Path(os.environ.get("RELSEARCH_DATA", "../shared/data"))
 
 
 def real_sentences(n: int, *, data_dir: Path = DEFAULT_DATA, seed: int = 0) -> list[str]:
-    """``n`` distinct real sentences (STS-B and MSRP pairs), shuffled with ``seed``."""
-    pool = set()
+    """``n`` real sentences, shuffled with ``seed``: distinct STS-B and MSRP sentences first (about
+    23k; every CPU run stays within them), then flickr8k captions and the EvalRank pool (about
+    88k distinct in all); a GPU-sized run past those repeats the list (nothing is cached, so a
+    rate does not depend on it; indexed documents keep distinct ids)."""
+    first = set()
     for path in sorted(glob.glob(str(data_dir / "stsb" / "pairs" / "*.jsonl"))
                        + glob.glob(str(data_dir / "msrp" / "pairs" / "*.jsonl"))):
         with open(path) as f:
             for line in f:
                 row = json.loads(line)
-                pool.update((row["a"], row["b"]))
-    if len(pool) < n:
-        raise ValueError(f"only {len(pool)} sentences under {data_dir}; ask for fewer")
-    sentences = sorted(pool)
+                first.update((row["a"], row["b"]))
+    sentences = sorted(first)
     random.Random(seed).shuffle(sentences)
-    return sentences[:n]
+    if len(sentences) < n:
+        more = set()
+        for path in (data_dir / "flickr8k_captions" / "corpus.jsonl", data_dir / "evalrank" / "corpus.jsonl"):
+            if path.is_file():
+                with open(path) as f:
+                    more.update(json.loads(line)["text"] for line in f)
+        extra = sorted(more - first)
+        random.Random(seed).shuffle(extra)
+        sentences += extra
+    if not sentences:
+        raise ValueError(f"no STS-B or MSRP sentences under {data_dir}; set RELSEARCH_DATA to the shared data folder")
+    return (sentences * -(-n // len(sentences)))[:n]
 
 
-def _median_time(fn, repeats: int) -> float:
-    times = []
+def _interleaved_medians(fns: list, repeats: int) -> list[float]:
+    """Median seconds of each function, timed in turn within each of ``repeats`` rounds."""
+    times = [[] for _ in fns]
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
+        for fn, ts in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t)
+    return [statistics.median(ts) for ts in times]
 
 
 def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
@@ -54,46 +70,77 @@ def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float((a * b).sum(1).min())
 
 
-def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32) -> dict:
-    """relsearch Encoder (auto precision) vs sentence-transformers encode, same model and texts."""
+def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, device: str = "cpu") -> dict:
+    """relsearch Encoder (auto precision) vs sentence-transformers encode, same model, texts and
+    device; beside them the machine's limits for this model, measured now (bench/limits.py)."""
+    import torch
     from sentence_transformers import SentenceTransformer
 
     from ..encoder.model import Encoder, EncoderConfig, resolve_model_path
+    from . import limits
 
-    ours = Encoder(EncoderConfig())
-    st = SentenceTransformer(resolve_model_path("all-MiniLM-L6-v2"), device="cpu")
+    ours = Encoder(EncoderConfig(device=device))
+    st = SentenceTransformer(resolve_model_path("all-MiniLM-L6-v2"), device=device)
     ours.encode(texts[:64])
     st.encode(texts[:64], batch_size=st_batch_size)  # warm both up
-    st_s = _median_time(lambda: st.encode(texts, batch_size=st_batch_size), repeats)
-    ours_s = _median_time(lambda: ours.encode(texts), repeats)
-    reference = Encoder(EncoderConfig(precision="fp32")).encode(texts).vectors
+    # interleaved rounds: on a shared machine, load that comes and goes hits all three alike
+    st_s, ours_s, model_s = _interleaved_medians([
+        lambda: st.encode(texts, batch_size=st_batch_size), lambda: ours.encode(texts),
+        limits.model_only(ours, texts)], repeats)
+    cfg = ours.model.config
+    shape = {"d": cfg.hidden_size, "ffn": cfg.intermediate_size}
+    matrix = limits.matrix_limit(ours.device, ours.dtype, **shape)
+    # bf16 for reference where the encoder runs another dtype: a small probe, since without bf16
+    # units (AVX2-only CPUs) one full-size product takes seconds
+    bf16 = matrix if ours.dtype == torch.bfloat16 else limits.matrix_limit(ours.device, torch.bfloat16, rows=512,
+                                                                           rounds=1, **shape)
+    flops = limits.model_flops(cfg, limits.token_lengths(ours, texts))
+    reference = Encoder(EncoderConfig(device=device, precision="fp32")).encode(texts).vectors
     return {
         "texts": len(texts),
-        "precision": str(ours.dtype).replace("torch.", ""),
+        "device": ours.device,
+        "precision": _dtype_name(ours.dtype),
+        "attention": getattr(cfg, "_attn_implementation", None),
         "sentence_transformers_per_s": len(texts) / st_s,
         "relsearch_per_s": len(texts) / ours_s,
         "ratio": st_s / ours_s,
         "min_cosine_to_fp32": _min_cosine(ours.encode(texts).vectors, reference),
+        "model_only_per_s": len(texts) / model_s,
+        "relsearch_over_model_only": model_s / ours_s,
+        "model_flops_per_sentence": flops / len(texts),
+        "relsearch_flop_per_s": flops / ours_s,
+        "matrix_limit_flop_per_s": matrix,
+        "bf16_matrix_limit_flop_per_s": bf16,
+        "relsearch_over_matrix_limit": flops / ours_s / matrix,
+        "probe": f"({limits.PROBE_ROWS} x {shape['d']}) @ ({shape['d']} x {shape['ffn']})",
     }
 
 
-def indexing(texts: list[str], workdir: Path) -> dict:
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+def indexing(texts: list[str], workdir: Path, *, device: str = "auto") -> dict:
     """Wall time of the whole index job vs pure encoding of the same texts."""
     from ..encoder.model import Encoder, EncoderConfig
     from ..pipelines.index import IndexJob, run_index
 
     corpus = workdir / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"s{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
-    encoder = Encoder(EncoderConfig())
+    encoder = Encoder(EncoderConfig(device=device))
     encoder.encode(texts[:64])
     t = time.perf_counter()
     encoder.encode(texts)
     encode_s = time.perf_counter() - t
     t = time.perf_counter()
-    run_index(IndexJob(input=str(corpus), index=str(workdir / "idx"), progress=False))
+    import apache_beam  # noqa: F401 - once per process, whatever the corpus size: reported apart
+    beam_import_s = time.perf_counter() - t
+    t = time.perf_counter()
+    run_index(IndexJob(input=str(corpus), index=str(workdir / "idx"), device=device, progress=False))
     index_s = time.perf_counter() - t
     return {"documents": len(texts), "pure_encoding_s": encode_s, "index_wall_s": index_s,
-            "index_over_encoding": index_s / encode_s}
+            "index_over_encoding": index_s / encode_s, "beam_import_s": beam_import_s,
+            "index_with_import_over_encoding": (index_s + beam_import_s) / encode_s}
 
 
 def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int = 5) -> dict:
@@ -118,20 +165,38 @@ def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int =
     qv = np.ascontiguousarray(searcher.raw_vectors(batch))
     qv /= np.linalg.norm(qv, axis=1, keepdims=True)
     index = searcher.files.faiss
-    ours_s = _median_time(lambda: searcher.search(batch, k=k), repeats)
-    faiss_s = _median_time(lambda: index.search(qv, k + 1), repeats)
+    ours_s, faiss_s = _interleaved_medians([lambda: searcher.search(batch, k=k), lambda: index.search(qv, k + 1)],
+                                           repeats)
     out.update({"batch": len(batch), "relsearch_qps": len(batch) / ours_s, "raw_faiss_qps": len(batch) / faiss_s,
                 "relsearch_over_faiss_qps": faiss_s / ours_s})
     return out
 
 
-def run(*, n_encode: int = 5000, n_index: int = 20000, repeats: int = 3, data_dir: Path = DEFAULT_DATA) -> dict:
+def run(*, n_encode: int = 5000, n_index: int = 20000, repeats: int = 3, device: str = "cpu",
+        data_dir: Path = DEFAULT_DATA) -> dict:
+    """Every measurement of `relsearch bench speed` on ``device`` ("cpu" or "cuda[:N]")."""
+    check_device(device)
     texts = real_sentences(max(n_encode, n_index), data_dir=data_dir)
-    result = {"machine": machine_info(), "encoding": encoding(texts[:n_encode], repeats=repeats)}
+    result = {"machine": machine_info(), "encoding": encoding(texts[:n_encode], repeats=repeats, device=device)}
     with tempfile.TemporaryDirectory() as tmp:
-        result["indexing"] = indexing(texts[:n_index], Path(tmp))
+        result["indexing"] = indexing(texts[:n_index], Path(tmp), device=device)
         result["querying"] = querying(Path(tmp) / "idx", texts[-500:])
     return result
+
+
+def check_device(device: str) -> None:
+    """Raise ValueError (one line) for a device this machine does not have."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: no CUDA device here (torch {torch.__version__} sees none); "
+                         "use --device cpu")
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ValueError(f"--device {device!r}: choose cpu or cuda (cuda:N)")
+
+
+def _g(flop_per_s: float) -> str:
+    return f"{flop_per_s / 1e9:.1f} GFLOP/s" if flop_per_s < 1e12 else f"{flop_per_s / 1e12:.1f} TFLOP/s"
 
 
 def format_table(r: dict) -> str:
@@ -139,16 +204,24 @@ def format_table(r: dict) -> str:
     return "\n".join([
         f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, torch threads {m['torch_threads']}, "
         f"GPU {', '.join(m['gpu']) if m['gpu'] else 'none'}",
-        f"encoding {e['texts']} sentences, all-MiniLM-L6-v2:",
+        f"encoding {e['texts']} sentences on {e['device']}, all-MiniLM-L6-v2 ({e['attention']} attention):",
         f"  sentence-transformers encode   {e['sentence_transformers_per_s']:8.1f} sentences/s",
         f"  relsearch encoder ({e['precision']:>8})  {e['relsearch_per_s']:8.1f} sentences/s   "
         f"ratio {e['ratio']:.2f}x   min cosine to fp32 {e['min_cosine_to_fp32']:.5f}",
+        f"  limits, measured now: model alone (pre-tokenised batches on the device) {e['model_only_per_s']:.1f} "
+        f"sentences/s -> relsearch at {100 * e['relsearch_over_model_only']:.0f}% of it",
+        f"    matrix product {e['probe']}: {e['precision']} {_g(e['matrix_limit_flop_per_s'])}, "
+        f"bf16 {_g(e['bf16_matrix_limit_flop_per_s'])}",
+        f"    relsearch does {e['model_flops_per_sentence'] / 1e6:.1f} MFLOP/sentence x {e['relsearch_per_s']:.1f}/s "
+        f"= {_g(e['relsearch_flop_per_s'])} -> {100 * e['relsearch_over_matrix_limit']:.0f}% of the "
+        f"{e['precision']} matrix limit",
         f"indexing {i['documents']} documents:",
         f"  pure encoding {i['pure_encoding_s']:.1f} s   relsearch index {i['index_wall_s']:.1f} s   "
-        f"ratio {i['index_over_encoding']:.3f}",
+        f"ratio {i['index_over_encoding']:.3f}   ({i['index_with_import_over_encoding']:.3f} counting "
+        f"{i['beam_import_s']:.1f} s of importing Beam, once per process)",
         f"querying (k={q['k']}):",
         f"  single text query p50/p95: identity {q['latency_ms_identity_p50']:.1f}/{q['latency_ms_identity_p95']:.1f} ms, "
         f"{q['relation']} {q['latency_ms_relation_p50']:.1f}/{q['latency_ms_relation_p95']:.1f} ms",
         f"  batched ({q['batch']} queries): relsearch {q['relsearch_qps']:.0f} QPS, raw FAISS {q['raw_faiss_qps']:.0f} QPS, "
-        f"ratio {q['relsearch_over_faiss_qps']:.3f}",
+        f"ratio {q['relsearch_over_faiss_qps']:.3f}   (relsearch includes the docstore fetch of every hit)",
     ])

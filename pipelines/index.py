@@ -62,6 +62,7 @@ class IndexJob:
     chunk_bytes: int = 32 * rec.MiB  # a chunk also ends once it holds this many bytes (bounds memory)
     limits: rec.Limits = rec.DEFAULT_LIMITS  # per-line size limits (indexer/records.py)
     precision: str = "auto"
+    device: str = "auto"  # the encoder's: "auto" (CUDA when present), "cpu", "cuda", "cuda:N"
     max_length: int | None = None
     strict: bool = False
     progress: bool = True
@@ -366,7 +367,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     workers = local_workers(options)
     encoder_config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
-                                   precision=job.precision,
+                                   precision=job.precision, device=job.device,
                                    # local worker processes share the cores instead of oversubscribing them
                                    threads=max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
     input_sha = file_sha256(job.input)

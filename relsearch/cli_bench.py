@@ -213,15 +213,21 @@ def all_(out_dir, data_dir, model, cache_dir, precision, quiet):
 @click.option("--sentences", "n_encode", default=5000, show_default=True, help="Real sentences to encode.")
 @click.option("--documents", "n_index", default=20000, show_default=True, help="Documents for the index-vs-encode run.")
 @click.option("--repeats", default=3, show_default=True, help="Timed repeats (the median is reported).")
+@click.option("--device", default="cpu", show_default=True,
+              help="Where the encoder runs: cpu, or cuda (cuda:N) for the GPU run; limits are measured there.")
 @json_option
-def speed(n_encode, n_index, repeats, json_out):
-    """Encoding vs sentence-transformers, index vs pure encoding, queries vs raw FAISS — one process."""
+def speed(n_encode, n_index, repeats, device, json_out):
+    """Encoding vs sentence-transformers and vs this machine's limits, index vs pure encoding,
+    queries vs raw FAISS — one process."""
     import json
     from pathlib import Path
 
     from relsearch.bench import speed as speed_bench
 
-    result = speed_bench.run(n_encode=n_encode, n_index=n_index, repeats=repeats)
+    try:
+        result = speed_bench.run(n_encode=n_encode, n_index=n_index, repeats=repeats, device=device)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
     result["command"] = _command_line()
     click.echo(speed_bench.format_table(result))
     if json_out:

@@ -266,11 +266,19 @@ class Searcher:
         docs = self.files.docstore.get(np.unique(positions[positions >= 0]).tolist())
         texts = self.query_texts(queries) if h is not None and self.reads_text(self.operators) else None
         results = []
-        for i, q in enumerate(queries):
-            kept = [(p, s) for p, s in zip(positions[i], scores[i]) if p >= 0 and docs[p]["id"] != q.doc_id][:k]
-            hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in kept]
+        # plain Python ints and floats: per hit, numpy scalars cost more than the dict lookup itself
+        for q, row, row_scores in zip(queries, positions.tolist(), scores.tolist()):
+            hits, kept = [], []
+            for p, s in zip(row, row_scores):
+                if len(hits) >= k:
+                    break
+                if p < 0 or (doc := docs[p])["id"] == q.doc_id:
+                    continue
+                hits.append(Hit(doc["id"], s, doc["text"], doc["metadata"]))
+                kept.append(p)
             if h is not None:
-                hits = self._explain(h[i], hits, [p for p, _ in kept], None if texts is None else texts[i])
+                i = len(results)
+                hits = self._explain(h[i], hits, kept, None if texts is None else texts[i])
             results.append(hits)
         return results
 

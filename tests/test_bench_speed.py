@@ -3,6 +3,7 @@ import pytest
 
 from relsearch.bench import speed
 from conftest import SHARED_DATA, shared
+from test_encoder import texts
 
 
 def test_real_sentences_are_distinct_and_seeded():
@@ -15,9 +16,52 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
     result = speed.querying(small_index, ["a bank", "a software company", "oil and gas"], repeats=1)
     assert result["batch"] == 120 and result["relsearch_qps"] > 0 and result["raw_faiss_qps"] > 0
     assert result["relsearch_over_faiss_qps"] == pytest.approx(result["relsearch_qps"] / result["raw_faiss_qps"])
-    assert "machine:" in speed.format_table({
+    table = speed.format_table({
         "machine": speed.machine_info(),
-        "encoding": {"texts": 1, "precision": "bf16", "sentence_transformers_per_s": 1.0, "relsearch_per_s": 5.0,
-                     "ratio": 5.0, "min_cosine_to_fp32": 0.9999},
-        "indexing": {"documents": 1, "pure_encoding_s": 1.0, "index_wall_s": 1.0, "index_over_encoding": 1.0},
+        "encoding": {"texts": 1, "device": "cpu", "attention": "sdpa", "precision": "bfloat16",
+                     "sentence_transformers_per_s": 1.0, "relsearch_per_s": 5.0, "ratio": 5.0,
+                     "min_cosine_to_fp32": 0.9999, "model_only_per_s": 5.5, "relsearch_over_model_only": 0.91,
+                     "model_flops_per_sentence": 4e8, "relsearch_flop_per_s": 2e9, "matrix_limit_flop_per_s": 4e9,
+                     "bf16_matrix_limit_flop_per_s": 4e9, "relsearch_over_matrix_limit": 0.5, "probe": "(a) @ (b)"},
+        "indexing": {"documents": 1, "pure_encoding_s": 1.0, "index_wall_s": 1.0, "index_over_encoding": 1.0,
+                     "beam_import_s": 0.5, "index_with_import_over_encoding": 1.5},
         "querying": result})
+    assert "machine:" in table and table.count("50% of the bfloat16 matrix limit") == 1
+    assert "ratio 1.000   (1.500 counting 0.5 s of importing Beam" in table
+
+
+def test_model_flops_counts_projections_feed_forward_and_attention_by_hand():
+    from types import SimpleNamespace
+
+    from relsearch.bench.limits import model_flops
+
+    cfg = SimpleNamespace(hidden_size=2, intermediate_size=3, num_hidden_layers=2)
+    # per token 8·d² + 4·d·ffn = 56; attention 4·L²·d = 8 (L=1) and 32 (L=2); two layers
+    assert model_flops(cfg, [1, 2]) == 2 * ((56 + 8) + (2 * 56 + 32))
+
+
+def test_encoding_reports_the_limits_it_measured_beside_sentence_transformers(monkeypatch):
+    pytest.importorskip("sentence_transformers")
+    from relsearch.bench import limits
+
+    monkeypatch.setattr(limits, "PROBE_ROWS", 256)  # the probe's size, not its logic, costs time
+    e = speed.encoding([t[:120] for t in texts(24)], repeats=1, device="cpu")
+    assert e["device"] == "cpu" and e["min_cosine_to_fp32"] > 0.999
+    assert e["model_flops_per_sentence"] > 1e6 and e["matrix_limit_flop_per_s"] > 0 and e["model_only_per_s"] > 0
+    assert e["relsearch_over_matrix_limit"] == pytest.approx(e["relsearch_flop_per_s"] / e["matrix_limit_flop_per_s"])
+    assert e["relsearch_flop_per_s"] == pytest.approx(e["model_flops_per_sentence"] * e["relsearch_per_s"])
+    assert e["relsearch_over_model_only"] == pytest.approx(e["relsearch_per_s"] / e["model_only_per_s"])
+
+
+def test_bench_speed_on_a_missing_device_says_so_in_one_line():
+    import torch
+    from click.testing import CliRunner
+
+    from relsearch.cli_bench import bench
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    result = CliRunner().invoke(bench, ["speed", "--device", "cuda", "--sentences", "10"])
+    assert result.exit_code == 1 and "no CUDA device here" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(bench, ["speed", "--device", "tpu"])
+    assert result.exit_code == 1 and "choose cpu or cuda" in result.output

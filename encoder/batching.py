@@ -1,0 +1,149 @@
+"""Texts → length-sorted, padded token batches as arrays, prepared ahead of the model.
+
+On a GPU the host side is the limit (issue 14): tokenising into Python lists and padding row by
+row ran at a fraction of what the model consumes. Here a window of texts is tokenised in one call
+of the fast (Rust) tokenizer, padded by the tokenizer itself, turned into one int64 array, sorted
+by length and cut into batches by numpy indexing — no per-row Python. :func:`prefetch` runs that
+in a background thread, so the next window is tokenised while the model computes this one.
+"""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+# Widths are padded to a multiple of this: fewer distinct shapes means oneDNN/cuBLAS reuse their
+# kernels instead of preparing new ones per sequence length.
+WIDTH_MULTIPLE = 8
+# Texts tokenised and length-sorted together. The first window is small so the model starts
+# early; windows then double, because a wide window pads less (more texts share each length).
+FIRST_WINDOW = 2048
+MAX_WINDOW = 16384
+
+
+@dataclass(frozen=True)
+class TokenBatch:
+    """``rows``: (b,) positions of the texts in the encode input; ``input_ids`` and
+    ``attention_mask``: (b, w) int64, w a multiple of :data:`WIDTH_MULTIPLE` (or max_length);
+    ``truncated``: texts of this batch cut at max_length."""
+
+    rows: np.ndarray
+    input_ids: np.ndarray
+    attention_mask: np.ndarray
+    truncated: int
+
+
+class Tokenize:
+    """texts → (ids (n, w) int64 right-padded, lengths (n,), cut (n,) bool), each text at most
+    ``max_length`` tokens with its final special token kept, as the tokenizer's truncation does.
+
+    Texts are tokenised to ``max_length + 1`` so that a length above ``max_length`` tells which
+    ones were cut, without tokenising whole long texts.
+    """
+
+    def __init__(self, tokenizer, max_length: int):
+        self.max_length = max_length
+        self.pad_id = tokenizer.pad_token_id or 0
+        backend = getattr(tokenizer, "_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        if backend is not None:  # a private copy: the transformers wrapper resets its truncation per call
+            from tokenizers import Tokenizer
+
+            self._fast = Tokenizer.from_str(backend.to_str())
+            self._fast.enable_truncation(max_length + 1)
+            self._fast.no_padding()  # padded here, vectorised (tokenizer.json may ask for padding)
+        else:
+            self._fast = None
+            self._slow = tokenizer
+
+    def __call__(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._fast is not None:
+            seqs = [e.ids for e in self._fast.encode_batch(texts)]  # parallel in Rust, without the GIL
+            lengths = np.fromiter(map(len, seqs), np.int64, count=len(seqs))
+            ids = np.full((len(seqs), int(lengths.max(initial=0))), self.pad_id, dtype=np.int64)
+            ids[np.arange(ids.shape[1]) < lengths[:, None]] = np.fromiter(
+                itertools.chain.from_iterable(seqs), np.int64, count=int(lengths.sum()))
+        else:
+            enc = self._slow(list(texts), truncation=True, max_length=self.max_length + 1, padding=True,
+                             return_tensors="np", return_token_type_ids=False)
+            ids, lengths = enc["input_ids"].astype(np.int64), enc["attention_mask"].sum(1).astype(np.int64)
+        cut = lengths > self.max_length
+        if cut.any():  # drop the last kept token, keep the final [SEP]-like one
+            ids[cut, self.max_length - 1] = ids[cut, self.max_length]
+            ids[cut, self.max_length] = self.pad_id
+            lengths = np.minimum(lengths, self.max_length)
+        width = min(_round_up(int(lengths.max(initial=1))), self.max_length)
+        if ids.shape[1] < width:
+            ids = np.pad(ids, ((0, 0), (0, width - ids.shape[1])), constant_values=self.pad_id)
+        return np.ascontiguousarray(ids[:, :width]), lengths, cut
+
+
+def _round_up(n: int) -> int:
+    return -(-n // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
+
+
+def token_batches(tokenize: Tokenize, texts: list[str], token_budget: int) -> Iterator[TokenBatch]:
+    """Batches of at most ``token_budget`` padded tokens, longest texts first within each window."""
+    start, window = 0, FIRST_WINDOW
+    while start < len(texts):
+        ids, lengths, cut = tokenize(texts[start:start + window])
+        order = np.argsort(-lengths, kind="stable")
+        i = 0
+        while i < len(order):
+            width = min(_round_up(int(lengths[order[i]])), tokenize.max_length)
+            rows = order[i:i + max(1, token_budget // width)]
+            mask = (np.arange(width) < lengths[rows, None]).astype(np.int64)
+            yield TokenBatch(rows + start, ids[rows, :width], mask, int(cut[rows].sum()))
+            i += len(rows)
+        start += window
+        window = min(2 * window, MAX_WINDOW)
+
+
+_DONE = object()
+
+
+class _Failed:
+    def __init__(self, error: BaseException):
+        self.error = error
+
+
+def prefetch(items: Iterable, depth: int = 2) -> Iterator:
+    """Iterate ``items`` in a background thread, up to ``depth`` items ahead of the consumer.
+
+    An exception in the producer is raised in the consumer; a consumer that stops early (an
+    error in the model, a generator closed) stops the producer too.
+    """
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                pass
+        return False
+
+    def produce():
+        try:
+            for item in items:
+                if not put(item):
+                    return
+            put(_DONE)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which raises it
+            put(_Failed(e))
+
+    thread = threading.Thread(target=produce, daemon=True, name="relsearch-tokenize")
+    thread.start()
+    try:
+        while (item := q.get()) is not _DONE:
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        thread.join()

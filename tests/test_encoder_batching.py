@@ -1,0 +1,108 @@
+"""encoder/batching.py: array tokenisation, length-sorted batches, the background prefetch."""
+import threading
+
+import numpy as np
+import pytest
+
+from relsearch.encoder import batching, model
+from relsearch.encoder.batching import TokenBatch, Tokenize, prefetch, token_batches
+from test_encoder import cos, texts
+
+MIXED = ["short one", "", "word " * 300, "[PAD] is a literal here", "ünïcødé — text", "a b", "word " * 254,
+         "word " * 255]
+
+
+class _SlowOnly:
+    """The same tokenizer seen as a slow (Python) one, to cover Tokenize's fallback path."""
+
+    is_fast = False
+
+    def __init__(self, tokenizer):
+        self._t = tokenizer
+        self.pad_token_id = tokenizer.pad_token_id
+
+    def __call__(self, *args, **kwargs):
+        return self._t(*args, **kwargs)
+
+
+@pytest.mark.parametrize("slow", [False, True])
+def test_tokenize_matches_the_tokenizers_truncation_row_by_row(encoder, slow):
+    tok = encoder.tokenizer
+    tokenize = Tokenize(_SlowOnly(tok) if slow else tok, encoder.max_length)
+    ids, lengths, cut = tokenize(MIXED)
+    assert ids.dtype == np.int64 and ids.shape[1] % batching.WIDTH_MULTIPLE == 0 or ids.shape[1] == encoder.max_length
+    for row, text in enumerate(MIXED):
+        want = tok(text, truncation=True, max_length=encoder.max_length)["input_ids"]
+        assert ids[row, :lengths[row]].tolist() == want
+        assert (ids[row, lengths[row]:] == tok.pad_token_id).all()
+        assert cut[row] == (len(tok(text)["input_ids"]) > encoder.max_length)
+    assert cut.sum() == 2  # "word " * 300 and * 255 (255 words + [CLS] + [SEP] = 257 > 256)
+
+
+def test_batches_cover_every_text_once_within_the_token_budget(encoder, monkeypatch):
+    monkeypatch.setattr(batching, "FIRST_WINDOW", 3)  # several windows: 3, 6, ...
+    sample = texts(20) + MIXED
+    batches = list(token_batches(Tokenize(encoder.tokenizer, encoder.max_length), sample, token_budget=512))
+    rows = np.concatenate([b.rows for b in batches])
+    assert sorted(rows.tolist()) == list(range(len(sample)))
+    long = sum(len(encoder.tokenizer(t)["input_ids"]) > encoder.max_length for t in sample)
+    assert long >= 2 and sum(b.truncated for b in batches) == long
+    for b in batches:
+        assert b.input_ids.shape == b.attention_mask.shape
+        assert b.input_ids.size <= 512 or len(b.rows) == 1
+        assert (b.attention_mask.sum(1) >= 2).all()  # at least [CLS] and [SEP]
+
+
+def test_windowed_prefetched_encoding_equals_one_window(encoder, monkeypatch):
+    sample = [t[:80] for t in texts(24)] + MIXED[:4]  # short texts keep it fast; one is cut
+    whole = model.Encoder.encode(encoder, sample)
+    monkeypatch.setattr(model, "FIRST_WINDOW", 4)  # take the threaded path
+    monkeypatch.setattr(batching, "FIRST_WINDOW", 4)
+    monkeypatch.setattr(model, "PENDING_ROWS", 5)  # and several copies back
+    seen = []
+    windowed = encoder.encode(sample, progress=seen.append)
+    assert sum(seen) == len(sample) and windowed.truncated == whole.truncated == 1
+    assert cos(windowed.vectors, whole.vectors).min() > 0.9995
+
+
+def test_bf16_stays_within_cosine_0999_of_fp32():
+    sample = [t[:100] for t in texts(6)] + MIXED[:2]  # bf16 without CPU bf16 units is slow: keep it small
+    fp32 = model.Encoder(model.EncoderConfig(precision="fp32")).encode(sample).vectors
+    bf16 = model.Encoder(model.EncoderConfig(precision="bf16")).encode(sample).vectors
+    assert cos(bf16, fp32).min() >= 0.999
+
+
+def test_prefetch_keeps_order_and_raises_the_producers_error():
+    assert list(prefetch(iter(range(50)), depth=2)) == list(range(50))
+
+    def failing():
+        yield 1
+        raise ValueError("tokenizer broke")
+
+    got = []
+    with pytest.raises(ValueError, match="tokenizer broke"):
+        for x in prefetch(failing()):
+            got.append(x)
+    assert got == [1]
+
+
+def test_prefetch_stops_its_thread_when_the_consumer_stops():
+    produced = []
+
+    def endless():
+        i = 0
+        while True:
+            produced.append(i)
+            yield i
+            i += 1
+
+    before = threading.active_count()
+    it = prefetch(endless(), depth=2)
+    assert next(it) == 0
+    it.close()  # the consumer gives up (e.g. the model raised)
+    assert threading.active_count() == before and len(produced) <= 4
+
+
+def test_token_batch_is_what_the_model_reads(encoder):
+    batch = next(token_batches(Tokenize(encoder.tokenizer, encoder.max_length), ["a b c"], 64))
+    assert isinstance(batch, TokenBatch) and batch.rows.tolist() == [0] and batch.attention_mask.sum() == 5
