@@ -267,7 +267,7 @@ class Searcher:
         texts = self.query_texts(queries) if h is not None and self.reads_text(self.operators) else None
         results = []
         # plain Python ints and floats: per hit, numpy scalars cost more than the dict lookup itself
-        for q, row, row_scores in zip(queries, positions.tolist(), scores.tolist()):
+        for i, (q, row, row_scores) in enumerate(zip(queries, positions.tolist(), scores.tolist())):
             hits, kept = [], []
             for p, s in zip(row, row_scores):
                 if len(hits) >= k:
@@ -277,7 +277,6 @@ class Searcher:
                 hits.append(Hit(doc["id"], s, doc["text"], doc["metadata"]))
                 kept.append(p)
             if h is not None:
-                i = len(results)
                 hits = self._explain(h[i], hits, kept, None if texts is None else texts[i])
             results.append(hits)
         return results
