@@ -52,7 +52,7 @@ def test_device_and_precision_dispatch():
     assert choose_device_and_dtype("auto", "auto", cuda_available=False, amx=True) == ("cpu", torch.bfloat16)
     assert choose_device_and_dtype("auto", "auto", cuda_available=False, amx=False) == ("cpu", torch.float32)
     assert choose_device_and_dtype("cpu", "fp32", cuda_available=True, amx=True) == ("cpu", torch.float32)
-    assert default_token_budget("cuda:0") > default_token_budget("cpu")
+    assert default_token_budget("cuda:0") > default_token_budget("cpu", torch.bfloat16) > default_token_budget("cpu")
     with pytest.raises(ValueError, match="unknown precision"):
         choose_device_and_dtype("cpu", "int4", cuda_available=False, amx=False)
 
