@@ -11,6 +11,7 @@ upload is closed).
 from __future__ import annotations
 
 import os
+import uuid
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -33,7 +34,9 @@ def exists(path: str | os.PathLike) -> bool:
 
 def _put(path: str, blocks) -> None:
     """Write the byte ``blocks`` to ``path`` so that readers see the whole file or none of it."""
-    target = path if FileSystems.get_scheme(path) in OBJECT_STORES else path + ".tmp"
+    # a temporary name of its own: workers that write the same file (each writes encoder.json) must
+    # not rename one another's half-written copy
+    target = path if FileSystems.get_scheme(path) in OBJECT_STORES else f"{path}.{uuid.uuid4().hex[:12]}.tmp"
     try:
         with FileSystems.create(target, compression_type=_RAW) as f:
             for block in blocks:
