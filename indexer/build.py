@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import faults, store
+from .. import faults
+from . import store
 from .docstore import DocStore
 from .faiss_index import FaissSpec, build_index
 from .gpu import GpuFacts

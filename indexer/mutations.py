@@ -25,7 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from . import faults, store
+from .. import faults
+from . import store
 from .build import Block, open_vectors, save_faiss, unit_rows, write_faiss
 from .docstore import DocStore
 from .faiss_index import FaissSpec, supports_removal

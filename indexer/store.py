@@ -41,7 +41,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from . import faults, integrity
+from .. import faults
+from . import integrity
 from .docstore import DocStore
 from .integrity import IndexCorruptError  # noqa: F401  (re-exported: callers catch it from here)
 

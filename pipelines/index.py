@@ -29,9 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import faults
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
-from ..encoder.model import Encoder, EncoderConfig
-from ..indexer import faults, mutations, store
+from ..encoder.model import Encoder, EncoderConfig, encode_texts
+from ..indexer import mutations, store
 from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
 from ..indexer.es_mirror import EsTarget, mirrors_for
@@ -204,36 +205,6 @@ def _save_npz(path: str, **arrays) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     shardfs.write(path, buffer.getvalue())
-
-
-# The encoder tokenizes a whole text before cutting it to its window: a 20 MB text costs ~25 s and
-# ~3 GB. No window position lies further than this many characters per token into the text for
-# ordinary writing (WordPiece words are at most 100 characters), so texts are cut here first.
-CHARS_PER_TOKEN_CAP = 100
-
-
-def encode_texts(encoder: Encoder, texts: list[str], *, progress=None) -> tuple[np.ndarray, int]:
-    """(raw vectors, texts truncated): texts longer than ``CHARS_PER_TOKEN_CAP`` × the encoder's
-    window are cut at a word boundary before encoding and counted as truncated. ``progress(n)``
-    is called after each encoded batch of n texts."""
-    cap = CHARS_PER_TOKEN_CAP * int(encoder.max_length)
-    long = [i for i, t in enumerate(texts) if len(t) > cap]
-    if not long:
-        result = encoder.encode(texts, progress=progress)
-        return result.vectors, result.truncated
-    cut = set(long)
-    normal = [i for i in range(len(texts)) if i not in cut]
-    a = encoder.encode([texts[i] for i in normal], progress=progress)
-    b = encoder.encode([_cut(texts[i], cap) for i in long], progress=progress)
-    vectors = np.empty((len(texts), a.vectors.shape[1]), dtype=np.float32)
-    vectors[normal], vectors[long] = a.vectors, b.vectors
-    return vectors, a.truncated + len(long)
-
-
-def _cut(text: str, cap: int) -> str:
-    head = text[:cap]
-    space = head.rfind(" ", cap - cap // 10)  # do not split the last word when a space is near
-    return head[:space] if space > 0 else head
 
 
 class _Holder:  # Beam's Shared keeps only a weak reference to what it caches

@@ -231,7 +231,7 @@ class Index:
         """
         from .indexer.build import Block
         from .pipelines.assemble import IndexInputError, check_same_encoder
-        from .pipelines.index import encode_texts
+        from .encoder.model import encode_texts
 
         docs, seen = [], set()
         for i, record in enumerate(records):

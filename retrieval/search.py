@@ -147,7 +147,7 @@ class Searcher:
                 out[i] = self.files.vectors[pos] * docs[pos]["norm"]
         by_text = [i for i, q in enumerate(queries) if q.doc_id is None]
         if by_text:
-            from ..pipelines.index import encode_texts  # cuts huge texts before tokenizing, as indexing does
+            from ..encoder.model import encode_texts  # cuts huge texts before tokenizing, as indexing does
 
             out[by_text] = encode_texts(self.encoder, [queries[i].text for i in by_text])[0]
         return out

@@ -1,5 +1,5 @@
 """Crash at any point: `relsearch index`, `index --append`, `delete` and `compact` are SIGKILLed at
-named points of their write (RELSEARCH_FAULT, indexer/faults.py). Afterwards the last good index
+named points of their write (RELSEARCH_FAULT, relsearch/faults.py). Afterwards the last good index
 loads and answers exactly as before (or, killed after the swap, exactly as the finished run's),
 no debris is taken for an index, and the same command run again completes and cleans up.
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from relsearch.indexer import faults, mutations, store
+from relsearch import faults
+from relsearch.indexer import mutations, store
 
 from conftest import DEMO_CORPUS
 from synthetic_index import answers, build, run_cli, write_ids

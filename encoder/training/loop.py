@@ -84,7 +84,7 @@ class Checkpoint:
         import torch
         from safetensors.torch import save_file
 
-        from ...indexer import faults
+        from ... import faults
 
         tmp = self.path.with_name(self.path.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -119,7 +119,7 @@ def write_bundle(bundle, out: str | os.PathLike, *, encoder=None, card: str | No
     """
     from .finetune import ENCODER_DIR, encoder_identity
 
-    from ...indexer import faults
+    from ... import faults
 
     out = Path(out)
     tmp, old = out.with_name(out.name + ".partial"), out.with_name(out.name + ".old")

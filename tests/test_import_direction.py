@@ -1,0 +1,97 @@
+"""Imports flow one way (design.md §2): every import of every module — top level or inside a
+function — may only point down these layers. A new arrow against them fails here, naming it."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# source folder → the installed package it is (setup.cfg package_dir)
+PACKAGES = ("encoder", "indexer", "retrieval", "pipelines", "bench")
+# What each layer may import besides itself. "base" is the package root every layer sits on
+# (relsearch/__init__.py: the version; relsearch/faults.py: the test-only kill points both writers
+# use); "api" is the Python API, the HTTP server and client (relsearch/api.py, serve.py, client.py);
+# "cli" is the rest of relsearch/ (click commands).
+ALLOWED = {
+    "base": set(),
+    "encoder": {"base"},
+    "indexer": {"base"},
+    "retrieval": {"base", "encoder", "indexer"},
+    "pipelines": {"base", "encoder", "indexer", "retrieval"},
+    "api": {"base", "encoder", "indexer", "retrieval", "pipelines"},
+    "bench": {"base", "encoder", "indexer", "retrieval", "pipelines", "api"},
+    "cli": {"base", "encoder", "indexer", "retrieval", "pipelines", "api", "bench"},
+}
+API_MODULES = {"api", "serve", "client"}
+# relsearch/__init__.py re-exports the API lazily (module __getattr__): its own imports are not an arrow
+EXEMPT = {"relsearch/__init__.py"}
+
+
+def _layer(dotted: tuple[str, ...]) -> str:
+    """The layer of an absolute module path inside the installed package (``relsearch.x.y``)."""
+    if len(dotted) == 1 or dotted[1] == "faults":
+        return "base"
+    if dotted[1] in PACKAGES:
+        return dotted[1]
+    if dotted[1] in API_MODULES:
+        return "api"
+    cli_module = (ROOT / "relsearch" / f"{dotted[1]}.py").is_file() or (ROOT / "relsearch" / dotted[1]).is_dir()
+    return "cli" if cli_module else "base"  # from relsearch import __version__
+
+
+def _module_path(folder: str, file: Path) -> tuple[str, ...]:
+    parts = file.relative_to(ROOT / folder).with_suffix("").parts
+    inner = () if folder == "relsearch" else (folder,)
+    return ("relsearch", *inner, *parts)
+
+
+def _imports(module: tuple[str, ...], tree: ast.AST, is_package: bool):
+    """Absolute ``relsearch.*`` module paths imported anywhere in ``tree``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "relsearch":
+                    yield tuple(alias.name.split("."))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module if is_package else module[:-1]
+                base = base[:len(base) - (node.level - 1)]
+            else:
+                base = ()
+            target = base + tuple(node.module.split(".") if node.module else ())
+            if target[:1] != ("relsearch",):
+                continue
+            if node.module is None:  # from . import x: each name is a module
+                yield from (target + (alias.name,) for alias in node.names)
+            else:
+                yield target
+
+
+def arrows_against_the_design() -> list[str]:
+    wrong = []
+    for folder in (*PACKAGES, "relsearch"):
+        for file in sorted((ROOT / folder).rglob("*.py")):
+            if str(file.relative_to(ROOT)) in EXEMPT:
+                continue
+            module = _module_path(folder, file)
+            is_package = file.name == "__init__.py"
+            if is_package:
+                module = module[:-1]
+            here = _layer(module)
+            for target in _imports(module, ast.parse(file.read_text(encoding="utf-8")), is_package):
+                there = _layer(target)
+                if there != here and there not in ALLOWED[here]:
+                    wrong.append(f"{file.relative_to(ROOT)}: {here} imports {'.'.join(target)} ({there})")
+    return wrong
+
+
+def test_imports_flow_one_way():
+    assert arrows_against_the_design() == []
+
+
+def test_the_check_sees_imports_inside_functions(tmp_path, monkeypatch):
+    """The check itself can fail: a function-level import of pipelines from retrieval is found."""
+    tree = ast.parse("def f():\n    from ..pipelines.index import run_index\n")
+    found = list(_imports(("relsearch", "retrieval", "search"), tree, is_package=False))
+    assert found == [("relsearch", "pipelines", "index")]
+    assert _layer(found[0]) == "pipelines" and "pipelines" not in ALLOWED["retrieval"]
