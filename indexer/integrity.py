@@ -50,7 +50,7 @@ def open_regular(path: Path) -> int:
     could point anywhere; a FIFO would block the reader). FileNotFoundError when it is absent."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as e:
+    except OSError:
         if os.path.islink(path):
             raise IndexCorruptError(f"{path} is a symlink; index files must be regular files inside the index") from None
         raise

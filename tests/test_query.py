@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from relsearch.encoder.bundle import Bundle
-from relsearch.encoder.relations import Operator, normalize
+from relsearch.encoder.relations import Operator
 from relsearch.indexer.store import open_index
 from relsearch.retrieval.search import Query, QueryError, Searcher
 

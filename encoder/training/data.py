@@ -86,6 +86,25 @@ def relations_to_train(loaded: dict[str, list[Triple]], wanted=None) -> list[str
     return list(wanted) if wanted else known
 
 
+def load_triple_splits(train_files, dev_files=(), test_files=(), *, relations=None,
+                       inverse: bool = False) -> tuple[dict[str, list[Triple]], list[str]]:
+    """(``{"train", "dev", "test"}`` triples, relation names) for the relations to train (``relations``, default every
+    relation of the training files; see :func:`relations_to_train`), with each triple also reversed
+    when ``inverse``, and triples whose head is their tail dropped. ValueError if no training
+    triple is left."""
+    if isinstance(train_files, (str, os.PathLike)):
+        train_files = [train_files]
+    loaded = {s: [t for f in files for t in read_triples(f)] for s, files in
+              (("train", train_files), ("dev", dev_files), ("test", test_files))}
+    if inverse:
+        loaded = {s: with_inverses(v) for s, v in loaded.items()}
+    wanted = relations_to_train(loaded, relations)
+    loaded = {s: [t for t in v if t.relation in wanted and t.head != t.tail] for s, v in loaded.items()}
+    if not loaded["train"]:
+        raise ValueError("no usable training triples")
+    return loaded, wanted
+
+
 @dataclass(frozen=True)
 class Pair:
     a: str

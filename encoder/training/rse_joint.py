@@ -15,7 +15,6 @@ a user has before training.
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ import numpy as np
 from ..bundle import Bundle, load_bundle
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
-from .data import read_triples, relations_to_train, with_inverses
+from .data import load_triple_splits
 from .loop import Checkpoint, EarlyStopping, seed_everything
 from .rse import PROTOCOL, _Split, _split, _true_tails, link_prediction
 
@@ -101,16 +100,8 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
     from .finetune import TrainableEncoder, chunked_backward
     from .rse import _forward, _init_params
 
-    if isinstance(train_files, (str, os.PathLike)):
-        train_files = [train_files]
-    loaded = {s: [t for f in files for t in read_triples(f)] for s, files in
-              (("train", train_files), ("dev", dev_files), ("test", test_files))}
-    if config.inverse:
-        loaded = {s: with_inverses(v) for s, v in loaded.items()}
-    wanted = relations_to_train(loaded, config.relations)
-    loaded = {s: [t for t in v if t.relation in wanted and t.head != t.tail] for s, v in loaded.items()}
-    if not loaded["train"]:
-        raise ValueError("no usable training triples")
+    loaded, wanted = load_triple_splits(train_files, dev_files, test_files, relations=config.relations,
+                                        inverse=config.inverse)
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
 from dataclasses import dataclass
 
@@ -41,7 +40,7 @@ from ..metrics import Ranks, rank_gold, ranking_metrics
 from ..relations import Operator, normalize
 from ..tower import MARKER, marked
 from .cache import _tqdm, encode_cached
-from .data import read_triples, relations_to_train, with_inverses
+from .data import load_triple_splits
 from .loop import Checkpoint, EarlyStopping, seed_everything
 
 NEGATIVES = ("table", "batch")
@@ -190,16 +189,8 @@ def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig
         from peft import LoraConfig, get_peft_model
     except ImportError as e:
         raise RuntimeError("--regime encoder needs peft: pip install peft") from e
-    if isinstance(train_files, (str, os.PathLike)):
-        train_files = [train_files]
-    loaded = {s: [t for f in files for t in read_triples(f)] for s, files in
-              (("train", train_files), ("dev", dev_files), ("test", test_files))}
-    if config.inverse:
-        loaded = {s: with_inverses(v) for s, v in loaded.items()}
-    wanted = relations_to_train(loaded, config.relations)
-    loaded = {s: [t for t in v if t.relation in wanted and t.head != t.tail] for s, v in loaded.items()}
-    if not loaded["train"]:
-        raise ValueError("no usable training triples")
+    loaded, wanted = load_triple_splits(train_files, dev_files, test_files, relations=config.relations,
+                                        inverse=config.inverse)
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
