@@ -5,7 +5,9 @@ calls one ``run_*`` function, prints its table and says where the JSON / PNG wen
 """
 from __future__ import annotations
 
+import json
 import shlex
+from pathlib import Path
 
 import click
 
@@ -44,6 +46,15 @@ def _run(fn, job, json_out, plot_out):
         click.echo(f"json: {json_out}")
     if plot_out:
         click.echo(f"plot: {plot_out}")
+
+
+def _report(result: dict, table: str, json_out: str | None) -> None:
+    """Print a bench's table; with ``--json``, write its numbers and this command line there."""
+    result["command"] = _command_line()
+    click.echo(table)
+    if json_out:
+        Path(json_out).write_text(json.dumps(result, indent=2) + "\n")
+        click.echo(f"json: {json_out}")
 
 
 json_option = click.option("--json", "json_out", type=click.Path(dir_okay=False), default=None,
@@ -219,20 +230,13 @@ def all_(out_dir, data_dir, model, cache_dir, precision, quiet):
 def speed(n_encode, n_index, repeats, device, json_out):
     """Encoding vs sentence-transformers and vs this machine's limits, index vs pure encoding,
     queries vs raw FAISS — one process."""
-    import json
-    from pathlib import Path
-
     from relsearch.bench import speed as speed_bench
 
     try:
         result = speed_bench.run(n_encode=n_encode, n_index=n_index, repeats=repeats, device=device)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
-    result["command"] = _command_line()
-    click.echo(speed_bench.format_table(result))
-    if json_out:
-        Path(json_out).write_text(json.dumps(result, indent=2) + "\n")
-        click.echo(f"json: {json_out}")
+    _report(result, speed_bench.format_table(result), json_out)
 
 
 @bench.command(name="serve")
@@ -248,9 +252,6 @@ def speed(n_encode, n_index, repeats, device, json_out):
 @json_option
 def serve_bench(index_dir, requests, seconds, concurrency, k, no_txtai, threads, json_out):
     """Loopback load test: relsearch serve, the in-process API and txtai's API; p50/p99 latency and QPS."""
-    import json
-    from pathlib import Path
-
     from relsearch.bench import serve as serve_bench_mod
 
     try:
@@ -266,8 +267,4 @@ def serve_bench(index_dir, requests, seconds, concurrency, k, no_txtai, threads,
         result = serve_bench_mod.run(job, echo=click.echo)
     except (ValueError, OSError) as e:
         raise click.ClickException(str(e)) from None
-    result["command"] = _command_line()
-    click.echo(serve_bench_mod.format_table(result))
-    if json_out:
-        Path(json_out).write_text(json.dumps(result, indent=2) + "\n")
-        click.echo(f"json: {json_out}")
+    _report(result, serve_bench_mod.format_table(result), json_out)
