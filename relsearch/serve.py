@@ -421,21 +421,26 @@ def read_api_key(key_file: str | None) -> str | None:
     return os.environ.get(API_KEY_ENV) or None
 
 
-def serve(indexes: dict[str, Index], *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-          limits: ServeLimits = ServeLimits(), ready: Callable[[str], None] | None = None) -> None:
-    """Bind ``host:port`` (0: a free port), call ``ready(url)``, serve until interrupted."""
+def listen(host: str, port: int):
+    """A listening TCP socket for uvicorn; from here on connections wait in its backlog."""
     import socket
 
-    import uvicorn
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # connections accepted from a socket handed to uvicorn inherit its options and get no TCP_NODELAY
     # of their own: without it a response written in two parts waits ~40 ms for the client's delayed ACK
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
-    sock.listen(2048)  # from here on connections wait in the backlog until uvicorn accepts them
+    sock.listen(2048)
+    return sock
+
+
+def serve(indexes: dict[str, Index], *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
+          limits: ServeLimits = ServeLimits(), ready: Callable[[str], None] | None = None) -> None:
+    """Bind ``host:port`` (0: a free port), call ``ready(url)``, serve until interrupted."""
+    import uvicorn
+
+    sock = listen(host, port)
     bound = sock.getsockname()[1]
     config = uvicorn.Config(create_app(indexes, api_key=api_key, limits=limits), log_level="warning",
                             access_log=False, timeout_graceful_shutdown=5)

@@ -120,3 +120,24 @@ def test_lookup_with_remote_shards_writes_the_same_results(tmp_path, small_index
         outputs.append(((tmp_path / f"{name}.jsonl").read_text(), (tmp_path / f"{name}.rejected.jsonl").read_text()))
     assert outputs[0] == outputs[1]
     assert list((remote / "scratch").iterdir()) == []  # the remote shards and staged input are removed
+
+
+def test_two_writers_of_one_file_do_not_take_each_others_temporary(tmp_path, monkeypatch):
+    """Each Dask worker writes encoder.json: a write that lands while another is half-done must not
+    rename the other's temporary file away (the second rename then failed: a flaky Dask run)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    path, rename = str(tmp_path / "encoder.json"), FileSystems.rename
+    interleaved = []
+
+    def rename_after_another_writer(sources, destinations):
+        if not interleaved:  # this worker's temporary file is written; another worker writes now
+            interleaved.append(sources)
+            shardfs.write(path, b"other worker")
+        return rename(sources, destinations)
+
+    monkeypatch.setattr(FileSystems, "rename", rename_after_another_writer)
+    shardfs.write(path, b"this worker")
+    assert (tmp_path / "encoder.json").read_bytes() == b"this worker"
+    assert [p.name for p in tmp_path.iterdir()] == ["encoder.json"]
+
