@@ -61,6 +61,10 @@ class Selection:
         mask[np.asarray(positions, dtype=np.int64)] = True
         return cls(mask, **kw)
 
+    def part(self, start: int, stop: int) -> Selection:
+        """This selection restricted to positions ``[start, stop)``, renumbered from 0 (one segment)."""
+        return Selection(self.mask[start:stop], use_selector=self.use_selector)
+
     @property
     def positions(self) -> np.ndarray:
         if self._positions is None:
@@ -274,6 +278,25 @@ def search(index, q: np.ndarray, k: int, *, params: dict | None = None, vectors:
         exact = exact_search(vectors, q[short], k, None if selection is None else selection.positions)
         result.positions[short], result.scores[short] = exact.positions, exact.scores
     return result
+
+
+def search_segments(segments, q: np.ndarray, k: int, *, params: dict | None = None,
+                    selection: Selection | None = None) -> SearchResult:
+    """:func:`search` over several segments, ``(start, index, vectors)`` in position order, each
+    numbered from 0: each segment returns its own top k (its positions shifted by ``start``) and
+    the best k of those are kept. Exact for exact segments, as recall-bound as the segments' own
+    indexes otherwise: a document among the global top k is among its segment's top k."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    positions, scores = [np.full((len(q), 0), -1, np.int64)], [np.full((len(q), 0), -np.inf, np.float32)]
+    for start, index, vectors in segments:
+        part = None if selection is None else selection.part(start, start + len(vectors))
+        if part is not None and part.count == 0:
+            continue
+        found = search(index, q, k, params=params, vectors=vectors, selection=part)
+        positions.append(np.where(found.positions >= 0, found.positions + start, -1))
+        scores.append(found.scores)
+    best_scores, best_positions = top_k(np.hstack(scores), np.hstack(positions), k)
+    return SearchResult(best_positions, best_scores)
 
 
 def _pad(positions: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,8 @@ import numpy as np
 from .. import faults
 from . import store
 from .docstore import DocStore
-from .faiss_index import FaissSpec, build_index
+from .faiss_index import FaissSpec, build_index, trained_empty
+from .segments import TRAINED_FILE
 from .gpu import GpuFacts
 
 
@@ -38,19 +39,25 @@ def unit_rows(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (raw / np.maximum(norms, 1e-12)[:, None]).astype(np.float32), norms
 
 
-def write_rows(vectors_out: np.ndarray, docstore: DocStore, blocks: Iterable[Block], start: int) -> tuple[int, set]:
-    """Write blocks at positions ``start``…; returns (rows written, metadata field names seen)."""
-    pos, fields = start, set()
+def write_rows(vectors_out: np.ndarray, docstore: DocStore, blocks: Iterable[Block],
+               first_position: int = 0) -> tuple[int, set]:
+    """Write blocks into rows 0… of ``vectors_out`` and into ``docstore`` at positions
+    ``first_position``… (a segment's rows are local, its docstore positions global); returns
+    (rows written, metadata field names seen)."""
+    row, fields = 0, set()
     for block in blocks:
         if not block.docs:
             continue
         unit, norms = unit_rows(block.vectors)
-        vectors_out[pos:pos + len(unit)] = unit
-        docstore.add((pos + i, d["id"], d["text"], d["metadata"], n) for i, (d, n) in enumerate(zip(block.docs, norms)))
+        if row + len(unit) > len(vectors_out):
+            raise RuntimeError(f"expected {len(vectors_out)} documents, the blocks held more")
+        vectors_out[row:row + len(unit)] = unit
+        docstore.add((first_position + row + i, d["id"], d["text"], d["metadata"], n)
+                     for i, (d, n) in enumerate(zip(block.docs, norms)))
         for d in block.docs:
             fields.update(d["metadata"])
-        pos += len(unit)
-    return pos - start, fields
+        row += len(unit)
+    return row, fields
 
 
 def open_memmap(path: Path, n: int, d: int) -> np.ndarray:
@@ -77,9 +84,13 @@ def save_faiss(index, path: Path) -> None:
 
 
 def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts | None = None) -> dict:
-    """Build, tune and write ``index.faiss`` from ``vectors``; returns the manifest's faiss section."""
+    """Build, tune and write ``index.faiss`` from ``vectors`` (and, for IVF types, its trained empty
+    form ``trained.faiss``); returns the manifest's faiss section."""
     index, info = build_index(vectors, spec, facts=facts)
     save_faiss(index, gen / store.FAISS_FILE)
+    empty = trained_empty(index)
+    if empty is not None:  # what appended segments fill, without training again (indexer/segments.py)
+        save_faiss(empty, gen / TRAINED_FILE)
     faults.point("build.faiss-written")
     return info
 
@@ -118,7 +129,7 @@ def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec
     out = open_vectors(gen, n, d)
     docstore = DocStore(str(gen / store.DOCSTORE_FILE), create=True)
     try:
-        written, fields = write_rows(out, docstore, blocks, 0)
+        written, fields = write_rows(out, docstore, blocks)
     finally:
         docstore.close()
     if written != n:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import elastic, store
-from .docstore import DocStore
+from .segments import Documents
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class EsTarget:
         elastic.check_index_name(self.alias)
 
 
-def _metadata_sample(docstore: DocStore) -> dict:
+def _metadata_sample(docstore: Documents) -> dict:
     """First non-null value of every metadata field (types the mapping)."""
     sample: dict = {}
     for rows in docstore.rows():
@@ -67,8 +67,8 @@ class EsMirror:
 
     def load(self, gen: Path, manifest: dict) -> dict:
         """Create a new index and bulk-load ``gen``'s live documents; returns reconciled counts."""
-        vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
-        docstore = DocStore(str(gen / store.DOCSTORE_FILE))
+        files = store.open_generation(gen, manifest)
+        vectors, docstore = files.vectors, files.docstore
         stamp = self.clock().strftime("%Y%m%dt%H%M%S")
         self.index_name = elastic.check_index_name(f"{self.target.alias}-{stamp}-{uuid.uuid4().hex[:6]}")
         meta = {"bundle": manifest.get("bundle", {}).get("fingerprint"),
@@ -89,6 +89,7 @@ class EsMirror:
             raise
         finally:
             docstore.close()
+            files.close_faiss_fd()
         if not counts.reconciles or counts.read != documents:
             self._drop_quietly()
             raise RuntimeError(f"Elasticsearch counts do not reconcile: {documents} documents, read {counts.read}, "
@@ -106,7 +107,7 @@ class EsMirror:
                         type(e).__name__)
 
     @staticmethod
-    def _docs(docstore: DocStore, vectors: np.ndarray):
+    def _docs(docstore: Documents, vectors: np.ndarray):
         for rows in docstore.rows(batch=2_000):
             block = np.asarray(vectors[[r[0] for r in rows]], dtype=np.float32)
             for (_, doc_id, text, meta, norm), vec in zip(rows, block):

@@ -111,6 +111,30 @@ def supports_removal(index) -> bool:
     return isinstance(index, faiss.IndexIVF)
 
 
+def trained_empty(index):
+    """A copy of ``index`` that keeps what training learned (coarse quantizer, PQ/SQ codebooks,
+    pre-transforms) and holds no vectors, for appended segments to fill (indexer/segments.py);
+    None for index types without a trained part worth sharing (Flat, HNSW, refine wrappers).
+
+    The inverted lists are swapped for empty ones while the copy is made, so the vectors are
+    never copied (a clone followed by ``reset`` would briefly double the index in memory)."""
+    import faiss
+
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is None or isinstance(index, faiss.IndexRefine):
+        return None
+    lists, owned, counts = ivf.invlists, ivf.own_invlists, (ivf.ntotal, index.ntotal)
+    empty = faiss.ArrayInvertedLists(ivf.nlist, ivf.code_size)
+    ivf.own_invlists = False  # replace_invlists would otherwise free the real lists
+    ivf.replace_invlists(empty, False)
+    ivf.ntotal = index.ntotal = 0
+    try:
+        return faiss.clone_index(index)
+    finally:
+        ivf.invlists, ivf.own_invlists = lists, owned
+        ivf.ntotal, index.ntotal = counts
+
+
 def build_index(vectors: np.ndarray, spec: FaissSpec = FaissSpec(), *, facts: gpu.GpuFacts | None = None):
     """Resolve ``spec.factory`` (``auto``), build, tune; returns (index, manifest ``faiss`` section).
 

@@ -68,13 +68,33 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def checksum_files(gen: Path) -> dict[str, dict]:
-    """``{name: {"size", "sha256"}}`` for every regular file of ``gen`` except the manifest."""
+def checksum_files(gen: Path, previous: tuple[Path, dict] | None = None) -> dict[str, dict]:
+    """``{name: {"size", "sha256"}}`` for every regular file of ``gen`` except the manifest.
+
+    ``previous``: (root, files section) of the generation ``gen`` was made from. A file that is a
+    hard link of the same name there (same inode, same size) keeps its recorded entry instead of
+    being hashed again: the writer verified it when it opened that generation, and it cannot have
+    changed since without changing its inode's size or being replaced. This is what keeps an
+    append or a delete in proportion to its own size.
+    """
     out = {}
     for path in sorted(Path(gen).iterdir()):
         if path.name != MANIFEST and path.is_file() and not path.is_symlink():
-            out[path.name] = {"size": path.stat().st_size, "sha256": sha256_file(path)}
+            out[path.name] = _linked_entry(path, previous) or {"size": path.stat().st_size,
+                                                                "sha256": sha256_file(path)}
     return out
+
+
+def _linked_entry(path: Path, previous: tuple[Path, dict] | None) -> dict | None:
+    if previous is None or path.name not in previous[1]:
+        return None
+    try:
+        mine, theirs = path.stat(), (Path(previous[0]) / path.name).stat()
+    except OSError:
+        return None
+    entry = previous[1][path.name]
+    same = (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino) and mine.st_size == entry.get("size")
+    return dict(entry) if same else None
 
 
 def _cache_dir() -> Path:

@@ -1,22 +1,23 @@
 """Append, delete and compact a published index, each as one new generation published atomically.
 
-A reader holds one generation; a mutation copies what changes into a new generation, hard-links
-what does not, and publishes it with the same symlink swap as a build (indexer/store.py), under
-the index's writer lock. Positions are never reused: an appended document takes the next free
-position; a replaced or deleted document's position goes into ``deleted.npy``. FAISS types that
-can remove vectors without renumbering (IVF) remove them; the others (Flat, HNSW) keep them as
-tombstones that every search excludes with an ``IDSelector``, until ``compact`` rebuilds.
+A reader holds one generation; a mutation hard-links the files that do not change into a new
+generation, writes what does, and publishes it with the same symlink swap as a build
+(indexer/store.py), under the index's writer lock. A generation is a list of immutable segments
+(indexer/segments.py). Positions are never reused: an appended document takes the next free
+position; a replaced or deleted document's position goes into ``deleted.npy``, and every search
+excludes it (a tombstone) until ``compact`` rebuilds.
 
 Cost per mutation (N = documents, n = documents touched), see docs/indexes.md:
 
-- append: copies vectors.npy (O(N·d) bytes) and the docstore, reads and rewrites index.faiss,
-  adds n vectors (no re-training; the tuned search parameters are kept);
-- delete: hard-links vectors.npy; copies the docstore; IVF rewrites index.faiss, other types
-  hard-link it;
-- compact: a full rebuild of the live documents (training and tuning included).
+- append: writes one new segment for the n documents (vectors, a FAISS index filled without
+  training, docstore rows), O(n); when more than ``max_segments`` segments result, the smallest run of neighbouring
+  appended segments is merged into one, O(size merged);
+- delete: rewrites ``deleted.npy`` only, O(deleted);
+- compact: a full rebuild of the live documents into one segment (training and tuning included).
 """
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -26,10 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import faults
+from . import segments as seg
 from . import store
-from .build import Block, open_vectors, save_faiss, unit_rows, write_faiss
+from .build import Block, open_memmap, open_vectors, save_faiss, write_faiss, write_rows
 from .docstore import DocStore
-from .faiss_index import FaissSpec, supports_removal
+from .faiss_index import FaissSpec
 from .gpu import GpuFacts
 from .tuning import AutoPolicy
 
@@ -66,7 +68,7 @@ def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[dict, Mutatio
         gen = store.new_generation(target)
         try:
             manifest, report = work(src, gen)
-            report.backends = store.commit(target, gen, manifest, mirrors)
+            report.backends = store.commit(target, gen, manifest, mirrors, previous=(src.root, src.manifest["files"]))
         except BaseException as e:
             shutil.rmtree(gen, ignore_errors=True)
             store.raise_if_full(e, target)
@@ -78,11 +80,12 @@ def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[dict, Mutatio
     return report
 
 
-def _manifest(src: store.IndexFiles, *, counts: dict, run: dict, faiss_info: dict | None = None,
-              fields: Iterable[str] = ()) -> dict:
+def _manifest(src: store.IndexFiles, *, counts: dict, run: dict, segments: list[seg.SegmentSpec],
+              faiss_info: dict | None = None, fields: Iterable[str] = ()) -> dict:
     # projected copies (write_projections) are not carried into the new generation: queries derive them
     manifest = {k: v for k, v in src.manifest.items() if k not in ("format", "version", "created_at", "projections")}
     manifest["counts"] = counts
+    manifest["segments"] = [s.as_json() for s in segments]
     manifest["runs"] = (list(src.manifest.get("runs", [])) + [{**run, "at": store.utc_now()}])[-MAX_RUNS_KEPT:]
     if faiss_info is not None:
         manifest["faiss"] = faiss_info
@@ -91,9 +94,16 @@ def _manifest(src: store.IndexFiles, *, counts: dict, run: dict, faiss_info: dic
     return manifest
 
 
-def _removable(src: store.IndexFiles) -> bool:
-    recorded = src.manifest.get("faiss", {}).get("removal")
-    return recorded == "remove_ids" if recorded else supports_removal(src.faiss)
+# written anew by every mutation (or, for projections, derived again by queries): never linked
+NOT_CARRIED = {store.MANIFEST, store.REJECTED_FILE, store.DELETED_FILE, store.ES_REJECTED_FILE}
+
+
+def _link_unchanged(src: store.IndexFiles, gen: Path) -> None:
+    """Hard-link every data file of ``src`` into ``gen`` (free): segments are immutable."""
+    projections = {e.get("file") for e in src.manifest.get("projections", {}).values() if isinstance(e, dict)}
+    for name in src.manifest["files"]:
+        if name not in NOT_CARRIED and name not in projections:
+            store.link_or_copy(src.root / name, gen / name)
 
 
 def _write_deleted(gen: Path, deleted: np.ndarray) -> None:
@@ -101,116 +111,138 @@ def _write_deleted(gen: Path, deleted: np.ndarray) -> None:
         np.save(gen / store.DELETED_FILE, np.unique(np.asarray(deleted, np.int64)))
 
 
+def _write_segment_faiss(gen: Path, spec: seg.SegmentSpec, vectors: np.ndarray) -> None:
+    save_faiss(seg.segment_index(vectors, gen / seg.TRAINED_FILE), gen / spec.file(seg.FAISS))
+
+
+def _noting_replaced(blocks: Iterable[Block], docs: seg.Documents, d: int, replaced: list[int]):
+    """``blocks`` as they stream by, checked for dimension; live positions of ids they replace go to ``replaced``."""
+    for block in blocks:
+        if not block.docs:
+            continue
+        if block.vectors.shape[1] != d:
+            raise ValueError(f"new vectors have {block.vectors.shape[1]} dims, the index has {d}")
+        replaced.extend(docs.positions([doc["id"] for doc in block.docs]).values())
+        yield block
+
+
 def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected: list[dict] = (),
-           mirrors=(), facts: GpuFacts | None = None) -> MutationReport:
-    """Add ``n`` documents (``blocks``: unique ids among themselves) to the index at ``target``;
-    a document whose id is already indexed replaces it (the old position is deleted).
+           mirrors=(), facts: GpuFacts | None = None, max_segments: int | None = None) -> MutationReport:
+    """Add ``n`` documents (``blocks``: unique ids among themselves) to the index at ``target`` as
+    one new segment; a document whose id is already indexed replaces it (the old position is deleted).
 
     ``run``: the input's counts for the manifest's ``runs`` history; ``rejected``: the input
-    lines refused (written to the new generation's rejected.jsonl).
+    lines refused (written to the new generation's rejected.jsonl). ``max_segments``: the merge
+    threshold (default: the index's recorded one, else segments.MAX_SEGMENTS); it is recorded.
     """
 
     def work(src: store.IndexFiles, gen: Path):
-        start, d = src.positions, src.vectors.shape[1]
-        out = open_vectors(gen, start + n, d)
-        for i in range(0, start, 65_536):  # the old rows, block by block
-            end = min(i + 65_536, start)
-            out[i:end] = src.vectors[i:end]
-        shutil.copyfile(src.root / store.DOCSTORE_FILE, gen / store.DOCSTORE_FILE)
-        docstore = DocStore(str(gen / store.DOCSTORE_FILE), write=True)
-        replaced, fields, pos = [], set(), start
-        try:
-            for block in blocks:
-                if not block.docs:
-                    continue
-                if block.vectors.shape[1] != d:
-                    raise ValueError(f"new vectors have {block.vectors.shape[1]} dims, the index has {d}")
-                replaced += list(docstore.delete([doc["id"] for doc in block.docs]).values())
-                unit, norms = unit_rows(block.vectors)
-                out[pos:pos + len(unit)] = unit
-                docstore.add((pos + i, doc["id"], doc["text"], doc["metadata"], norm)
-                             for i, (doc, norm) in enumerate(zip(block.docs, norms)))
-                fields.update(k for doc in block.docs for k in doc["metadata"])
-                pos += len(unit)
-            documents = docstore.count()
-        finally:
-            docstore.close()
-        if pos != start + n:
-            raise RuntimeError(f"expected {n} new documents, the blocks held {pos - start}")
-        out.flush()
-        index = src.faiss  # this writer's own copy, loaded from the old generation
-        removable = supports_removal(index)
-        new_ids = np.arange(start, start + n, dtype=np.int64)
-        if removable:
-            if replaced:
-                index.remove_ids(np.asarray(replaced, np.int64))
-            for i in range(0, n, 65_536):
-                index.add_with_ids(np.ascontiguousarray(out[start + i:start + i + 65_536]), new_ids[i:i + 65_536])
-        else:
-            if index.ntotal != start:
-                raise RuntimeError(f"index.faiss holds {index.ntotal} vectors but vectors.npy has {start} rows")
-            for i in range(0, n, 65_536):
-                index.add(np.ascontiguousarray(out[start + i:start + i + 65_536]))
-        del out
-        save_faiss(index, gen / store.FAISS_FILE)
+        limit = max_segments or src.manifest.get("max_segments", seg.MAX_SEGMENTS)
+        specs, d = seg.specs(src.manifest), src.vectors.shape[1]
+        _link_unchanged(src, gen)
+        replaced: list[int] = []
+        fields: set = set()
+        if n:
+            new = seg.SegmentSpec(seg.next_prefix(specs), src.positions, n)
+            out = open_memmap(gen / new.file(seg.VECTORS), n, d)
+            docstore = DocStore(str(gen / new.file(seg.DOCSTORE)), create=True)
+            try:
+                new_blocks = _noting_replaced(blocks, src.docstore, d, replaced)
+                written, fields = write_rows(out, docstore, new_blocks, new.start)
+            finally:
+                docstore.close()
+            if written != n:
+                raise RuntimeError(f"expected {n} new documents, the blocks held {written}")
+            out.flush()
+            _write_segment_faiss(gen, new, out)
+            del out
+            specs = specs + [new]
         faults.point("append.faiss-written")
-        deleted = np.concatenate([src.deleted, np.asarray(replaced, np.int64)])
+        deleted = np.unique(np.concatenate([src.deleted, np.asarray(replaced, np.int64)]))
         _write_deleted(gen, deleted)
-        tombstones = src.manifest["counts"].get("tombstones", 0) + (0 if removable else len(replaced))
+        specs = _merge(gen, specs, deleted, limit, d)
         _write_rejected(gen, rejected)
-        counts = {"documents": documents, "positions": start + n, "deleted": int(len(np.unique(deleted))),
+        documents = src.manifest["counts"]["documents"] + n - len(replaced)
+        tombstones = src.manifest["counts"].get("tombstones", 0) + len(replaced)
+        counts = {"documents": documents, "positions": src.positions + n, "deleted": int(len(deleted)),
                   "tombstones": int(tombstones)}
-        faiss_info = {**src.manifest["faiss"], "ntotal": int(index.ntotal)}
-        run_record = {"op": "append", **run, "added": n - len(replaced), "replaced": len(replaced)}
-        report = MutationReport("append", str(target), documents=documents, positions=start + n,
+        run_record = {"op": "append", **run, "added": n - len(replaced), "replaced": len(replaced),
+                      "segments": len(specs)}
+        report = MutationReport("append", str(target), documents=documents, positions=src.positions + n,
                                 tombstones=int(tombstones), added=n - len(replaced), replaced=len(replaced))
-        return _manifest(src, counts=counts, run=run_record, faiss_info=faiss_info, fields=fields), report
+        manifest = _manifest(src, counts=counts, run=run_record, segments=specs, fields=fields)
+        manifest["max_segments"] = int(limit)
+        return manifest, report
 
     return _mutate(target, work, mirrors)
 
 
+def _merge(gen: Path, specs: list[seg.SegmentSpec], deleted: np.ndarray, limit: int, d: int) -> list[seg.SegmentSpec]:
+    """Merge neighbouring appended segments (segments.merge_plan) into one new segment of ``gen``:
+    their rows stay at their positions; deleted documents' docstore rows are dropped. Returns the
+    new segment list."""
+    plan = seg.merge_plan(specs, limit)
+    if plan is None:
+        return specs
+    i, j = plan
+    parts = specs[i:j]
+    merged = seg.SegmentSpec(seg.next_prefix(specs), parts[0].start, sum(p.positions for p in parts))
+    out = open_memmap(gen / merged.file(seg.VECTORS), merged.positions, d)
+    docstore = DocStore(str(gen / merged.file(seg.DOCSTORE)), create=True)
+    dead = set(deleted.tolist())
+    try:
+        for part in parts:
+            at = part.start - merged.start
+            out[at:at + part.positions] = np.load(gen / part.file(seg.VECTORS), mmap_mode="r", allow_pickle=False)
+            source = DocStore(str(gen / part.file(seg.DOCSTORE)))
+            try:
+                for rows in source.rows():
+                    docstore.add(r for r in rows if r[0] not in dead)
+            finally:
+                source.close()
+    finally:
+        docstore.close()
+    out.flush()
+    _write_segment_faiss(gen, merged, out)
+    del out
+    for part in parts:  # this generation's links only: older generations keep theirs
+        for name in part.files():
+            (gen / name).unlink()
+    faults.point("append.segments-merged")
+    return specs[:i] + [merged] + specs[j:]
+
+
 def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
-    """Remove documents by id; ids not in the index are reported (``not_found``), not an error."""
+    """Remove documents by id (tombstones: only ``deleted.npy`` is written); ids not in the
+    index are reported (``not_found``), not an error."""
 
     def work(src: store.IndexFiles, gen: Path):
-        store.link_or_copy(src.root / store.VECTORS_FILE, gen / store.VECTORS_FILE)
-        shutil.copyfile(src.root / store.DOCSTORE_FILE, gen / store.DOCSTORE_FILE)
-        docstore = DocStore(str(gen / store.DOCSTORE_FILE), write=True)
-        try:
-            found = docstore.delete(list(dict.fromkeys(ids)))
-            documents = docstore.count()
-        finally:
-            docstore.close()
-        faults.point("delete.docstore-written")
+        _link_unchanged(src, gen)
+        wanted = list(dict.fromkeys(ids))
+        found = src.docstore.positions(wanted)
         gone = np.asarray(sorted(found.values()), np.int64)
-        removable = _removable(src)
-        if removable and len(gone):
-            index = src.faiss
-            index.remove_ids(gone)
-            save_faiss(index, gen / store.FAISS_FILE)
-            ntotal = int(index.ntotal)
-        else:
-            store.link_or_copy(src.root / store.FAISS_FILE, gen / store.FAISS_FILE)
-            ntotal = int(src.manifest["faiss"]["ntotal"])
-        deleted = np.concatenate([src.deleted, gone])
+        deleted = np.unique(np.concatenate([src.deleted, gone]))
         _write_deleted(gen, deleted)
-        missing = [i for i in dict.fromkeys(ids) if i not in found]
+        faults.point("delete.tombstones-written")
+        missing = [i for i in wanted if i not in found]
         _write_rejected(gen, [{"line": n, "reason": UNKNOWN_ID, "detail": "id is not in the index", "raw": i}
                               for n, i in enumerate(ids, 1) if i not in found])
-        tombstones = src.manifest["counts"].get("tombstones", 0) + (0 if removable else len(gone))
-        counts = {"documents": documents, "positions": src.positions, "deleted": int(len(np.unique(deleted))),
+        documents = src.manifest["counts"]["documents"] - len(gone)
+        tombstones = src.manifest["counts"].get("tombstones", 0) + len(gone)
+        counts = {"documents": documents, "positions": src.positions, "deleted": int(len(deleted)),
                   "tombstones": int(tombstones)}
         run = {"op": "delete", "read": len(ids), "deleted": len(gone), "not_found": len(missing)}
         report = MutationReport("delete", str(target), documents=documents, positions=src.positions,
                                 tombstones=int(tombstones), deleted=len(gone), not_found=missing)
-        return _manifest(src, counts=counts, run=run, faiss_info={**src.manifest["faiss"], "ntotal": ntotal}), report
+        return _manifest(src, counts=counts, run=run, segments=seg.specs(src.manifest)), report
 
     return _mutate(target, work, mirrors)
 
 
 def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: GpuFacts | None = None) -> MutationReport:
-    """Rebuild the index from its live documents: positions 0..N-1, no tombstones, FAISS trained
-    and tuned again (``spec`` None: the recorded request, e.g. ``auto`` re-picks by the new size)."""
+    """Rebuild the index from its live documents as one segment: positions 0..N-1, no tombstones,
+    FAISS trained and tuned again (``spec`` None: the recorded request, e.g. ``auto`` re-picks by
+    the new size)."""
 
     def work(src: store.IndexFiles, gen: Path):
         recorded = src.manifest["faiss"]
@@ -237,13 +269,11 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
         counts = {"documents": n, "positions": n, "deleted": 0, "tombstones": 0}
         run = {"op": "compact", "kept": n, "dropped_positions": src.positions - n}
         report = MutationReport("compact", str(target), documents=n, positions=n, deleted=src.positions - n)
-        return _manifest(src, counts=counts, run=run, faiss_info=info), report
+        return _manifest(src, counts=counts, run=run, segments=[seg.SegmentSpec("", 0, n)], faiss_info=info), report
 
     return _mutate(target, work, mirrors)
 
 
 def _write_rejected(gen: Path, rejected: Iterable[dict]) -> None:
-    import json
-
     with open(gen / store.REJECTED_FILE, "w", encoding="utf-8") as f:
         f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejected)

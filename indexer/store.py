@@ -43,6 +43,7 @@ import numpy as np
 from .. import __version__
 from .. import faults
 from . import integrity
+from . import segments as seg
 from .docstore import DocStore
 from .integrity import IndexCorruptError  # noqa: F401  (re-exported: callers catch it from here)
 
@@ -235,14 +236,15 @@ def _unlocked(lock: Path) -> bool:
         return True
 
 
-def write_manifest(gen: Path, manifest: dict) -> dict:
-    """Write ``gen``'s manifest, last: it lists every file of the generation with size and sha256.
+def write_manifest(gen: Path, manifest: dict, previous: tuple[Path, dict] | None = None) -> dict:
+    """Write ``gen``'s manifest, last: it lists every file of the generation with size and sha256
+    (files hard-linked from ``previous``, (root, files), keep their entries: integrity.checksum_files).
     Written to a temporary name and renamed, so a manifest is never half-written."""
     fixed = ("format", "version", "created_at", "files")
     manifest = {"format": FORMAT, "version": __version__,
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 **{k: v for k, v in manifest.items() if k not in fixed},
-                "files": integrity.checksum_files(gen)}
+                "files": integrity.checksum_files(gen, previous)}
     tmp = gen / f".{MANIFEST}.tmp"
     tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     os.replace(tmp, gen / MANIFEST)
@@ -264,7 +266,8 @@ def read_manifest(gen: Path) -> dict:
 # into another type is refused here, by name, not as an AttributeError deep in a query.
 MANIFEST_FIELDS = {"format": str, "encoder": dict, "dim": int, "counts": dict, "fields": dict, "faiss": dict,
                    "files": dict}
-OPTIONAL_FIELDS = {"bundle": dict, "projections": dict, "runs": list, "input": dict, "backends": dict}
+OPTIONAL_FIELDS = {"bundle": dict, "projections": dict, "runs": list, "input": dict, "backends": dict,
+                   "segments": list}
 _NESTED = {("encoder", "model"): str, ("fields", "id"): str, ("fields", "text"): str, ("fields", "metadata"): list}
 
 
@@ -299,7 +302,8 @@ def _check_type(path: Path, name: str, value, kind: type) -> None:
                                 "the index is damaged")
 
 
-def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=()) -> dict:
+def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=(),
+           previous: tuple[Path, dict] | None = None) -> dict:
     """Finish ``gen`` and make it the index: load each mirror (e.g. Elasticsearch) from ``gen``,
     write the manifest with their counts, publish, then let each mirror switch (alias swap).
 
@@ -311,7 +315,7 @@ def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=()) -> 
     for mirror in mirrors:
         backends[mirror.name] = mirror.load(gen, manifest)
     faults.point("commit.mirrors-loaded")
-    written = write_manifest(gen, {**manifest, "backends": backends})
+    written = write_manifest(gen, {**manifest, "backends": backends}, previous)
     fsync_generation(gen)
     faults.point("commit.manifest-written")
     publish(target, gen)
@@ -322,32 +326,32 @@ def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=()) -> 
     return backends
 
 
-@dataclass
-class IndexFiles:
-    """A published index opened for reading (one consistent generation)."""
+class Segment:
+    """One segment of an opened generation (indexer/segments.py): its vectors and docstore, and
+    its FAISS index loaded on first use from a descriptor opened with the rest."""
 
-    root: Path
-    manifest: dict
-    vectors: np.ndarray  # (positions, d) float32 unit vectors, memory-mapped
-    docstore: DocStore
-    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted dead positions
-    _faiss = None
-    _faiss_fd: int | None = None
-    _live = None
+    def __init__(self, spec: seg.SegmentSpec, root: Path, vectors: np.ndarray, docstore: DocStore, faiss_fd: int):
+        self.spec, self.root, self.vectors, self.docstore = spec, root, vectors, docstore
+        self._faiss_fd: int | None = faiss_fd
+        self._faiss = None
+
+    @property
+    def start(self) -> int:
+        return self.spec.start
 
     @property
     def faiss(self):
-        """The FAISS index, loaded on first use (``--id`` and filtered queries may not need it)."""
         if self._faiss is None:
             import faiss
 
-            path = str(self.root / FAISS_FILE)
+            name = self.root / self.spec.file(FAISS_FILE)
+            path = str(name)
             if self._faiss_fd is not None and os.path.exists(f"/proc/self/fd/{self._faiss_fd}"):
                 path = f"/proc/self/fd/{self._faiss_fd}"  # the generation may be gone by now
             try:
                 self._faiss = faiss.read_index(path)
             except RuntimeError as e:
-                raise IndexCorruptError(f"{self.root / FAISS_FILE} cannot be read by FAISS: "
+                raise IndexCorruptError(f"{name} cannot be read by FAISS: "
                                         f"{str(e).strip().splitlines()[-1][:200]}") from None
             finally:
                 self.close_faiss_fd()
@@ -358,10 +362,36 @@ class IndexFiles:
             os.close(self._faiss_fd)
             self._faiss_fd = None
 
+
+@dataclass
+class IndexFiles:
+    """A published index opened for reading (one consistent generation)."""
+
+    root: Path
+    manifest: dict
+    segments: list[Segment]
+    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted dead positions
+    _live = None
+
+    def __post_init__(self):
+        parts = [s.vectors for s in self.segments]
+        # one segment: the memory map itself, so single-segment reads cost what they always did
+        self.vectors = parts[0] if len(parts) == 1 else seg.Vectors(parts, [s.start for s in self.segments])
+        self.docstore = seg.Documents([s.docstore for s in self.segments], self.deleted, self.positions)
+
+    @property
+    def faiss(self):
+        """The first segment's FAISS index (the trained, tuned one), loaded on first use."""
+        return self.segments[0].faiss
+
+    def close_faiss_fd(self) -> None:
+        for s in self.segments:
+            s.close_faiss_fd()
+
     @property
     def positions(self) -> int:
         """Rows of vectors.npy (live and deleted)."""
-        return int(self.vectors.shape[0])
+        return int(sum(len(s.vectors) for s in self.segments))
 
     def live(self):
         """An :class:`~relsearch.indexer.ann.Selection` of live positions, or None when all are live."""
@@ -393,9 +423,6 @@ def open_index(path: str | os.PathLike) -> IndexFiles:
     raise AssertionError("unreachable")
 
 
-REQUIRED_FILES = (VECTORS_FILE, DOCSTORE_FILE, FAISS_FILE)
-
-
 def _open(path: Path) -> IndexFiles:
     if not path.exists():
         raise FileNotFoundError(f"no index at {path}; build one with `relsearch index CORPUS.jsonl --index {path}`")
@@ -408,8 +435,20 @@ def _open(path: Path) -> IndexFiles:
         return _open_locked(root, _parse_manifest(guard.read(), manifest_path))
 
 
+def _segment_specs(root: Path, manifest: dict) -> list[seg.SegmentSpec]:
+    try:
+        specs = seg.specs(manifest)
+        problem = seg.check_specs(specs, manifest["counts"].get("positions", 0))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        problem = f"malformed segments ({e.__class__.__name__})"
+    if problem:
+        raise IndexCorruptError(f"{root / MANIFEST}: {problem}; the index is damaged")
+    return specs
+
+
 def _open_locked(root: Path, manifest: dict) -> IndexFiles:
-    integrity.verify(root, manifest, required=REQUIRED_FILES)
+    specs = _segment_specs(root, manifest)
+    integrity.verify(root, manifest, required=tuple(name for s in specs for name in s.files()))
     # verify() checked every listed file; any other a reader opens must be listed too, so that none is
     # read through a symlink or from outside the generation
     projections = [entry.get("file") for entry in manifest.get("projections", {}).values() if isinstance(entry, dict)]
@@ -417,25 +456,43 @@ def _open_locked(root: Path, manifest: dict) -> IndexFiles:
         if not (isinstance(name, str) and name in manifest["files"]):
             raise IndexCorruptError(f"{root / MANIFEST} does not list {name!r}, a file the index opens; "
                                     "the index is damaged")
-    vectors = _load_npy(root / VECTORS_FILE, mmap_mode="r")
-    counts, dim = manifest["counts"], manifest["dim"]
-    if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape != (counts.get("positions", vectors.shape[0]),
-                                                                             dim or vectors.shape[1]):
-        raise IndexCorruptError(f"{root / VECTORS_FILE} holds {vectors.dtype} {vectors.shape}, the manifest says "
-                                f"float32 ({counts.get('positions')}, {dim})")
+    return open_generation(root, manifest)
+
+
+def open_generation(root: Path, manifest: dict) -> IndexFiles:
+    """Open the data files of generation ``root`` as ``manifest`` describes them, without checking
+    them: :func:`open_index` verifies first; a writer opens its own unpublished generation."""
+    specs = _segment_specs(root, manifest)
+    positions = manifest["counts"].get("positions")
     deleted = np.zeros(0, np.int64)
-    if DELETED_FILE in manifest["files"]:
+    if os.path.lexists(root / DELETED_FILE):
         deleted = np.asarray(_load_npy(root / DELETED_FILE), np.int64)
-        if deleted.ndim != 1 or (len(deleted) and (deleted.min() < 0 or deleted.max() >= vectors.shape[0])):
+        if deleted.ndim != 1 or (len(deleted) and (deleted.min() < 0 or deleted.max() >= (positions or 0))):
             raise IndexCorruptError(f"{root / DELETED_FILE} holds positions outside the index")
+    opened: list[Segment] = []
     try:
-        docstore = DocStore(str(root / DOCSTORE_FILE))
+        for spec in specs:
+            opened.append(_open_segment(root, spec, manifest["dim"]))
+    except BaseException:
+        for s in opened:
+            s.docstore.close()
+            s.close_faiss_fd()
+        raise
+    return IndexFiles(root, manifest, opened, deleted)
+
+
+def _open_segment(root: Path, spec: seg.SegmentSpec, dim: int) -> Segment:
+    vectors_name, docstore_name, faiss_name = spec.files()
+    vectors = _load_npy(root / vectors_name, mmap_mode="r")
+    if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape != (spec.positions, dim or vectors.shape[1]):
+        raise IndexCorruptError(f"{root / vectors_name} holds {vectors.dtype} {vectors.shape}, the manifest says "
+                                f"float32 ({spec.positions}, {dim})")
+    try:
+        docstore = DocStore(str(root / docstore_name))
         docstore.conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # binds the file now, and checks it
     except sqlite3.DatabaseError as e:
-        raise IndexCorruptError(f"{root / DOCSTORE_FILE} cannot be read as SQLite ({e})") from None
-    files = IndexFiles(root, manifest, vectors, docstore, deleted)
-    files._faiss_fd = integrity.open_regular(root / FAISS_FILE)
-    return files
+        raise IndexCorruptError(f"{root / docstore_name} cannot be read as SQLite ({e})") from None
+    return Segment(spec, root, vectors, docstore, integrity.open_regular(root / faiss_name))
 
 
 def _load_npy(path: Path, **kw) -> np.ndarray:

@@ -58,6 +58,7 @@ class IndexJob:
     faiss_device: str = "auto"  # "auto": GPU for FAISS when present; "cpu"
     auto_policy: AutoPolicy = field(default_factory=AutoPolicy)
     append: bool = False  # add to / replace in the published index instead of rebuilding it
+    max_segments: int | None = None  # append: merge threshold (None: the index's recorded one, default 10)
     es: EsTarget | None = None  # mirror the published corpus into Elasticsearch
     chunk_lines: int = 2048  # lines per chunk: the unit of work and of resumption (progress moves per batch)
     chunk_bytes: int = 32 * rec.MiB  # a chunk also ends once it holds this many bytes (bounds memory)
@@ -413,7 +414,7 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
         if job.append and Path(job.index).is_symlink():
             check_same_encoder(job.index, encoder)
             done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run,
-                                    rejected=plan.rejected, mirrors=mirrors)
+                                    rejected=plan.rejected, mirrors=mirrors, max_segments=job.max_segments)
             report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends
             report.faiss = store.read_manifest(Path(os.path.realpath(job.index)))["faiss"]
             return report

@@ -68,7 +68,11 @@ def _echo_backends(backends: dict) -> None:
               help="recall@10 against exact search that the build-time tuned search parameters must reach.")
 @click.option("--faiss-device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
               help="auto: train and add on the GPU when faiss-gpu sees a CUDA device.")
-@click.option("--append", is_flag=True, help="Add CORPUS to the published index; a known id replaces its document.")
+@click.option("--append", is_flag=True, help="Add CORPUS to the published index as a new segment; a known id "
+              "replaces its document.")
+@click.option("--max-segments", type=click.IntRange(min=2), default=None,
+              help="With --append: merge neighbouring appended segments when more than this many would remain "
+                   "(recorded in the index; default 10).")
 @click.option("--chunk-lines", default=2048, show_default=True,
               help="Lines per chunk: the unit of parallel work and resumption.")
 @click.option("--max-length", type=click.IntRange(min=1), default=None, help="Token limit per text (default: the model's).")
@@ -87,8 +91,8 @@ def _echo_backends(backends: dict) -> None:
 @es_options
 @click.pass_context
 def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, recall_target, faiss_device, append,
-          chunk_lines, max_length, precision, workers, strict, max_line_bytes, max_text_bytes, max_metadata_bytes,
-          quiet, **es):
+          max_segments, chunk_lines, max_length, precision, workers, strict, max_line_bytes, max_text_bytes,
+          max_metadata_bytes, quiet, **es):
     """Encode CORPUS (JSONL; - reads standard input) with a Beam pipeline into a FAISS index + docstore at --index.
 
     Unknown options (--runner, --direct_num_workers, ...) pass through to Apache Beam. The new
@@ -104,8 +108,8 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
         beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     job = IndexJob(input=corpus, index=index_dir, model=model, id_field=id_field, text_field=text_field,
                    faiss_factory=faiss_factory, recall_target=recall_target, faiss_device=faiss_device,
-                   append=append, es=es_target(**es), chunk_lines=chunk_lines, max_length=max_length,
-                   precision=precision, strict=strict, progress=not quiet,
+                   append=append, max_segments=max_segments, es=es_target(**es), chunk_lines=chunk_lines,
+                   max_length=max_length, precision=precision, strict=strict, progress=not quiet,
                    limits=Limits(max_line_bytes, max_text_bytes, max_metadata_bytes))
     spool = None
     try:

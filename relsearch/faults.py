@@ -22,7 +22,8 @@ POINTS = (
     "build.rows-written",       # a new build's vectors.npy and docstore.sqlite are written
     "build.faiss-written",      # ... its index.faiss (build, compact)
     "append.faiss-written",     # append: the new generation's data files are written
-    "delete.docstore-written",  # delete: the docstore copy has lost the deleted rows
+    "append.segments-merged",   # append: neighbouring segments merged into one in the new generation
+    "delete.tombstones-written",  # delete: the new generation's deleted.npy is written
     "compact.rows-copied",      # compact: live rows copied into the new generation
     "commit.mirrors-loaded",    # Elasticsearch holds the new index, the manifest is not written
     "commit.manifest-written",  # the generation is complete, not yet published

@@ -298,6 +298,9 @@ class Searcher:
         if subset is not None and len(subset) <= self.exact_subset_max:
             return ann.exact_search(self.files.vectors, qv, k, subset)
         selection = self.files.live() if subset is None else ann.Selection.of(subset, self.files.positions)
+        if len(self.files.segments) > 1:  # appended segments: each searched, the top k of all kept
+            return ann.search_segments([(s.start, s.faiss, s.vectors) for s in self.files.segments], qv, k,
+                                       params=self.effective_params(params), selection=selection)
         index = self.files.faiss
         filtered = selection is not None and selection.use_selector
         if gpu.search_device(index, len(qv), self.gpu_facts, filtered=filtered) == "gpu":

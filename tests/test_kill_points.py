@@ -62,7 +62,7 @@ def assert_only_published_is_an_index(target: Path, before_gen: str | None) -> N
 
 # ---------------------------------------------------------------- delete and compact (no model)
 
-DELETE_POINTS = ["delete.docstore-written", "commit.manifest-written", "publish.link-created", "publish.swapped"]
+DELETE_POINTS = ["delete.tombstones-written", "commit.manifest-written", "publish.link-created", "publish.swapped"]
 COMPACT_POINTS = ["compact.rows-copied", "build.faiss-written", "commit.manifest-written", "publish.link-created",
                   "publish.swapped"]
 FAST_POINTS = {("delete", "publish.link-created"), ("compact", "commit.manifest-written")}
@@ -185,6 +185,25 @@ def test_index_killed_at_any_point(small_index, corpora, reference, tmp_path, op
     if point.startswith("index.shard-written"):
         assert "resumed:" in out.stdout  # the shards finished before the kill were kept
     assert answers(target, ids=COMPANIES) == reference[op]
+    assert_clean(target)
+
+
+@kill
+def test_append_killed_while_merging_segments(small_index, corpora, tmp_path):
+    """A third segment with --max-segments 2 merges the two appended ones inside the new generation."""
+    reference = published_copy(small_index, tmp_path / "reference" / "idx")
+    target = published_copy(small_index, tmp_path / "idx")
+    rebuild, more = _index_args(corpora, target, "index")[1], _index_args(corpora, target, "append")[1]
+    for index in (reference, target):
+        assert run_cli("index", rebuild, "--index", index, "--append", "--quiet").returncode == 0
+    merge = ["index", more, "--index", target, "--append", "--max-segments", "2", "--quiet"]
+    before, before_gen = answers(target, ids=COMPANIES), os.path.realpath(target)
+    killed(*merge, point="append.segments-merged")
+    assert os.path.realpath(target) == before_gen and answers(target, ids=COMPANIES) == before
+    assert run_cli(*merge).returncode == 0
+    assert run_cli(*[reference if a == target else a for a in merge]).returncode == 0
+    assert len(store.open_index(target).segments) == 2
+    assert answers(target, ids=COMPANIES) == answers(reference, ids=COMPANIES)
     assert_clean(target)
 
 

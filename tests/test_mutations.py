@@ -54,15 +54,17 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     target = tmp_path / "idx"
     original = build(target, encoder_identity, factory=factory)
     old_reader = Searcher(str(target))  # opened before any mutation; FAISS not loaded yet
-    removes = factory.startswith("IVF")
+    built_faiss = os.stat(target / store.FAISS_FILE).st_ino
 
     replacement = docs([f"d{i}" for i in range(100)] + [f"d{i}" for i in range(3000, 3200)], seed=2)
     report = mutations.append(str(target), [replacement], n=300, run={"read": 300})
     assert (report.added, report.replaced, report.documents, report.positions) == (200, 100, 3200, 3300)
     files = store.open_index(target)
-    assert files.manifest["counts"] == {"documents": 3200, "positions": 3300, "deleted": 100,
-                                        "tombstones": 0 if removes else 100}
-    assert files.faiss.ntotal == (3200 if removes else 3300) == files.manifest["faiss"]["ntotal"]
+    assert files.manifest["counts"] == {"documents": 3200, "positions": 3300, "deleted": 100, "tombstones": 100}
+    # the appended documents are a second segment; the first segment's FAISS file is untouched
+    assert [(s.start, len(s.vectors)) for s in files.segments] == [(0, 3000), (3000, 300)]
+    assert files.faiss.ntotal == 3000 == files.manifest["faiss"]["ntotal"]
+    assert os.stat(files.root / store.FAISS_FILE).st_ino == built_faiss
     assert [r["op"] for r in files.manifest["runs"]] == ["build", "append"]
     assert sorted(files.deleted.tolist()) == list(range(100))
 
@@ -85,8 +87,7 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     files = store.open_index(target)
     assert files.manifest["counts"]["deleted"] == 103 and files.docstore.count() == 3197
     assert json.loads((files.root / "rejected.jsonl").read_text().splitlines()[0])["raw"] == "nope"
-    if not removes:  # tombstone-only types hard-link the unchanged FAISS file
-        assert files.faiss.ntotal == 3300
+    assert files.faiss.ntotal == 3000  # a delete only writes tombstones: segment files are hard links
     gone = Searcher(str(target))
     q = raw_vectors(10, seed=5)
     ids, _ = vector_search(gone, q / np.linalg.norm(q, axis=1, keepdims=True), 50)

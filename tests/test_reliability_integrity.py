@@ -181,6 +181,9 @@ def test_a_pickled_array_is_refused_not_unpickled(index, tmp_path):
 
 def test_vectors_that_disagree_with_the_manifest_are_refused(index):
     _rewrite_manifest(index, lambda m, root: m["counts"].update(positions=m["counts"]["positions"] + 1))
+    with pytest.raises(IndexCorruptError, match="vectors.npy holds float32|segments hold 300 positions, the counts"):
+        open_index(index)
+    _rewrite_manifest(index, lambda m, root: m.update(segments=[{"prefix": "", "start": 0, "positions": 301}]))
     with pytest.raises(IndexCorruptError, match="vectors.npy holds float32"):
         open_index(index)
 

@@ -1,0 +1,233 @@
+"""An index generation as a list of immutable segments, read as one index.
+
+A segment covers a contiguous range of positions ``[start, start + positions)`` and has its own
+three files, named with the segment's prefix: ``{prefix}vectors.npy`` (unit vectors, local rows),
+``{prefix}index.faiss`` (local FAISS ids 0…) and ``{prefix}docstore.sqlite`` (global positions).
+The first segment has the empty prefix, so an index built before segments existed, or rebuilt by
+``compact``, is one segment with the classic file names. An append writes one new segment
+(``s<N>-``); every other file of the generation is a hard link to the previous one's, so an append
+costs in proportion to its own size. A delete only rewrites ``deleted.npy``: segment files are
+never modified, deleted positions are tombstones that every read path excludes.
+
+An appended or merged segment's FAISS index is exact (``Flat``) while it is small, and above
+twice the first segment's IVF list count it is a copy of the first segment's trained, empty IVF
+index (``trained.faiss``, written by the build) filled with the segment's rows: no training, and
+the tuned ``nprobe`` applies to it as to the first segment (same quantizer). Searching a segment
+costs its own quantizer pass plus its share of the probed lists, so a few small exact segments
+cost little and large ones do not scan every row.
+
+The manifest's ``segments`` lists ``{"prefix", "start", "positions"}`` in position order (absent:
+one segment holding every position). :class:`Vectors` and :class:`Documents` present the segments
+as the single ``vectors.npy`` and docstore that readers used before, with deleted positions
+excluded from every docstore answer.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .docstore import DocStore
+
+VECTORS = "vectors.npy"
+FAISS = "index.faiss"
+DOCSTORE = "docstore.sqlite"
+TRAINED_FILE = "trained.faiss"  # the first segment's trained, empty IVF index (faiss_index.trained_empty)
+MAX_SEGMENTS = 10  # default merge threshold: an append leaving more segments merges the smallest neighbours
+
+
+@dataclass(frozen=True)
+class SegmentSpec:
+    """One segment as the manifest records it."""
+
+    prefix: str
+    start: int
+    positions: int
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.positions
+
+    def file(self, name: str) -> str:
+        return f"{self.prefix}{name}"
+
+    def files(self) -> tuple[str, str, str]:
+        return self.file(VECTORS), self.file(DOCSTORE), self.file(FAISS)
+
+    def as_json(self) -> dict:
+        return {"prefix": self.prefix, "start": self.start, "positions": self.positions}
+
+
+def specs(manifest: dict) -> list[SegmentSpec]:
+    """The manifest's segments (a manifest without the field: one segment with the classic names)."""
+    recorded = manifest.get("segments")
+    if recorded is None:
+        return [SegmentSpec("", 0, int(manifest["counts"]["positions"]))]
+    return [SegmentSpec(s["prefix"], int(s["start"]), int(s["positions"])) for s in recorded]
+
+
+def check_specs(segs: list[SegmentSpec], positions: int) -> str | None:
+    """What is wrong with a segment list (None when the segments tile 0…positions in order)."""
+    at = 0
+    for s in segs:
+        if not isinstance(s.prefix, str) or (s.prefix and not (s.prefix[0] == "s" and s.prefix.endswith("-")
+                                                               and s.prefix[1:-1].isdigit())):
+            return f"segment prefix {s.prefix!r} is not '' or s<N>-"
+        if s.start != at or s.positions < 0:
+            return f"segment {s.prefix!r} starts at {s.start}, expected {at}"
+        at = s.stop
+    return None if at == positions else f"segments hold {at} positions, the counts say {positions}"
+
+
+def next_prefix(segs: list[SegmentSpec]) -> str:
+    numbers = [int(s.prefix[1:-1]) for s in segs if s.prefix]
+    return f"s{max(numbers, default=0) + 1}-"
+
+
+def segment_index(vectors: np.ndarray, trained_path) -> object:
+    """The FAISS index of an appended or merged segment over ``vectors`` (local ids 0…): see the
+    module docstring for the choice."""
+    import faiss
+
+    index = None
+    if trained_path is not None and os.path.exists(trained_path):
+        trained = faiss.read_index(str(trained_path))
+        if len(vectors) > 2 * faiss.extract_index_ivf(trained).nlist:
+            index = trained
+    if index is None:
+        index = faiss.IndexFlatIP(vectors.shape[1])
+    for i in range(0, len(vectors), 65_536):
+        index.add(np.ascontiguousarray(vectors[i:i + 65_536], dtype=np.float32))
+    return index
+
+
+def merge_plan(segs: list[SegmentSpec], max_segments: int) -> tuple[int, int] | None:
+    """The slice ``[i, j)`` of appended segments to merge so that at most ``max_segments`` remain,
+    or None. The first segment (the trained, tuned index) is never merged here; ``compact`` does.
+
+    Tiered like Lucene's policy in spirit: of the runs of adjacent appended segments that would
+    bring the count down to ``max_segments``, the one with the fewest positions merges, so small
+    recent appends combine first and the cost stays in proportion to what is merged.
+    """
+    excess = len(segs) - max(max_segments, 2)
+    if excess <= 0:
+        return None
+    width = excess + 1
+    runs = [(sum(s.positions for s in segs[i:i + width]), i) for i in range(1, len(segs) - width + 1)]
+    if not runs:
+        return None
+    _, i = min(runs)
+    return i, i + width
+
+
+class Vectors:
+    """Read-only (positions, d) float32 rows over several segments' memory maps: the slicing and
+    fancy indexing the search paths use on ``vectors.npy``, by global position."""
+
+    dtype = np.dtype(np.float32)
+    ndim = 2
+
+    def __init__(self, parts: list[np.ndarray], starts: list[int]):
+        self.parts, self.starts = parts, np.asarray(starts, np.int64)
+        self.shape = (int(self.starts[-1] + len(parts[-1])), int(parts[0].shape[1]))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        return self[0:len(self)].astype(dtype or np.float32, copy=False)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, np.integer)):
+            key = int(key) + (len(self) if key < 0 else 0)
+            i = int(np.searchsorted(self.starts, key, side="right") - 1)
+            return self.parts[i][key - self.starts[i]]
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self))
+            if step != 1:
+                return self[np.arange(start, stop, step)]
+            pieces = [np.asarray(p[max(start - s, 0):max(stop - s, 0)]) for p, s in zip(self.parts, self.starts)]
+            return np.concatenate(pieces) if pieces else np.zeros((0, self.shape[1]), np.float32)
+        idx = np.asarray(key, dtype=np.int64)
+        out = np.empty((*idx.shape, self.shape[1]), np.float32)
+        which = np.searchsorted(self.starts, idx, side="right") - 1
+        for i in np.unique(which):
+            at = which == i
+            out[at] = self.parts[i][idx[at] - self.starts[i]]
+        return out
+
+
+class Documents:
+    """The docstore of a generation: one SQLite file per segment, read as one, deleted positions
+    excluded (segment files are immutable, so a delete leaves its rows there as tombstones)."""
+
+    def __init__(self, parts: list[DocStore], deleted: np.ndarray, positions: int):
+        self.parts = parts
+        self.deleted = np.asarray(deleted, np.int64)
+        self.total = positions
+        self._dead: np.ndarray | None = None
+
+    @property
+    def conn(self):  # the first segment's connection (the filter tests inspect its query plans)
+        return self.parts[0].conn
+
+    def _is_dead(self, positions: np.ndarray) -> np.ndarray:
+        if not len(self.deleted):
+            return np.zeros(len(positions), bool)
+        if self._dead is None:
+            self._dead = np.zeros(self.total, bool)
+            self._dead[self.deleted] = True
+        return self._dead[positions]
+
+    def positions(self, ids: list[str]) -> dict[str, int]:
+        """id → live position (a replaced id's newest, live row; deleted ids are absent)."""
+        out: dict[str, int] = {}
+        for part in self.parts:
+            found = part.positions(ids)
+            if found and len(self.deleted):
+                dead = self._is_dead(np.fromiter(found.values(), np.int64, len(found)))
+                found = {i: p for (i, p), d in zip(found.items(), dead) if not d}
+            out.update(found)
+        return out
+
+    def get(self, positions: list[int]) -> dict[int, dict]:
+        if len(self.parts) == 1:
+            return self.parts[0].get(positions)
+        out: dict[int, dict] = {}
+        for part in self.parts:
+            out.update(part.get(positions))
+        return out
+
+    def matching(self, filters) -> list[int]:
+        found = np.concatenate([np.asarray(p.matching(filters), np.int64) for p in self.parts])
+        return found[~self._is_dead(found)].tolist()
+
+    def rows(self, batch: int = 10_000):
+        """Live (pos, id, text, metadata, norm) rows in position order, in lists of at most ``batch``."""
+        for part in self.parts:
+            for rows in part.rows(batch):
+                dead = self._is_dead(np.fromiter((r[0] for r in rows), np.int64, len(rows)))
+                kept = [r for r, d in zip(rows, dead) if not d]
+                if kept:
+                    yield kept
+
+    def live_positions(self) -> list[int]:
+        return [r[0] for rows in self.rows() for r in rows]
+
+    def metadata_fields(self) -> list[str]:
+        return sorted({f for part in self.parts for f in part.metadata_fields()})
+
+    def has_fields_table(self) -> bool:
+        return all(part.has_fields_table() for part in self.parts)
+
+    def count(self) -> int:
+        """Live documents: every row minus the deleted positions that still have one."""
+        dead = json.dumps(self.deleted.tolist())
+        q = "SELECT COUNT(*) FROM docs WHERE pos IN (SELECT value FROM json_each(?))"
+        return sum(part.count() - part.conn.execute(q, (dead,)).fetchone()[0] for part in self.parts)
+
+    def close(self) -> None:
+        for part in self.parts:
+            part.close()
