@@ -12,7 +12,13 @@ from relsearch.indexer.build import build_published
 from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.retrieval.search import Query, Searcher
 
-from test_mutations import D, docs, encoder_identity, raw_vectors  # noqa: F401 (a fixture)
+from synthetic_index import encoder_identity as identity_of
+from test_mutations import D, docs, raw_vectors
+
+
+@pytest.fixture(scope="module")
+def encoder_identity():
+    return identity_of()
 
 
 def unit(x):
