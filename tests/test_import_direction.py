@@ -29,7 +29,7 @@ EXEMPT = {"relsearch/__init__.py"}
 
 def _layer(dotted: tuple[str, ...]) -> str:
     """The layer of an absolute module path inside the installed package (``relsearch.x.y``)."""
-    if len(dotted) == 1 or dotted[1] == "faults":
+    if len(dotted) == 1 or dotted[1] in ("faults", "files"):
         return "base"
     if dotted[1] in PACKAGES:
         return dotted[1]

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ...files import replaced_atomically
+
 def default_cache_dir() -> Path:
     if os.environ.get("RELSEARCH_CACHE"):
         return Path(os.environ["RELSEARCH_CACHE"])
@@ -54,10 +56,8 @@ def encode_cached(encoder, texts: list[str], *, cache_dir: str | os.PathLike | N
         out[missing] = vecs[inverse]
         folder.mkdir(parents=True, exist_ok=True)
         name = folder / f"{hashlib.sha256(uniq.tobytes()).hexdigest()[:16]}.npz"
-        tmp = folder / f".{name.stem}.{os.getpid()}.partial"  # not matched by *.npz until renamed
-        with open(tmp, "wb") as fh:
+        with replaced_atomically(name) as tmp, open(tmp, "wb") as fh:  # not matched by *.npz until renamed
             np.savez(fh, keys=uniq, vectors=vecs)
-        os.replace(tmp, name)
     return out
 
 
