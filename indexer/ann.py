@@ -271,8 +271,12 @@ def search(index, q: np.ndarray, k: int, *, params: dict | None = None, vectors:
     else:
         scores, positions = index.search(q, fetch, params=faiss_parameters(index, params, sel))
     result = rescore(vectors, q, positions, k) if depth else SearchResult(*_pad(positions, scores, k))
-    available = selection.count if selection is not None else int(index.ntotal)
-    want = min(k, available)
+    return _top_up(result, q, k, selection, vectors, int(index.ntotal))
+
+
+def _top_up(result: SearchResult, q: np.ndarray, k: int, selection: Selection | None, vectors, total: int):
+    """Answer rows left with fewer than min(k, selectable) hits by exact search (needs ``vectors``)."""
+    want = min(k, selection.count if selection is not None else total)
     short = np.flatnonzero((result.positions[:, :want] < 0).any(axis=1)) if want else np.zeros(0, int)
     if len(short) and vectors is not None:
         exact = exact_search(vectors, q[short], k, None if selection is None else selection.positions)
@@ -280,23 +284,62 @@ def search(index, q: np.ndarray, k: int, *, params: dict | None = None, vectors:
     return result
 
 
+def shares_quantizer(indexes) -> bool:
+    """True when every index is a plain IVF index with the same coarse centroids as the first (appended
+    segments filled from the build's trained copy): one coarse assignment then serves them all."""
+    import faiss
+
+    ivfs = [_unwrap(i) for i in indexes]
+    if len(ivfs) < 2 or not all(isinstance(i, faiss.IndexIVF) for i in ivfs):
+        return False
+    first = ivfs[0].quantizer.reconstruct_n(0, ivfs[0].nlist)
+    return all(i.nlist == ivfs[0].nlist and np.array_equal(i.quantizer.reconstruct_n(0, i.nlist), first)
+               for i in ivfs[1:])
+
+
 def search_segments(segments, q: np.ndarray, k: int, *, params: dict | None = None,
-                    selection: Selection | None = None) -> SearchResult:
-    """:func:`search` over several segments, ``(start, index, vectors)`` in position order, each
-    numbered from 0: each segment returns its own top k (its positions shifted by ``start``) and
-    the best k of those are kept. Exact for exact segments, as recall-bound as the segments' own
-    indexes otherwise: a document among the global top k is among its segment's top k."""
+                    selection: Selection | None = None, vectors=None, shared_quantizer: bool = False) -> SearchResult:
+    """:func:`search` over several segments, ``(start, index, rows)`` in position order, each index
+    numbered from 0, ``selection`` and ``vectors`` over all positions.
+
+    Each segment returns its own best candidates (positions shifted by ``start``) and the best k
+    of all are kept: exact for exact segments, as recall-bound as the segments' own indexes
+    otherwise (a document among the global top k is among its segment's top k). With
+    ``shared_quantizer`` (:func:`shares_quantizer`) the coarse assignment is computed once for all
+    segments, so a small IVF segment costs only its share of the probed lists. Re-ranking and the
+    exact top-up for rows short of k run once, over all segments, as in :func:`search`.
+    """
+    import faiss
+
     q = np.ascontiguousarray(q, dtype=np.float32)
+    params = dict(params or {})
+    depth = int(params.pop("rerank", 0) or 0)
+    fetch = max(k, depth)
+    first = segments[0][1]
+    if selection is not None and selection.use_selector:
+        params = widen_for_selection(first, params, selection.fraction, fetch)
+    if shared_quantizer:
+        nprobe = faiss_parameters(first, params).nprobe
+        coarse_scores, coarse_lists = _unwrap(first).quantizer.search(q, nprobe)
     positions, scores = [np.full((len(q), 0), -1, np.int64)], [np.full((len(q), 0), -np.inf, np.float32)]
-    for start, index, vectors in segments:
-        part = None if selection is None else selection.part(start, start + len(vectors))
+    for start, index, rows in segments:
+        part = None if selection is None else selection.part(start, start + len(rows))
         if part is not None and part.count == 0:
             continue
-        found = search(index, q, k, params=params, vectors=vectors, selection=part)
-        positions.append(np.where(found.positions >= 0, found.positions + start, -1))
-        scores.append(found.scores)
-    best_scores, best_positions = top_k(np.hstack(scores), np.hstack(positions), k)
-    return SearchResult(best_positions, best_scores)
+        search_params = faiss_parameters(index, params, None if part is None else part.selector)
+        if shared_quantizer:
+            found_s = np.empty((len(q), fetch), np.float32)
+            found_p = np.empty((len(q), fetch), np.int64)
+            _unwrap(index).search_preassigned_c(len(q), faiss.swig_ptr(q), fetch, faiss.swig_ptr(coarse_lists),
+                                                faiss.swig_ptr(coarse_scores), faiss.swig_ptr(found_s),
+                                                faiss.swig_ptr(found_p), False, search_params)
+        else:
+            found_s, found_p = index.search(q, min(fetch, max(int(index.ntotal), 1)), params=search_params)
+        positions.append(np.where(found_p >= 0, found_p + start, -1))
+        scores.append(np.where(found_p >= 0, found_s, -np.inf).astype(np.float32))
+    best_scores, best_positions = top_k(np.hstack(scores), np.hstack(positions), fetch)
+    result = rescore(vectors, q, best_positions, k) if depth else SearchResult(*_pad(best_positions, best_scores, k))
+    return _top_up(result, q, k, selection, vectors, sum(len(rows) for _, _, rows in segments))
 
 
 def _pad(positions: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -9,12 +9,12 @@ The first segment has the empty prefix, so an index built before segments existe
 costs in proportion to its own size. A delete only rewrites ``deleted.npy``: segment files are
 never modified, deleted positions are tombstones that every read path excludes.
 
-An appended or merged segment's FAISS index is exact (``Flat``) while it is small, and above
-twice the first segment's IVF list count it is a copy of the first segment's trained, empty IVF
-index (``trained.faiss``, written by the build) filled with the segment's rows: no training, and
-the tuned ``nprobe`` applies to it as to the first segment (same quantizer). Searching a segment
-costs its own quantizer pass plus its share of the probed lists, so a few small exact segments
-cost little and large ones do not scan every row.
+When the first segment is an IVF index, an appended or merged segment's FAISS index is a copy of
+its trained, empty form (``trained.faiss``, written by the build) filled with the segment's rows:
+no training, and the tuned ``nprobe`` applies to it as to the first segment. All of them share the
+first segment's coarse quantizer, so a query computes its coarse assignment once and each segment
+scans only its share of the probed lists (indexer/ann.py ``search_segments``). Otherwise (Flat,
+HNSW, refine wrappers) appended segments are exact ``Flat`` indexes.
 
 The manifest's ``segments`` lists ``{"prefix", "start", "positions"}`` in position order (absent:
 one segment holding every position). :class:`Vectors` and :class:`Documents` present the segments
@@ -87,16 +87,13 @@ def next_prefix(segs: list[SegmentSpec]) -> str:
 
 
 def segment_index(vectors: np.ndarray, trained_path) -> object:
-    """The FAISS index of an appended or merged segment over ``vectors`` (local ids 0…): see the
-    module docstring for the choice."""
+    """The FAISS index of an appended or merged segment over ``vectors`` (local ids 0…): the
+    build's trained, empty IVF index filled with them when there is one, else exact ``Flat``."""
     import faiss
 
-    index = None
     if trained_path is not None and os.path.exists(trained_path):
-        trained = faiss.read_index(str(trained_path))
-        if len(vectors) > 2 * faiss.extract_index_ivf(trained).nlist:
-            index = trained
-    if index is None:
+        index = faiss.read_index(str(trained_path))
+    else:
         index = faiss.IndexFlatIP(vectors.shape[1])
     for i in range(0, len(vectors), 65_536):
         index.add(np.ascontiguousarray(vectors[i:i + 65_536], dtype=np.float32))

@@ -95,6 +95,7 @@ class Searcher:
         self.gpu_facts = gpu_facts if gpu_facts is not None else gpu.detect()
         self._gpu = None
         self._projected: dict[str, np.ndarray] = {}  # projection operator → its projected document vectors
+        self._shared_quantizer: bool | None = None  # segments share one coarse assignment (ann.shares_quantizer)
 
     @property
     def encoder(self) -> Encoder:
@@ -299,8 +300,12 @@ class Searcher:
             return ann.exact_search(self.files.vectors, qv, k, subset)
         selection = self.files.live() if subset is None else ann.Selection.of(subset, self.files.positions)
         if len(self.files.segments) > 1:  # appended segments: each searched, the top k of all kept
+            indexes = [s.faiss for s in self.files.segments]
+            if self._shared_quantizer is None:
+                self._shared_quantizer = ann.shares_quantizer(indexes)
             return ann.search_segments([(s.start, s.faiss, s.vectors) for s in self.files.segments], qv, k,
-                                       params=self.effective_params(params), selection=selection)
+                                       params=self.effective_params(params), selection=selection,
+                                       vectors=self.files.vectors, shared_quantizer=self._shared_quantizer)
         index = self.files.faiss
         filtered = selection is not None and selection.use_selector
         if gpu.search_device(index, len(qv), self.gpu_facts, filtered=filtered) == "gpu":

@@ -104,12 +104,14 @@ def test_many_segments_answer_like_a_rebuild_from_scratch(tmp_path, encoder_iden
             mutations.delete(str(target), ["d1", "d2050", "d2150", "nope"])
     files = store.open_index(target)
     assert len(files.segments) == 4 and files.manifest["max_segments"] == 4
-    # above 2 × nlist rows an appended segment fills the build's trained IVF (no training); else exact
+    # an IVF build's appended segments fill its trained IVF (no training), sharing one coarse assignment
     kinds = {type(s.faiss).__name__ for s in files.segments[1:]}
     assert kinds == ({"IndexIVFFlat"} if factory.startswith("IVF") else {"IndexFlatIP"})
     assert files.manifest["counts"]["documents"] == files.docstore.count() == 2600 - 3
     segmented = Searcher(str(target))
     q = unit(raw_vectors(40, seed=77))
+    segmented.ann(q[:1], 1)
+    assert segmented._shared_quantizer is factory.startswith("IVF")
     filters = {"group": {"in": [1, 3]}}
     before = [ids_and_scores(segmented, q, 20), segmented.search([Query(doc_id="d2203")], k=15, filters=filters)]
     live_ids = {doc_id for rows in files.docstore.rows() for _, doc_id, _, _, _ in rows}
@@ -177,3 +179,26 @@ def test_a_merge_keeps_positions_and_answers(tmp_path, encoder_identity):
     np.testing.assert_array_equal(after[0].positions, before[0].positions)
     np.testing.assert_allclose(after[0].scores, before[0].scores, rtol=1e-6)
     assert [h.id for h in after[1][0]] == [h.id for h in before[1][0]] and len(after[1][0]) == 5
+
+
+def test_one_coarse_assignment_for_all_segments_finds_what_each_segment_finds_alone(tmp_path, encoder_identity):
+    from relsearch.indexer import ann
+
+    target = tmp_path / "idx"
+    build_published(str(target), [docs([f"d{i}" for i in range(2000)], seed=1)], n=2000, d=D,
+                    encoder=encoder_identity, spec=FaissSpec(factory="IVF16,Flat", tune_queries=50))
+    for step in range(3):
+        batch = [f"d{i}" for i in range(2000 + 300 * step, 2300 + 300 * step)]
+        mutations.append(str(target), [docs(batch, seed=step)], n=300, run={"read": 300})
+    mutations.delete(str(target), [f"d{i}" for i in range(0, 2900, 7)])
+    files = Searcher(str(target)).files
+    parts = [(s.start, s.faiss, s.vectors) for s in files.segments]
+    assert ann.shares_quantizer([p[1] for p in parts])
+    q = unit(raw_vectors(30, seed=4))
+    for selection in (files.live(), ann.Selection.of(np.arange(100, 2700, 3), files.positions)):
+        for params in ({"nprobe": 2}, {"nprobe": 3, "rerank": 40}):
+            shared, alone = (ann.search_segments(parts, q, 10, params=params, selection=selection, vectors=files.vectors,
+                                                 shared_quantizer=flag) for flag in (True, False))
+            np.testing.assert_array_equal(shared.positions, alone.positions)
+            np.testing.assert_allclose(shared.scores, alone.scores, rtol=1e-6)
+            assert (shared.positions >= 0).all() and np.isin(shared.positions, selection.positions).all()
