@@ -54,6 +54,7 @@ class Selection:
         self._positions: np.ndarray | None = None
         self._bits: np.ndarray | None = None
         self._sel = None
+        self._parts: dict[tuple[int, int], Selection] = {}
 
     @classmethod
     def of(cls, positions: np.ndarray, total: int, **kw) -> Selection:
@@ -62,8 +63,11 @@ class Selection:
         return cls(mask, **kw)
 
     def part(self, start: int, stop: int) -> Selection:
-        """This selection restricted to positions ``[start, stop)``, renumbered from 0 (one segment)."""
-        return Selection(self.mask[start:stop], use_selector=self.use_selector)
+        """This selection restricted to positions ``[start, stop)``, renumbered from 0 (one segment);
+        kept, so an index's live selection builds each segment's bitmap once."""
+        if (start, stop) not in self._parts:
+            self._parts[start, stop] = Selection(self.mask[start:stop], use_selector=self.use_selector)
+        return self._parts[start, stop]
 
     @property
     def positions(self) -> np.ndarray:
@@ -178,8 +182,8 @@ def widen_for_selection(index, params: dict, fraction: float, k: int) -> dict:
     inner = _unwrap(index)
     while isinstance(inner, (faiss.IndexPreTransform, faiss.IndexRefine)):
         inner = faiss.downcast_index(inner.index if isinstance(inner, faiss.IndexPreTransform) else inner.base_index)
-    if isinstance(inner, faiss.IndexIVF):
-        out["nprobe"] = int(min(inner.nlist, math.ceil(out.get("nprobe", inner.nprobe) * scale)))
+    if isinstance(inner, faiss.IndexIVF):  # rounded: a few tombstones (scale 1.001) must not double nprobe 1
+        out["nprobe"] = int(min(inner.nlist, max(1, round(out.get("nprobe", inner.nprobe) * scale))))
     elif isinstance(inner, faiss.IndexHNSW):
         ef = max(out.get("efSearch", inner.hnsw.efSearch), k)
         out["efSearch"] = int(min(max(MAX_EF_SEARCH, ef), math.ceil(ef * scale)))
