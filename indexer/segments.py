@@ -166,10 +166,6 @@ class Documents:
         self.total = positions
         self._dead: np.ndarray | None = None
 
-    @property
-    def conn(self):  # the first segment's connection (the filter tests inspect its query plans)
-        return self.parts[0].conn
-
     def _is_dead(self, positions: np.ndarray) -> np.ndarray:
         if not len(self.deleted):
             return np.zeros(len(positions), bool)
@@ -209,15 +205,6 @@ class Documents:
                 kept = [r for r, d in zip(rows, dead) if not d]
                 if kept:
                     yield kept
-
-    def live_positions(self) -> list[int]:
-        return [r[0] for rows in self.rows() for r in rows]
-
-    def metadata_fields(self) -> list[str]:
-        return sorted({f for part in self.parts for f in part.metadata_fields()})
-
-    def has_fields_table(self) -> bool:
-        return all(part.has_fields_table() for part in self.parts)
 
     def count(self) -> int:
         """Live documents: every row minus the deleted positions that still have one."""
