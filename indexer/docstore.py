@@ -19,7 +19,7 @@ CREATE TABLE docs (
 """
 # One row per metadata field of a document and per scalar element of an array field
 # (filters.fields_of). Clustered on (field, type, value) so that an equality, range or IN filter
-# is an index range scan that reads only its matches; pos has its own index for deletes.
+# is an index range scan that reads only its matches.
 FIELDS_SCHEMA = """
 CREATE TABLE fields (
     field TEXT NOT NULL,
@@ -33,25 +33,19 @@ CREATE TABLE fields (
 """
 FIELDS_INDEXES = """
 CREATE INDEX fields_folded ON fields(field, folded) WHERE folded IS NOT NULL;
-CREATE INDEX fields_pos ON fields(pos);
 """
 
 
 class DocStore:
-    """``create``: a new file; ``write``: open an unpublished copy for a mutation; else read-only."""
+    """``create``: a new file (a new segment's, written once); else read-only. Segment docstores are
+    never modified after their generation is published: deletes are tombstones (indexer/segments.py)."""
 
-    def __init__(self, path: str, *, create: bool = False, write: bool = False):
+    def __init__(self, path: str, *, create: bool = False):
         self._indexes_pending = False
         if create:
             self.conn = sqlite3.connect(path)
             self.conn.executescript(SCHEMA + FIELDS_SCHEMA)
             self._indexes_pending = True  # built once by close(): cheaper than growing them row by row
-        elif write:
-            self.conn = sqlite3.connect(path)
-            if not self.has_fields_table():  # an index written before typed filters: add the table now
-                self.conn.executescript(FIELDS_SCHEMA + FIELDS_INDEXES)
-                self._add_fields(self.rows())
-                self.conn.commit()
         else:  # read-only: a reader never writes to a published index
             self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
 
@@ -103,24 +97,11 @@ class DocStore:
         sql, args = flt.matching_sql(flt.clauses(filters))
         return [p for (p,) in self.conn.execute(sql, args)]
 
-    def delete(self, ids: list[str]) -> dict[str, int]:
-        """Remove documents by id; returns id → the position each one had (absent ids are skipped)."""
-        found = self.positions(ids)
-        for chunk in _chunks(list(found), 500):
-            self.conn.execute(f"DELETE FROM docs WHERE id IN ({','.join('?' * len(chunk))})", chunk)
-        for chunk in _chunks(list(found.values()), 500):
-            self.conn.execute(f"DELETE FROM fields WHERE pos IN ({','.join('?' * len(chunk))})", chunk)
-        self.conn.commit()
-        return found
-
     def rows(self, batch: int = 10_000):
         """Yield lists of (pos, id, text, metadata, norm) in position order."""
         cur = self.conn.execute("SELECT pos, id, text, meta, norm FROM docs ORDER BY pos")
         while rows := cur.fetchmany(batch):
             yield [(p, i, t, json.loads(m), n) for p, i, t, m, n in rows]
-
-    def live_positions(self) -> list[int]:
-        return [p for (p,) in self.conn.execute("SELECT pos FROM docs ORDER BY pos")]
 
     def metadata_fields(self) -> list[str]:
         """Sorted union of metadata keys over all documents."""
