@@ -76,19 +76,84 @@ def new_generation(target: str | os.PathLike) -> Path:
 
 
 def publish(target: str | os.PathLike, gen: Path) -> None:
-    """Atomically point ``target`` at ``gen``, then remove generations nobody points to.
+    """Atomically point ``target`` at ``gen``, record it in the index's publish history, then
+    remove generations that are neither retained (:func:`retained`) nor being opened.
 
     Shards of interrupted builds (``build-*``) go too: a build can be resumed until a build or
     append of other input to the same index starts (:func:`remove_stale_builds`) or succeeds.
     """
     target = Path(target).absolute()
+    if target.is_symlink():  # published before; a writer killed after its swap may not have recorded it
+        _record_published(target, Path(os.path.realpath(target)).name)
     tmp_link = target.parent / f".{target.name}.link-{uuid.uuid4().hex[:8]}"
     os.symlink(os.path.relpath(gen, target.parent), tmp_link)
     faults.point("publish.link-created")
     os.replace(tmp_link, target)
     _fsync_dir(target.parent)  # the swap itself survives a power cut once this returns
     faults.point("publish.swapped")
+    _record_published(target, gen.name)
     remove_stale_generations(target, keep=gen)
+
+
+# ---------------------------------------------------------------- snapshots: the publish history
+#
+# ``.NAME.history.json`` beside the index: {"keep": N, "published": [generation names, oldest
+# first]}. Only publish() (under the writer lock, after or before a swap it made) adds names, so
+# every name in it was the published index once: a generation a killed writer completed but never
+# published is never listed, and is removed as debris. The newest ``keep`` listed generations that
+# still exist (the published one always among them) are retained: ``relsearch snapshots`` lists
+# them, ``relsearch rollback`` publishes one of them again.
+
+KEEP_GENERATIONS = 3  # the published generation and the two before it
+MAX_HISTORY = 100
+
+
+def history_path(target: str | os.PathLike) -> Path:
+    target = Path(target).absolute()
+    return target.parent / f".{target.name}.history.json"
+
+
+def read_history(target: str | os.PathLike) -> dict:
+    """``{"keep": N, "published": [...]}``; a missing or unreadable file is an empty history."""
+    try:
+        data = json.loads(history_path(target).read_text(encoding="utf-8"))
+        keep, names = data.get("keep", KEEP_GENERATIONS), data.get("published", [])
+        if isinstance(keep, int) and keep >= 1 and isinstance(names, list) and all(isinstance(n, str) for n in names):
+            return {"keep": keep, "published": names}
+    except (OSError, ValueError, AttributeError):
+        pass
+    return {"keep": KEEP_GENERATIONS, "published": []}
+
+
+def write_history(target: str | os.PathLike, history: dict) -> None:
+    with replaced_atomically(history_path(target)) as tmp:
+        tmp.write_text(json.dumps({"keep": history["keep"], "published": history["published"][-MAX_HISTORY:]}) + "\n",
+                       encoding="utf-8")
+
+
+def _record_published(target: Path, name: str) -> None:
+    history = read_history(target)
+    if history["published"][-1:] != [name]:  # a name published again (a rollback) moves to the end
+        history["published"] = [n for n in history["published"] if n != name] + [name]
+        write_history(target, history)
+
+
+def retained(target: str | os.PathLike) -> list[Path]:
+    """The retained generations, newest first: the published one, then the most recently published
+    others that still exist, ``keep`` in all."""
+    target = Path(target).absolute()
+    gens, history = generations_dir(target), read_history(target)
+    out = [Path(os.path.realpath(target))] if target.is_symlink() else []
+    for name in reversed(history["published"]):
+        if len(out) >= history["keep"]:
+            break
+        if safe_generation_name(name) and (gens / name).is_dir() and gens / name not in out:
+            out.append(gens / name)
+    return out
+
+
+def safe_generation_name(name: str) -> bool:
+    return integrity.safe_name(name) and not name.startswith((".", "build-"))
 
 
 def _fsync_dir(path: Path) -> None:
@@ -113,23 +178,24 @@ def fsync_generation(gen: Path) -> None:
 
 
 def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
-    """Delete generations other than the published one and ``keep``: debris of killed writers.
+    """Delete generations other than the retained ones (:func:`retained`) and ``keep``: older
+    snapshots, and debris of killed writers.
 
     Runs inside ``publish``, under the writer lock that every generation is created under, so no
-    other writer of this index can be half-way through one: whatever is not published is debris
+    other writer of this index can be half-way through one: whatever was never published is debris
     (the writer's pid in the name is only for people reading the folder). A generation a reader is
     opening right now (shared lock on its manifest) is left for the next write; readers that have
     opened a removed generation keep answering from their open files.
     """
     gens = generations_dir(target)
-    current = Path(os.path.realpath(target)) if target.is_symlink() else None
+    kept = set(retained(target)) | {keep}
     # temporary links of publishes killed before their swap
     for link in target.parent.glob(f".{target.name}.link-*"):
         if link.is_symlink():
             link.unlink(missing_ok=True)
     remove_stale_builds(target)
     for gen in gens.glob("*") if gens.is_dir() else []:
-        if gen in (current, keep) or not gen.is_dir() or gen.name.startswith("build-"):
+        if gen in kept or not gen.is_dir() or gen.name.startswith("build-"):
             continue
         if not _being_opened(gen):  # else a reader is opening it: the next write removes it
             shutil.rmtree(gen, ignore_errors=True)
@@ -447,6 +513,13 @@ def _segment_specs(root: Path, manifest: dict) -> list[seg.SegmentSpec]:
 
 
 def _open_locked(root: Path, manifest: dict) -> IndexFiles:
+    verify_generation(root, manifest)
+    return open_generation(root, manifest)
+
+
+def verify_generation(root: Path, manifest: dict) -> None:
+    """Check every file of generation ``root`` against ``manifest`` (IndexCorruptError naming the first
+    that is damaged, missing or not the generation's own)."""
     specs = _segment_specs(root, manifest)
     integrity.verify(root, manifest, required=tuple(name for s in specs for name in s.files()))
     # verify() checked every listed file; any other a reader opens must be listed too, so that none is
@@ -456,7 +529,6 @@ def _open_locked(root: Path, manifest: dict) -> IndexFiles:
         if not (isinstance(name, str) and name in manifest["files"]):
             raise IndexCorruptError(f"{root / MANIFEST} does not list {name!r}, a file the index opens; "
                                     "the index is damaged")
-    return open_generation(root, manifest)
 
 
 def open_generation(root: Path, manifest: dict) -> IndexFiles:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from .indexer import mutations
 from .indexer import records as rec
+from .indexer import snapshots
 from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_filters, check_weights, is_utf8
 from .retrieval.paging import page, search_collapsed
 from .retrieval.search import Hit, Query, QueryError, Searcher
@@ -263,6 +264,15 @@ class Index:
     def compact(self) -> mutations.MutationReport:
         """Rebuild from the live documents (drops tombstones); see ``relsearch compact``."""
         return mutations.compact(self.path)
+
+    def snapshots(self) -> list[snapshots.Snapshot]:
+        """The retained generations, newest (the published one) first; see ``relsearch snapshots``."""
+        return snapshots.list_snapshots(self.path)
+
+    def rollback(self, to: str | None = None) -> str:
+        """Publish a retained generation again (default: the previous one); returns its name. Searches
+        that began on the current generation finish on it; the next ones use the restored one."""
+        return snapshots.rollback(self.path, to)[0]
 
 
 def open_index(path: str | os.PathLike, model: str | None = None, *, search_params: dict | None = None) -> Index:

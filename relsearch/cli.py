@@ -113,7 +113,7 @@ def score(text_a, text_b, model, as_json):
 
 
 from relsearch.cli_bench import bench  # noqa: E402
-from relsearch.cli_index import compact, delete, index  # noqa: E402  (commands with many options live in their own module)
+from relsearch.cli_index import compact, delete, index, rollback, snapshots  # noqa: E402  (many options)
 from relsearch.cli_lookup import lookup  # noqa: E402
 from relsearch.cli_query import query  # noqa: E402
 from relsearch.cli_serve import serve  # noqa: E402
@@ -123,6 +123,8 @@ cli.add_command(index)
 cli.add_command(query)
 cli.add_command(delete)
 cli.add_command(compact)
+cli.add_command(snapshots)
+cli.add_command(rollback)
 cli.add_command(lookup)
 cli.add_command(train)
 cli.add_command(bench)

@@ -212,6 +212,47 @@ def compact(index_dir, **es):
     _report_mutation(report, index_dir)
 
 
+@click.command()
+@click.option("--index", "index_dir", required=True, type=click.Path(), help="Published index.")
+@click.option("--keep", type=click.IntRange(min=1), default=None,
+              help="Retain this many generations from now on (the published one included; default 3).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per generation.")
+def snapshots(index_dir, keep, as_json):
+    """List the retained generations of an index (newest first) with their sizes on disk."""
+    from relsearch.indexer import snapshots as snaps
+
+    try:
+        if keep is not None:
+            snaps.set_keep(index_dir, keep)
+        listed = snaps.list_snapshots(index_dir)
+    except (OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    for s in listed:
+        if as_json:
+            click.echo(json.dumps(s.as_json()))
+        else:
+            click.echo(f"{'*' if s.current else ' '} {s.name}  {s.created_at}  {s.op:<8} {s.documents:>9} documents  "
+                       f"{s.bytes / 2**20:9.1f} MiB ({s.unique_bytes / 2**20:.1f} MiB its own)")
+
+
+@click.command()
+@click.option("--index", "index_dir", required=True, type=click.Path(), help="Published index.")
+@click.option("--to", "to", default=None, help="Generation to publish again (default: the previous one); "
+              "see `relsearch snapshots`.")
+def rollback(index_dir, to):
+    """Publish a retained generation again, atomically, after verifying its files."""
+    from relsearch.indexer import snapshots as snaps
+
+    try:
+        name, manifest = snaps.rollback(index_dir, to)
+    except (OSError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"{index_dir} now serves generation {name} ({manifest['counts'].get('documents', 0)} documents)")
+    if "elasticsearch" in manifest.get("backends", {}):
+        click.echo("note: the Elasticsearch alias still holds the newer contents; re-run the last mutation's "
+                   "--es-url options (or `relsearch compact --es-url ...`) to mirror this generation", err=True)
+
+
 def _report_mutation(report, index_dir: str) -> None:
     click.echo(report.summary())
     if report.not_found:

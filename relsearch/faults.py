@@ -30,6 +30,7 @@ POINTS = (
     "publish.link-created",     # the new symlink exists under a temporary name
     "publish.swapped",          # the index points at the new generation; old ones not yet removed
     "commit.published",         # published; the Elasticsearch alias not yet swapped
+    "rollback.verified",        # rollback: the retained generation's files are verified, not yet published
     "train.checkpoint-saved",   # train: a checkpoint (epoch / relation / evaluation) is complete
     "train.bundle-set-aside",   # train: the previous bundle is renamed aside, the new one not yet in place
 )

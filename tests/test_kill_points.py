@@ -42,8 +42,11 @@ def killed(*args, point: str) -> subprocess.CompletedProcess:
 
 
 def assert_clean(target: Path) -> None:
-    """Only the published generation is left: no other generation, no build shards, no temporary links."""
-    assert os.listdir(store.generations_dir(target.absolute())) == [os.path.basename(os.path.realpath(target))]
+    """Only the retained generations are left (the published one first): no debris of the killed
+    run, no build shards, no temporary links."""
+    retained = [g.name for g in store.retained(target)]
+    assert retained[0] == os.path.basename(os.path.realpath(target))
+    assert sorted(os.listdir(store.generations_dir(target.absolute()))) == sorted(retained)
     assert not list(target.parent.glob(f".{target.name}.link-*"))
 
 
@@ -106,6 +109,24 @@ def test_mutation_killed_at_any_point(base, tmp_path, op, point):
     out = run_cli(*args)  # the same command again completes
     assert out.returncode == 0, out.stderr
     assert answers(target) == after
+    assert_clean(target)
+
+
+@pytest.mark.parametrize("point", ["rollback.verified", pytest.param("publish.link-created", marks=kill),
+                                   "publish.swapped"])
+def test_rollback_killed_at_any_point(base, tmp_path, point):
+    target = published_copy(base, tmp_path / "idx")
+    restored = answers(target)
+    mutations.delete(str(target), ["d1", "d20"])
+    before, before_gen = answers(target), os.path.realpath(target)
+    killed("rollback", "--index", target, point=point)
+    assert_only_published_is_an_index(target, before_gen)
+    if point in AFTER_SWAP:
+        assert answers(target) == restored
+    else:
+        assert os.path.realpath(target) == before_gen and answers(target) == before
+        assert run_cli("rollback", "--index", target).returncode == 0
+    assert answers(target) == restored
     assert_clean(target)
 
 

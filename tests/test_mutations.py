@@ -104,7 +104,9 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     assert files.manifest["counts"] == {"documents": 3197, "positions": 3197, "deleted": 0, "tombstones": 0}
     assert not (files.root / store.DELETED_FILE).exists() and files.faiss.ntotal == 3197
     assert files.manifest["faiss"]["factory"] == factory
-    assert len(os.listdir(tmp_path / ".idx.generations")) == 1  # superseded generations are gone
+    # the published generation and the two before it are retained (snapshots); older ones are gone
+    assert sorted(os.listdir(tmp_path / ".idx.generations")) == sorted(g.name for g in store.retained(target))
+    assert len(store.retained(target)) == 3
 
 
 def test_concurrent_appends_are_serialised(tmp_path, encoder_identity):
