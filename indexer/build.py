@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import faults
-from . import store
+from . import lexical, store
 from .docstore import DocStore
 from .faiss_index import FaissSpec, build_index, trained_empty
 from .segments import TRAINED_FILE
@@ -119,9 +119,21 @@ def write_projections(gen: Path, vectors: np.ndarray, projections: dict[str, np.
     return out
 
 
+def write_lexical(gen: Path, prefix: str = "") -> None:
+    """``{prefix}bm25.npz`` over the texts of the segment's docstore (indexer/lexical.py), read back in
+    position order: the BM25 half of hybrid search, written with every segment."""
+    docstore = DocStore(str(gen / f"{prefix}{store.DOCSTORE_FILE}"))
+    try:
+        rows = [(pos, text) for batch in docstore.rows() for pos, _, text, _, _ in batch]
+    finally:
+        docstore.close()
+    lexical.write(gen / f"{prefix}{lexical.FILE}", np.asarray([p for p, _ in rows], np.int64), [t for _, t in rows])
+
+
 def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec: FaissSpec = FaissSpec(),
-                     facts: GpuFacts | None = None) -> dict:
-    """``vectors.npy`` + ``docstore.sqlite`` + ``index.faiss`` for exactly ``n`` documents.
+                     facts: GpuFacts | None = None, bm25: bool = True) -> dict:
+    """``vectors.npy`` + ``docstore.sqlite`` + ``index.faiss`` (+ ``bm25.npz`` unless ``bm25`` is
+    False) for exactly ``n`` documents.
 
     Returns manifest parts: ``counts`` (documents, positions, deleted, tombstones), ``faiss``,
     ``metadata_fields``, ``dim``.
@@ -139,13 +151,15 @@ def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec
     faults.point("build.rows-written")
     vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
     info = write_faiss(gen, vectors, spec, facts)
+    if bm25:
+        write_lexical(gen)
     return {"counts": {"documents": n, "positions": n, "deleted": 0, "tombstones": 0}, "faiss": info,
             "metadata_fields": sorted(fields), "dim": d}
 
 
 def build_published(target: str, blocks: Iterable[Block], *, n: int, d: int, encoder: dict,
                     bundle: dict | None = None, spec: FaissSpec = FaissSpec(), fields: dict | None = None,
-                    run: dict | None = None, mirrors=(), facts: GpuFacts | None = None) -> dict:
+                    run: dict | None = None, mirrors=(), facts: GpuFacts | None = None, bm25: bool = True) -> dict:
     """Build and publish an index at ``target`` from precomputed vectors (no Beam, no encoding).
 
     ``encoder``: the identity of the encoder that produced the vectors (``Encoder.identity``:
@@ -156,7 +170,7 @@ def build_published(target: str, blocks: Iterable[Block], *, n: int, d: int, enc
         gen = store.new_generation(target)
         try:
             (gen / store.REJECTED_FILE).write_text("")
-            parts = write_generation(gen, blocks, n=n, d=d, spec=spec, facts=facts)
+            parts = write_generation(gen, blocks, n=n, d=d, spec=spec, facts=facts, bm25=bm25)
             manifest = {"encoder": encoder, "bundle": bundle or {"path": None, "fingerprint": None, "operators": []},
                         "counts": parts["counts"],
                         "runs": [{"op": "build", "read": n, "indexed": n, "rejected": 0, **(run or {}),

@@ -29,10 +29,11 @@ import numpy as np
 from .. import faults
 from . import segments as seg
 from . import store
-from .build import Block, open_memmap, open_vectors, save_faiss, write_faiss, write_rows
+from .build import Block, open_memmap, open_vectors, save_faiss, write_faiss, write_lexical, write_rows
 from .docstore import DocStore
 from .faiss_index import FaissSpec
 from .gpu import GpuFacts
+from .lexical import FILE as LEXICAL_FILE
 from .tuning import AutoPolicy
 
 MAX_RUNS_KEPT = 100
@@ -111,6 +112,11 @@ def _write_deleted(gen: Path, deleted: np.ndarray) -> None:
         np.save(gen / store.DELETED_FILE, np.unique(np.asarray(deleted, np.int64)))
 
 
+def _has_lexical(src: store.IndexFiles) -> bool:
+    """Whether the index keeps BM25 lists (built with them); then every new segment gets its own."""
+    return f"{seg.specs(src.manifest)[0].prefix}{LEXICAL_FILE}" in src.manifest["files"]
+
+
 def _write_segment_faiss(gen: Path, spec: seg.SegmentSpec, vectors: np.ndarray) -> None:
     save_faiss(seg.segment_index(vectors, gen / seg.TRAINED_FILE), gen / spec.file(seg.FAISS))
 
@@ -156,11 +162,13 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
             out.flush()
             _write_segment_faiss(gen, new, out)
             del out
+            if _has_lexical(src):
+                write_lexical(gen, new.prefix)
             specs = specs + [new]
         faults.point("append.faiss-written")
         deleted = np.unique(np.concatenate([src.deleted, np.asarray(replaced, np.int64)]))
         _write_deleted(gen, deleted)
-        specs = _merge(gen, specs, deleted, limit, d)
+        specs = _merge(gen, specs, deleted, limit, d, lexical=_has_lexical(src))
         _write_rejected(gen, rejected)
         documents = src.manifest["counts"]["documents"] + n - len(replaced)
         tombstones = src.manifest["counts"].get("tombstones", 0) + len(replaced)
@@ -177,7 +185,8 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
     return _mutate(target, work, mirrors)
 
 
-def _merge(gen: Path, specs: list[seg.SegmentSpec], deleted: np.ndarray, limit: int, d: int) -> list[seg.SegmentSpec]:
+def _merge(gen: Path, specs: list[seg.SegmentSpec], deleted: np.ndarray, limit: int, d: int, *,
+           lexical: bool) -> list[seg.SegmentSpec]:
     """Merge neighbouring appended segments (segments.merge_plan) into one new segment of ``gen``:
     their rows stay at their positions; deleted documents' docstore rows are dropped. Returns the
     new segment list."""
@@ -205,9 +214,11 @@ def _merge(gen: Path, specs: list[seg.SegmentSpec], deleted: np.ndarray, limit: 
     out.flush()
     _write_segment_faiss(gen, merged, out)
     del out
+    if lexical:
+        write_lexical(gen, merged.prefix)
     for part in parts:  # this generation's links only: older generations keep theirs
-        for name in part.files():
-            (gen / name).unlink()
+        for name in part.files() + ((part.file(LEXICAL_FILE),) if lexical else ()):
+            (gen / name).unlink(missing_ok=True)
     faults.point("append.segments-merged")
     return specs[:i] + [merged] + specs[j:]
 
@@ -265,6 +276,7 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
         del out
         faults.point("compact.rows-copied")
         info = write_faiss(gen, np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False), use, facts)
+        write_lexical(gen)
         _write_rejected(gen, [])
         counts = {"documents": n, "positions": n, "deleted": 0, "tombstones": 0}
         run = {"op": "compact", "kept": n, "dropped_positions": src.positions - n}

@@ -43,7 +43,7 @@ import numpy as np
 from .. import __version__
 from .. import faults
 from ..files import replaced_atomically
-from . import integrity
+from . import integrity, lexical
 from . import segments as seg
 from .docstore import DocStore
 from .integrity import IndexCorruptError  # noqa: F401  (re-exported: callers catch it from here)
@@ -396,10 +396,21 @@ class Segment:
     """One segment of an opened generation (indexer/segments.py): its vectors and docstore, and
     its FAISS index loaded on first use from a descriptor opened with the rest."""
 
-    def __init__(self, spec: seg.SegmentSpec, root: Path, vectors: np.ndarray, docstore: DocStore, faiss_fd: int):
+    def __init__(self, spec: seg.SegmentSpec, root: Path, vectors: np.ndarray, docstore: DocStore, faiss_fd: int,
+                 bm25_fd: int | None = None):
         self.spec, self.root, self.vectors, self.docstore = spec, root, vectors, docstore
         self._faiss_fd: int | None = faiss_fd
         self._faiss = None
+        self._bm25_fd, self._bm25 = bm25_fd, None
+
+    @property
+    def bm25(self) -> lexical.LexicalSegment | None:
+        """The segment's BM25 lists (indexer/lexical.py), loaded on first use; None if it has none."""
+        if self._bm25 is None and self._bm25_fd is not None:
+            with os.fdopen(self._bm25_fd, "rb") as f:
+                self._bm25_fd = None
+                self._bm25 = lexical.LexicalSegment.load(f)
+        return self._bm25
 
     @property
     def start(self) -> int:
@@ -420,13 +431,17 @@ class Segment:
                 raise IndexCorruptError(f"{name} cannot be read by FAISS: "
                                         f"{str(e).strip().splitlines()[-1][:200]}") from None
             finally:
-                self.close_faiss_fd()
+                if self._faiss_fd is not None:
+                    os.close(self._faiss_fd)
+                    self._faiss_fd = None
         return self._faiss
 
     def close_faiss_fd(self) -> None:
-        if self._faiss_fd is not None:
-            os.close(self._faiss_fd)
-            self._faiss_fd = None
+        """Close the descriptors still held for lazy loading (the FAISS and BM25 files)."""
+        for name in ("_faiss_fd", "_bm25_fd"):
+            if getattr(self, name) is not None:
+                os.close(getattr(self, name))
+                setattr(self, name, None)
 
 
 @dataclass
@@ -544,7 +559,7 @@ def open_generation(root: Path, manifest: dict) -> IndexFiles:
     opened: list[Segment] = []
     try:
         for spec in specs:
-            opened.append(_open_segment(root, spec, manifest["dim"]))
+            opened.append(_open_segment(root, spec, manifest["dim"], spec.file(lexical.FILE) in manifest.get("files", {})))
     except BaseException:
         for s in opened:
             s.docstore.close()
@@ -553,7 +568,7 @@ def open_generation(root: Path, manifest: dict) -> IndexFiles:
     return IndexFiles(root, manifest, opened, deleted)
 
 
-def _open_segment(root: Path, spec: seg.SegmentSpec, dim: int) -> Segment:
+def _open_segment(root: Path, spec: seg.SegmentSpec, dim: int, bm25: bool) -> Segment:
     vectors_name, docstore_name, faiss_name = spec.files()
     vectors = _load_npy(root / vectors_name, mmap_mode="r")
     if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape != (spec.positions, dim or vectors.shape[1]):
@@ -564,7 +579,8 @@ def _open_segment(root: Path, spec: seg.SegmentSpec, dim: int) -> Segment:
         docstore.conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # binds the file now, and checks it
     except sqlite3.DatabaseError as e:
         raise IndexCorruptError(f"{root / docstore_name} cannot be read as SQLite ({e})") from None
-    return Segment(spec, root, vectors, docstore, integrity.open_regular(root / faiss_name))
+    return Segment(spec, root, vectors, docstore, integrity.open_regular(root / faiss_name),
+                   integrity.open_regular(root / spec.file(lexical.FILE)) if bm25 else None)
 
 
 def _load_npy(path: Path, **kw) -> np.ndarray:

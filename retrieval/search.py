@@ -17,9 +17,11 @@ from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig, resolve_model_path, weights_fingerprint
 from ..encoder.relations import lookup, mixture_query
 from ..indexer import ann, gpu
+from ..indexer import lexical as bm25
 from ..indexer.ann import SearchResult
 from ..indexer.build import projection_key
 from ..indexer.store import IndexFiles, open_index
+from . import hybrid as fusion
 from .inputs import Filters, check_filters, check_weights, is_utf8
 
 EXACT_SUBSET_MAX = 10_000  # a filter matching at most this many documents is searched exactly
@@ -202,21 +204,45 @@ class Searcher:
         return mixture_query(self.operators, h, relations, texts)
 
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
-               explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
+               explain: bool = False, params: dict | None = None, hybrid: str | None = None) -> list[list[Hit]]:
         """Top-k hits per query (never the query document itself). ``params`` overrides the
         index's tuned search parameters for this call (indexer/ann.py). ``filters``: field → value
-        a value or ``{operator: value}`` per field, typed (indexer/filters.py).
+        a value or ``{operator: value}`` per field, typed (indexer/filters.py). ``hybrid``
+        (``rrf`` | ``weighted``): fuse the relational list with BM25 on the query text (or the stored
+        text of an ``--id`` query), retrieval/hybrid.py; hit scores are then the fused scores.
         k above the number of live documents is clipped to it: every result array is (n, k + 1)."""
         k = min(k, self.live_count)
+        if hybrid is not None and hybrid not in fusion.METHODS:
+            raise QueryError(f"unknown hybrid fusion {hybrid!r}; choose {' or '.join(fusion.METHODS)}")
         projection = self.projection_of(queries)
         h, qv = self.query_vectors(queries, filters)
         subset = self.matching(filters) if filters else None
         # one extra candidate per query so that dropping the query document still leaves k
+        depth = max(fusion.HYBRID_DEPTH, k + 1) if hybrid else k + 1
         if projection:
-            result = self.projected_search(projection, qv, k + 1, subset)
+            result = self.projected_search(projection, qv, depth, subset)
         else:
-            result = self.ann(qv, k + 1, subset=subset, params=params)
+            result = self.ann(qv, depth, subset=subset, params=params)
+        if hybrid:
+            lexical = self.lexical_search(self.query_texts(queries), depth, subset)
+            result = fusion.fuse(hybrid, result, lexical, k + 1)
         return self.hits(result, queries, k, h if explain else None)
+
+    def lexical_search(self, texts: list[str], k: int, subset: np.ndarray | None = None) -> SearchResult:
+        """BM25 top-k positions and scores for ``texts`` over every segment (indexer/lexical.py);
+        deleted positions never, and only ``subset`` when given."""
+        parts = [s.bm25 for s in self.files.segments]
+        if any(p is None for p in parts):
+            raise QueryError("this index has no BM25 lists for every segment (built before hybrid search, or "
+                             "appended to since): run `relsearch compact --index DIR` once to add them")
+        allowed = np.ones(self.files.positions, bool)
+        allowed[self.files.deleted] = False
+        if subset is not None:
+            chosen = np.zeros_like(allowed)
+            chosen[subset] = True
+            allowed &= chosen
+        positions, scores = bm25.search(parts, texts, k, allowed=lambda p: allowed[p])
+        return SearchResult(positions, scores)
 
     def matching(self, filters: Filters) -> np.ndarray:
         """Sorted live positions whose metadata satisfies ``filters`` (the docstore's indexed filter table)."""

@@ -288,12 +288,13 @@ def test_pickles_in_place_of_weights_are_refused_in_one_line(index, tmp_path):
 
 
 def test_the_verified_cache_forgets_files_that_are_gone(tmp_path):
-    """Every publish removes the superseded generation; its markers go with it."""
-    from relsearch.indexer import mutations
+    """A publish removes the generations no longer retained (snapshots); their markers go with them."""
+    from relsearch.indexer import mutations, snapshots
 
     target = tmp_path / "idx"
     build(target, n=50)
     mutations.delete(str(target), ["d1"])
+    snapshots.set_keep(target, 1)
     mutations.compact(str(target))
     root = Path(os.path.realpath(target))
     remembered = [Path(m.read_text().split("\n")[0]) for m in integrity._cache_dir().iterdir()]

@@ -1,0 +1,93 @@
+"""BM25 per segment: the lexical half of local hybrid search (retrieval/hybrid.py).
+
+Each segment has ``{prefix}bm25.npz``, written with the segment: bm25s builds the BM25 index
+(Lucene BM25, k1 = 1.5, b = 0.75; lower-cased ``\\w\\w+`` tokens, English stop words, no stemming:
+the tokenisation of the BM25 baseline in bench/lexical.py) and the file holds its per-term score
+lists (CSC: for each term, the rows that contain it and their BM25 contribution), the vocabulary
+and the global position of every row. A query's score for a row is the sum of its terms'
+contributions, computed here over those lists, so deleted and filtered-out positions are masked
+before the top k is taken.
+
+Term statistics (IDF, average length) are per segment, as Elasticsearch's default
+``query_then_fetch`` uses per-shard statistics: scores of documents in different segments are
+comparable only approximately until ``compact`` makes one segment. Dense and lexical lists are
+fused by rank (RRF) by default, which only needs each list's order.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+FILE = "bm25.npz"
+K1, B = 1.5, 0.75
+
+
+def tokenize(texts: list[str]) -> list[list[str]]:
+    import bm25s
+
+    return bm25s.tokenize(list(texts), stopwords="en", show_progress=False, return_ids=False)
+
+
+def write(path: Path, positions: np.ndarray, texts: list[str]) -> None:
+    """BM25 over ``texts`` (rows at global ``positions``) into ``path`` (one .npz, no pickles)."""
+    import bm25s
+
+    retriever = bm25s.BM25(k1=K1, b=B)
+    tokens = tokenize(texts)
+    if tokens:
+        retriever.index(tokens, show_progress=False)
+        scores, vocab = retriever.scores, retriever.vocab_dict
+    else:  # an empty segment (every document of a merge deleted)
+        scores, vocab = {"data": np.zeros(0, np.float32), "indices": np.zeros(0, np.int32),
+                         "indptr": np.zeros(1, np.int64)}, {}
+    with open(path, "wb") as f:
+        np.savez(f, data=np.asarray(scores["data"], np.float32), indices=np.asarray(scores["indices"], np.int64),
+                 indptr=np.asarray(scores["indptr"], np.int64), positions=np.asarray(positions, np.int64),
+                 vocab=np.frombuffer(json.dumps(vocab, ensure_ascii=False).encode("utf-8"), np.uint8))
+
+
+@dataclass
+class LexicalSegment:
+    """One segment's BM25 lists, loaded from its ``bm25.npz``."""
+
+    data: np.ndarray
+    indices: np.ndarray  # row (0… within the segment) of each contribution
+    indptr: np.ndarray  # term id → its slice of data / indices
+    positions: np.ndarray  # row → global position
+    vocab: dict[str, int]
+
+    @classmethod
+    def load(cls, path: Path) -> LexicalSegment:
+        with np.load(path, allow_pickle=False) as z:
+            return cls(z["data"], z["indices"], z["indptr"], z["positions"],
+                       json.loads(z["vocab"].tobytes().decode("utf-8")))
+
+    def scores(self, tokens: list[str]) -> np.ndarray:
+        """BM25 score of every row for one tokenised query (0 where no term matches)."""
+        out = np.zeros(len(self.positions), np.float32)
+        for term in set(tokens):
+            t = self.vocab.get(term)
+            if t is not None and t + 1 < len(self.indptr):
+                lo, hi = self.indptr[t], self.indptr[t + 1]
+                np.add.at(out, self.indices[lo:hi], self.data[lo:hi])
+        return out
+
+
+def search(segments: list[LexicalSegment], texts: list[str], k: int, allowed=None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k global positions and BM25 scores (n, k) for query ``texts`` over all segments;
+    ``allowed(positions) -> bool mask`` drops deleted or filtered-out positions. Rows with fewer
+    than k matching documents are padded with (-1, -inf): a document no query term matches is not
+    a lexical hit."""
+    out_p = np.full((len(texts), k), -1, np.int64)
+    out_s = np.full((len(texts), k), -np.inf, np.float32)
+    positions = np.concatenate([s.positions for s in segments] or [np.zeros(0, np.int64)])
+    usable = allowed(positions) if allowed is not None else np.ones(len(positions), bool)
+    for i, tokens in enumerate(tokenize(texts)):
+        scores = np.concatenate([s.scores(tokens) for s in segments] or [np.zeros(0, np.float32)])
+        hit = np.flatnonzero((scores > 0) & usable)
+        top = hit[np.lexsort((positions[hit], -scores[hit]))[:k]]
+        out_p[i, :len(top)], out_s[i, :len(top)] = positions[top], scores[top]
+    return out_p, out_s

@@ -1,0 +1,56 @@
+"""Fuse a relational (dense) result list with a BM25 (lexical) one: local hybrid search.
+
+- ``rrf`` (the default): reciprocal rank fusion, score(d) = Σ over the lists that hold d of
+  1 / (RRF_K + rank of d in that list), ranks from 1, RRF_K = 60 (Cormack et al. 2009; also
+  Elasticsearch's ``rrf`` retriever default). Needs only each list's order, so BM25's unbounded
+  scores and inner products mix without calibration.
+- ``weighted``: each list's scores min-max normalised to [0, 1] over its own candidates (a
+  document absent from a list gets 0 there), then ``weight`` · dense + (1 − ``weight``) · lexical,
+  ``weight`` = 0.5 by default.
+
+Both take the top ``depth`` of each side (Searcher.search: max(HYBRID_DEPTH, k + 1)) and return
+the fused top k; ties go to the smaller position. The fused score replaces the hit's score.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..indexer.ann import SearchResult, top_k
+
+RRF_K = 60
+HYBRID_DEPTH = 100  # candidates taken from each side
+METHODS = ("rrf", "weighted")
+
+
+def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = 0.5) -> SearchResult:
+    if method not in METHODS:
+        raise ValueError(f"unknown hybrid fusion {method!r}; choose {' or '.join(METHODS)}")
+    out_p = np.full((len(dense.positions), k), -1, np.int64)
+    out_s = np.full((len(dense.positions), k), -np.inf, np.float32)
+    for i in range(len(dense.positions)):
+        contributions = [_rrf(dense, i), _rrf(lexical, i)] if method == "rrf" else \
+            [_minmax(dense, i, weight), _minmax(lexical, i, 1.0 - weight)]
+        fused: dict[int, float] = {}
+        for part in contributions:
+            for pos, score in part.items():
+                fused[pos] = fused.get(pos, 0.0) + score
+        if fused:
+            scores, positions = top_k(np.asarray([list(fused.values())], np.float32),
+                                      np.asarray(list(fused), np.int64), k)
+            out_p[i], out_s[i] = positions[0], scores[0]
+    return SearchResult(out_p, out_s)
+
+
+def _rrf(result: SearchResult, row: int) -> dict[int, float]:
+    positions = result.positions[row]
+    return {int(p): 1.0 / (RRF_K + rank) for rank, p in enumerate(positions[positions >= 0], 1)}
+
+
+def _minmax(result: SearchResult, row: int, weight: float) -> dict[int, float]:
+    valid = result.positions[row] >= 0
+    positions, scores = result.positions[row][valid], result.scores[row][valid].astype(np.float64)
+    if not len(scores):
+        return {}
+    span = scores.max() - scores.min()
+    normalised = (scores - scores.min()) / span if span > 0 else np.ones_like(scores)
+    return {int(p): weight * float(s) for p, s in zip(positions, normalised)}

@@ -1,0 +1,105 @@
+"""Local hybrid search: BM25 lists per segment (indexer/lexical.py) fused with the relational list
+(retrieval/hybrid.py): fusion exact on hand-made lists, and through an index: appended segments,
+deletes, filters, and the refusal on an index without BM25 lists."""
+import numpy as np
+import pytest
+
+from relsearch.indexer import mutations
+from relsearch.indexer.ann import SearchResult
+from relsearch.indexer.build import Block, build_published
+from relsearch.indexer.faiss_index import FaissSpec
+from relsearch.retrieval import hybrid
+from relsearch.retrieval.search import Query, QueryError, Searcher
+
+from synthetic_index import D, encoder_identity, raw_vectors
+
+
+def result(rows):
+    """SearchResult from [[(position, score), ...], ...] rows padded to the longest."""
+    width = max(len(r) for r in rows)
+    positions = np.full((len(rows), width), -1, np.int64)
+    scores = np.full((len(rows), width), -np.inf, np.float32)
+    for i, row in enumerate(rows):
+        for j, (p, s) in enumerate(row):
+            positions[i, j], scores[i, j] = p, s
+    return SearchResult(positions, scores)
+
+
+def test_rrf_is_exact_on_hand_made_lists():
+    dense = result([[(7, 0.9), (3, 0.8), (5, 0.1)]])
+    lexical = result([[(3, 12.0), (9, 4.0)]])
+    fused = hybrid.fuse("rrf", dense, lexical, 4)
+    expected = {3: 1 / 62 + 1 / 61, 7: 1 / 61, 9: 1 / 62, 5: 1 / 63}
+    assert fused.positions[0].tolist() == [3, 7, 9, 5]
+    np.testing.assert_allclose(fused.scores[0], [expected[p] for p in (3, 7, 9, 5)], rtol=1e-6)
+    # ties (7 and 9 would tie if both were first in their lists) go to the smaller position
+    tie = hybrid.fuse("rrf", result([[(9, 1.0)]]), result([[(7, 1.0)]]), 2)
+    assert tie.positions[0].tolist() == [7, 9]
+
+
+def test_weighted_fusion_normalises_each_list():
+    dense = result([[(1, 0.9), (2, 0.5), (3, 0.1)]])
+    lexical = result([[(3, 10.0), (4, 0.0)]])
+    fused = hybrid.fuse("weighted", dense, lexical, 4, weight=0.25)
+    expected = {1: 0.25, 2: 0.25 * 0.5, 3: 0.75, 4: 0.0}
+    assert fused.positions[0].tolist() == [3, 1, 2, 4]
+    np.testing.assert_allclose(fused.scores[0], [expected[p] for p in (3, 1, 2, 4)], rtol=1e-6)
+    empty = hybrid.fuse("weighted", result([[(1, 0.3)]]), result([[]] if False else [[(-1, 0.0)]]), 2)
+    assert empty.positions[0].tolist() == [1, -1]
+    with pytest.raises(ValueError, match="rrf or weighted"):
+        hybrid.fuse("max", dense, lexical, 2)
+
+
+WORDS = ["oil", "gas", "bank", "loan", "chip", "cloud", "drug", "trial"]
+
+
+def corpus(ids, seed):
+    rng = np.random.default_rng(seed)
+    docs = [{"id": i, "text": " ".join(rng.choice(WORDS, 3)) + f" {i}", "metadata": {"group": int(i[1:]) % 3}}
+            for i in ids]
+    return Block(docs, raw_vectors(len(ids), seed))
+
+
+@pytest.fixture
+def index(tmp_path):
+    target = tmp_path / "idx"
+    build_published(str(target), [corpus([f"d{i}" for i in range(200)], 1)], n=200, d=D,
+                    encoder=encoder_identity(), spec=FaissSpec(factory="Flat"))
+    return target
+
+
+def test_hybrid_over_segments_deletes_and_filters(index):
+    mutations.append(str(index), [Block([{"id": "new", "text": "zeppelin airship cloud", "metadata": {"group": 0}}],
+                                        raw_vectors(1, 9))], n=1, run={"read": 1})
+    mutations.delete(str(index), ["d3"])
+    searcher = Searcher(str(index))
+    assert len(searcher.files.segments) == 2
+    lexical = searcher.lexical_search(["zeppelin"], 5)
+    assert lexical.positions[0].tolist() == [200, -1, -1, -1, -1]  # a word only the appended document has
+    d3 = searcher.files.docstore.get([3])[3]["text"].split()[0]
+    assert 3 not in searcher.lexical_search([d3], 200).positions  # deleted
+    for method in hybrid.METHODS:
+        hits = searcher.search([Query(doc_id="d5")], k=10, hybrid=method)[0]
+        assert len(hits) == 10 and {"d5", "d3"}.isdisjoint(h.id for h in hits)
+        filtered = searcher.search([Query(doc_id="d5")], k=10, hybrid=method, filters={"group": 1})[0]
+        assert filtered and all(h.metadata["group"] == 1 for h in filtered)
+    # every fused hit comes from one of the two candidate lists, and the order is neither list's own
+    dense = [h.id for h in searcher.search([Query(doc_id="d5")], k=100)[0]]
+    words = searcher.files.docstore.get([5])[5]["text"]
+    found = searcher.lexical_search([words], 100).positions[0]
+    lexical_ids = [d["id"] for d in searcher.files.docstore.get([int(p) for p in found if p >= 0]).values()]
+    fused = [h.id for h in searcher.search([Query(doc_id="d5")], k=10, hybrid="rrf")[0]]
+    assert set(fused) <= set(dense) | set(lexical_ids)
+    assert fused != dense[:10] and set(fused) & set(lexical_ids)
+
+
+def test_an_index_without_bm25_lists_is_refused_until_compact(tmp_path):
+    target = tmp_path / "idx"
+    build_published(str(target), [corpus([f"d{i}" for i in range(50)], 2)], n=50, d=D,
+                    encoder=encoder_identity(), spec=FaissSpec(factory="Flat"), bm25=False)
+    with pytest.raises(QueryError, match="relsearch compact"):
+        Searcher(str(target)).search([Query(doc_id="d1")], k=3, hybrid="rrf")
+    mutations.compact(str(target))
+    assert len(Searcher(str(target)).search([Query(doc_id="d1")], k=3, hybrid="rrf")[0]) == 3
+    with pytest.raises(QueryError, match="unknown hybrid fusion"):
+        Searcher(str(target)).search([Query(doc_id="d1")], k=3, hybrid="max")
