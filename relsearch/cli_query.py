@@ -86,9 +86,12 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--es-ca-certs", type=click.Path(exists=True, dir_okay=False), default=None)
 @click.option("--num-candidates", type=click.IntRange(min=1), default=None,
               help="Elasticsearch kNN candidates per shard (default max(100, 2k)).")
-@click.option("--hybrid", is_flag=True, help="Elasticsearch: fuse BM25 on the query text with kNN (RRF).")
+@click.option("--hybrid", type=click.Choice(["rrf", "weighted"]), is_flag=False, flag_value="rrf", default=None,
+              help="Fuse BM25 on the query text (the stored text for --id) with the relational search: rrf "
+                   "(reciprocal rank fusion; plain --hybrid) or weighted (min-max scores, half each). Local: the "
+                   "index's BM25 lists; --backend es: the server's BM25, rrf only.")
 @click.option("--fusion", type=click.Choice(["server", "client"]), default="server", show_default=True,
-              help="--hybrid: the server's rrf retriever, or two searches fused here.")
+              help="--backend es --hybrid: the server's rrf retriever, or two searches fused here.")
 def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json, explain, model, ef_search, nprobe,
           rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion):
     """Find documents standing in --relation to TEXT (or to --id, or to each line of --queries)."""
@@ -114,8 +117,10 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         _fail(f"--min-score must be a finite number, got {min_score}")
     if backend == "es" and not (es_url and es_index):
         _fail("--backend es needs --es-url and --es-index")
+    if hybrid and (head is not None or (backend == "es" and hybrid != "rrf")):
+        _fail("--hybrid weighted needs the local backend" if head is None else "--hybrid and --rerank HEAD do not combine")
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
-                        num_candidates=num_candidates, hybrid=hybrid, fusion=fusion) if backend == "es" else None
+                        num_candidates=num_candidates, hybrid=bool(hybrid), fusion=fusion) if backend == "es" else None
     try:
         weights = parse_relation_args(relations)
         searcher = open_searcher(index_dir, model, backend=backend, es=es,
@@ -145,7 +150,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
                                        explain=explain)
         else:
             def run(fetch):
-                return searcher.search(queries, k=fetch, filters=filters, explain=explain)
+                local = {"hybrid": hybrid} if hybrid and backend != "es" else {}
+                return searcher.search(queries, k=fetch, filters=filters, explain=explain, **local)
         ranked = search_collapsed(run, need=offset + k, field=collapse_field,
                                   limit=searcher.live_count) if queries else []
         results = [page(hits, offset=offset, k=k, min_score=min_score) for hits in ranked]

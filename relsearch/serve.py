@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -75,11 +75,14 @@ class QueryOptions(_Body):
     explain: bool = Field(False, description="Add every operator's own score to each hit.")
     rerank: str | None = Field(None, description="A re-ranking head of the bundle, e.g. pu-head.")
     rerank_depth: int | None = Field(None, ge=1, le=MAX_RERANK_DEPTH)
+    hybrid: Literal["rrf", "weighted"] | None = Field(None, description="Fuse with BM25 on the query text: "
+                                                      "rrf (reciprocal rank fusion) or weighted.")
 
     def request(self, text: str | None, doc_id: str | None, relations: dict | None = None) -> SearchRequest:
         return SearchRequest(text=text, id=doc_id, relations=relations or self.relations, k=self.k,
                              offset=self.offset, min_score=self.min_score, collapse=self.collapse,
-                             filters=self.filters, explain=self.explain, rerank=self.rerank, rerank_depth=self.rerank_depth)
+                             filters=self.filters, explain=self.explain, rerank=self.rerank,
+                             rerank_depth=self.rerank_depth, hybrid=self.hybrid)
 
 
 class SearchBody(QueryOptions):

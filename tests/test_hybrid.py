@@ -103,3 +103,22 @@ def test_an_index_without_bm25_lists_is_refused_until_compact(tmp_path):
     assert len(Searcher(str(target)).search([Query(doc_id="d1")], k=3, hybrid="rrf")[0]) == 3
     with pytest.raises(QueryError, match="unknown hybrid fusion"):
         Searcher(str(target)).search([Query(doc_id="d1")], k=3, hybrid="max")
+
+
+def test_cli_query_hybrid(index):
+    import json
+
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    runner = CliRunner()
+    for args in (["--hybrid"], ["--hybrid", "weighted"]):
+        out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "-k", "3", "--json", *args])
+        assert out.exit_code == 0, out.output
+        rows = [json.loads(line) for line in out.output.splitlines()]
+        assert len(rows) == 3 and "d5" not in {r["id"] for r in rows}
+    expected = [h.id for h in Searcher(str(index)).search([Query(doc_id="d5")], k=3, hybrid="weighted")[0]]
+    assert [r["id"] for r in rows] == expected
+    out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "--hybrid", "max"])
+    assert out.exit_code == 2 and "'max' is not one of 'rrf', 'weighted'" in out.output

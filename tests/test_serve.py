@@ -135,6 +135,7 @@ def test_batch_relations_score(server):
     ('{"text": "x", "filters": {"gics_sector": {"gte": true}}}', 422, "filters"),
     ('{"text": "x", "filters": {"gics_sector": {"near": "a"}}}', 422, "filters"),
     ('{"text": "x", "collapse": "no-such-field"}', 422, "collapse"),
+    ('{"text": "x", "hybrid": "max"}', 422, "hybrid"),
     ('{"text": "x", "surprise": 1}', 422, "surprise"),
     ('{"text": "x", "index": "other"}', 404, "index"),
     ('{"id": "NOT-THERE"}', 404, "id"),
@@ -201,6 +202,13 @@ def test_operator_filters_and_collapse_over_http(server, index):
     same = index.search("power and gas utilities", k=10, collapse="gics_sector",
                         filters={"gics_sector": {"in": ["Energy", "Utilities"], "not": {"ieq": "ENERGY"}}})
     assert [h["id"] for h in hits] == [h.id for h in same]
+
+
+def test_hybrid_search_over_http_equals_the_python_api(server, index):
+    hits = Client(server).search(text="natural gas pipelines", k=5, hybrid="rrf", relations={"similar-company": 1})
+    same = index.search("natural gas pipelines", k=5, hybrid="rrf", relations={"similar-company": 1})
+    assert [h["id"] for h in hits] == [h.id for h in same] and len(hits) == 5
+    assert hits[0]["score"] <= 2 / 61  # a fused RRF score, not a cosine
 
 
 def test_another_writers_publish_is_picked_up(server, index_dir):
