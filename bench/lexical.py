@@ -7,28 +7,23 @@ the run, exactly like a BM25 index over that corpus.
 """
 from __future__ import annotations
 
+import bm25s
 import numpy as np
 
-
-def _bm25s():
-    try:
-        import bm25s
-    except ImportError as e:
-        raise ImportError("the BM25 baseline needs bm25s: pip install 'relsearch[bench]' (or pip install bm25s)") from e
-    return bm25s
+from ..indexer import lexical
 
 
 class BM25:
-    """BM25 over ``candidates`` (n_c texts); :meth:`scores` gives (n_q, n_c) float32."""
+    """BM25 over ``candidates`` (n_c texts); :meth:`scores` gives (n_q, n_c) float32. The same
+    tokenisation and parameters as the index's BM25 lists (indexer/lexical.py)."""
 
-    def __init__(self, candidates: list[str], *, k1: float = 1.5, b: float = 0.75):
-        bm25s = _bm25s()
+    def __init__(self, candidates: list[str], *, k1: float = lexical.K1, b: float = lexical.B):
         self.n = len(candidates)
         self._retriever = bm25s.BM25(k1=k1, b=b)
-        self._retriever.index(bm25s.tokenize(list(candidates), stopwords="en", show_progress=False), show_progress=False)
+        self._retriever.index(lexical.tokenize(candidates), show_progress=False)
 
     def tokens(self, texts: list[str]) -> list[list[str]]:
-        return _bm25s().tokenize(list(texts), stopwords="en", show_progress=False, return_ids=False)
+        return lexical.tokenize(texts)
 
     def scores(self, queries: list[str]) -> np.ndarray:
         """(n_q, n_c) BM25 scores of every candidate for each query text (0 where no term matches)."""

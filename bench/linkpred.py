@@ -32,6 +32,7 @@ import numpy as np
 
 from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.relations import Operator, lookup, normalize
+from ..retrieval.hybrid import rrf_matrix
 from .lexical import BM25
 from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
 from ..files import sha256_file
@@ -39,6 +40,7 @@ from .report import BenchInputError, BenchResult, Table, file_fingerprint, finis
 
 BASELINES = ("bm25", "identity")
 OWN = "relation"  # method label: each triple's own relation operator
+HYBRID = "hybrid"  # each triple's own operator fused with BM25 by RRF, as `relsearch query --hybrid` does
 DIRECTIONS = ("tail", "head")
 PROTOCOL = {
     "filtered": "other known true answers of (query, relation) from --known files and the test file removed; "
@@ -212,7 +214,8 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
     if method == "bm25":
         return bm25.scores([it.query for it in items])
     h = np.stack([cands.raw[it.query] for it in items])
-    return op.apply(h, [it.query for it in items]) @ op.documents(cands.unit).T
+    dense = op.apply(h, [it.query for it in items]) @ op.documents(cands.unit).T
+    return rrf_matrix(dense, bm25.scores([it.query for it in items])) if method == HYBRID else dense
 
 
 def _rank(method, items, cands, bm25, op, columns, chunk) -> tuple[Ranks, Ranks]:
@@ -257,7 +260,7 @@ def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: li
             collected = []
             for rel in relations:
                 group = [it for it in items if it.relation == rel]
-                op_name = rel if method == OWN else method
+                op_name = rel if method in (OWN, HYBRID) else method
                 op = None if method == "bm25" else operator_for(cands.bundle.operators, op_name, direction)
                 row = {"direction": direction, "relation": rel, "method": method,
                        "operator": None if method == "bm25" else op_name,
@@ -273,7 +276,7 @@ def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: li
                 if collected is not None:
                     collected.append(pair)
             overall = {"direction": direction, "relation": "overall", "method": method,
-                       "operator": None if method == OWN else method,
+                       "operator": None if method in (OWN, HYBRID) else method,
                        "queries": len(items), "missing": sum(missing[direction].values())}
             if collected is None:
                 rows.append(dict(overall, available=False, reason="unavailable for some relation"))
@@ -322,7 +325,8 @@ def table(rows: list[dict], title: str) -> Table:
 
 
 def methods_for(job: LinkPredJob, bundle: Bundle, test: list[dict]) -> list[str]:
-    """bm25, identity, then each --relation or the triples' own operators (checked to exist)."""
+    """bm25, identity, then each --relation, or the triples' own operators (checked to exist) and their
+    fusion with BM25."""
     for name in job.relations:
         lookup(bundle.operators, name)
     if job.relations:
@@ -331,7 +335,7 @@ def methods_for(job: LinkPredJob, bundle: Bundle, test: list[dict]) -> list[str]
     if absent:
         raise BenchInputError(f"the triples use relation(s) the bundle lacks: {', '.join(absent)}; available: "
                               f"{', '.join(sorted(bundle.operators))}; pick operators with --relation NAME")
-    return [*BASELINES, OWN]
+    return [*BASELINES, OWN, HYBRID]
 
 
 def run_linkpred(job: LinkPredJob, *, json_out: str | None = None, plot_out: str | None = None,

@@ -15,7 +15,8 @@ bench/scale.py; built with the library functions, FAISS ``auto``, tuned), in one
   raised so none merge); median over ``--repeats`` rounds, and the ratio;
 - ``latency_ms``: single ``Searcher.search`` calls by stored id (no text encoding): p50/p99 of
   unfiltered, 10 %-selective (``shard=3``: FAISS with an id selector) and 0.1 %-selective
-  (``bucket=7``: exact over the matches) filters, on the segmented index;
+  (``bucket=7``: exact over the matches) filters, and hybrid (RRF with BM25 on the stored text),
+  on the segmented index;
 - ``recall@10`` of the segmented index against exact search over its live documents.
 
 Vectors are synthetic, so no encoding is timed: an append's encoding cost is the encoder's, the
@@ -36,13 +37,18 @@ import numpy as np
 
 from . import scale
 
+# a small vocabulary, so BM25 lists have the long postings of real text (texts are synthetic)
+WORDS = ["oil", "gas", "bank", "loan", "chip", "cloud", "drug", "trial", "retail", "store", "power", "grid", "rail",
+         "freight", "media", "film", "water", "steel", "mine", "gold", "bond", "fund", "ship", "port", "farm"]
+
 
 def _blocks(base, n: int, first: int, seed: int, noise: float):
     from relsearch.indexer.build import Block
 
     for start, raw, _ in scale.synthesise(base, n, noise, seed):
         ids = range(first + start, first + start + len(raw))
-        yield Block([{"id": f"s{i}", "text": f"synthetic document {i}", "metadata": {"shard": i % 10, "bucket": i % 1000}}
+        yield Block([{"id": f"s{i}", "text": f"synthetic document {i} about {WORDS[i % 97 % len(WORDS)]} and "
+                      f"{WORDS[i % 89 % len(WORDS)]}", "metadata": {"shard": i % 10, "bucket": i % 1000}}
                      for i in ids], raw)
 
 
@@ -66,14 +72,14 @@ def _qps(searcher, q: np.ndarray, k: int, repeats: int) -> float:
     return len(q) / statistics.median(times)
 
 
-def _latency(searcher, ids: list[str], k: int, filters: dict | None) -> dict:
+def _latency(searcher, ids: list[str], k: int, filters: dict | None, hybrid: str | None = None) -> dict:
     from relsearch.retrieval.search import Query
 
-    searcher.search([Query(doc_id=ids[0])], k=k, filters=filters)
+    searcher.search([Query(doc_id=ids[0])], k=k, filters=filters, hybrid=hybrid)
     times = []
     for doc_id in ids:
         started = time.perf_counter()
-        searcher.search([Query(doc_id=doc_id)], k=k, filters=filters)
+        searcher.search([Query(doc_id=doc_id)], k=k, filters=filters, hybrid=hybrid)
         times.append((time.perf_counter() - started) * 1000)
     return {"p50": round(float(np.percentile(times, 50)), 2), "p99": round(float(np.percentile(times, 99)), 2)}
 
@@ -123,7 +129,8 @@ def run(args) -> dict:
         ids = [f"s{i}" for i in range(1, args.n, max(args.n // args.latency_queries, 1))][:args.latency_queries]
         report["latency_ms"] = {"unfiltered": _latency(many, ids, k, None),
                                 "shard=3 (10%)": _latency(many, ids, k, {"shard": 3}),
-                                "bucket=7 (0.1%)": _latency(many, ids, k, {"bucket": 7})}
+                                "bucket=7 (0.1%)": _latency(many, ids, k, {"bucket": 7}),
+                                "hybrid rrf": _latency(many, ids, k, None, "rrf")}
         report["threads"] = scale._threads()
     finally:
         if not args.out and not args.keep:

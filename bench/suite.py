@@ -261,12 +261,14 @@ def main_table(steps: list[Step]) -> Table:
         by = {(r["relation"], r["method"]): r for r in s.result["rows"] if r["direction"] == "tail" and r.get("available")}
         for rel in sorted({r for r, _ in by} - {"overall"}):
             b, i, o = by[(rel, "bm25")], by[(rel, "identity")], by[(rel, "relation")]
+            hy = by.get((rel, "hybrid"))
             rows.append([rel, s.dataset, o["queries"], s.result["counts"]["candidates"], b["filtered"]["mrr"],
-                         i["filtered"]["mrr"], o["filtered"]["mrr"], o["filtered"]["mrr"] - i["filtered"]["mrr"],
+                         i["filtered"]["mrr"], o["filtered"]["mrr"], hy["filtered"]["mrr"] if hy else None,
+                         o["filtered"]["mrr"] - i["filtered"]["mrr"],
                          o["filtered"]["hits@1"], o["filtered"]["hits@10"], i["filtered"]["hits@10"], o["raw"]["mrr"]])
     return Table("Link prediction, default pack (filtered, realistic ranks; tail prediction)",
-                 ["relation", "dataset", "triples", "candidates", "BM25 MRR", "identity MRR", "operator MRR", "Δ vs id",
-                  "op H@1", "op H@10", "id H@10", "op raw MRR"], rows)
+                 ["relation", "dataset", "triples", "candidates", "BM25 MRR", "identity MRR", "operator MRR",
+                  "hybrid MRR", "Δ vs id", "op H@1", "op H@10", "id H@10", "op raw MRR"], rows)
 
 
 def evalrank_table(step: Step) -> Table:

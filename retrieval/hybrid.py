@@ -41,6 +41,21 @@ def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, wei
     return SearchResult(out_p, out_s)
 
 
+def rrf_matrix(dense: np.ndarray, lexical: np.ndarray, depth: int = HYBRID_DEPTH) -> np.ndarray:
+    """RRF of two (n, m) score matrices over the same m candidates, as :func:`fuse` does for result
+    lists: the top ``depth`` of each row of each matrix contribute 1 / (RRF_K + rank); a lexical
+    score of 0 (no query term matches) is no hit, as in indexer/lexical.py. Candidates in neither
+    top ``depth`` score 0. Used by the benchmarks, which score every candidate."""
+    out = np.zeros(dense.shape, np.float64)
+    rows = np.arange(len(dense))[:, None]
+    contribution = 1.0 / (RRF_K + np.arange(1, min(depth, dense.shape[1]) + 1))
+    for scores, must_match in ((dense, False), (lexical, True)):
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+        valid = scores[rows, order] > 0 if must_match else np.ones(order.shape, bool)
+        out[rows, order] += contribution[None, :order.shape[1]] * valid
+    return out.astype(np.float32)
+
+
 def _rrf(result: SearchResult, row: int) -> dict[int, float]:
     positions = result.positions[row]
     return {int(p): 1.0 / (RRF_K + rank) for rank, p in enumerate(positions[positions >= 0], 1)}

@@ -369,3 +369,20 @@ def test_companies_reports_every_method_for_industry_and_sector_and_cross_source
     cross = {(c["source"], c["method"]) for c in res.payload["cross_source"]}
     assert ("wikipedia", "identity") in cross and ("wikipedia", "bm25") in cross
     assert (tmp_path / "map.png").stat().st_size > 0 and json.loads((tmp_path / "c.json").read_text())["companies"] == 60
+
+
+@pytest.mark.slow
+def test_hybrid_beats_bm25_and_identity_on_trecqa(tmp_path):
+    """The issue's bar for local hybrid search, on the whole TrecQA test split (1,393 candidate
+    sentences, 284 triples; the default pack): RRF of the operator and BM25 beats both baselines."""
+    from relsearch.bench.linkpred import HYBRID, LinkPredJob, evaluate, load_candidates, read_triples
+
+    pairs = [json.loads(line) for line in shared("trecqa", "pairs", "test.jsonl").read_text().splitlines()]
+    write_jsonl(tmp_path / "cands.jsonl", [{"text": t} for t in dict.fromkeys(p["b"] for p in pairs)])
+    test = read_triples(str(shared("trecqa", "triples", "test.jsonl")))
+    known = [t for split in ("train", "dev") for t in read_triples(str(shared("trecqa", "triples", f"{split}.jsonl")))]
+    cands = load_candidates(LinkPredJob(test="", candidates=str(tmp_path / "cands.jsonl"), progress=False),
+                            [t["head"] for t in test])
+    rows = evaluate(test, known, cands, ["bm25", "identity", HYBRID])["rows"]
+    mrr = {r["method"]: r["filtered"]["mrr"] for r in rows if r["relation"] == "overall"}
+    assert mrr[HYBRID] > mrr["bm25"] > mrr["identity"]

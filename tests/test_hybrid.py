@@ -50,6 +50,15 @@ def test_weighted_fusion_normalises_each_list():
         hybrid.fuse("max", dense, lexical, 2)
 
 
+def test_rrf_over_score_matrices_matches_the_list_fusion():
+    dense = np.array([[0.9, 0.1, 0.5, 0.2]], np.float32)
+    lexical = np.array([[0.0, 3.0, 1.0, 0.0]], np.float32)  # 0: no term matches, not a hit
+    fused = hybrid.rrf_matrix(dense, lexical, depth=2)
+    np.testing.assert_allclose(fused[0], [1 / 61, 1 / 61, 2 / 62, 0.0], rtol=1e-6)
+    lists = hybrid.fuse("rrf", result([[(0, 0.9), (2, 0.5)]]), result([[(1, 3.0), (2, 1.0)]]), 3)
+    np.testing.assert_allclose(sorted(fused[0][lists.positions[0]], reverse=True), lists.scores[0], rtol=1e-6)
+
+
 WORDS = ["oil", "gas", "bank", "loan", "chip", "cloud", "drug", "trial"]
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from relsearch.indexer import records as rec
+from relsearch.indexer import store
 from relsearch.indexer.store import open_index
 from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
 from conftest import DEMO_CORPUS, write_jsonl
@@ -85,7 +86,9 @@ def test_rebuild_replaces_atomically_and_custom_fields(tmp_path):
     run_index(job(write_jsonl(tmp_path / "b.jsonl", rows[:3]), target, id_field="ticker", text_field="desc"))
     assert open_index(target).docstore.count() == 3
     assert files.docstore.count() == 6  # a reader opened before the swap keeps its generation
-    assert len(os.listdir(tmp_path / ".idx.generations")) == 1
+    # the rebuilt generation and the one it replaced (a snapshot) are all that is left
+    assert sorted(os.listdir(tmp_path / ".idx.generations")) == sorted(g.name for g in store.retained(target))
+    assert len(store.retained(target)) == 2
 
 
 def test_bad_faiss_factory_is_a_clear_error(tmp_path):
@@ -223,7 +226,9 @@ def test_a_full_disk_is_one_error_and_never_blocks_the_next_build(tmp_path, monk
     assert open_index(target).docstore.count() == 20  # the last good index answers
 
     report = run_index(job(write_jsonl(tmp_path / "c.jsonl", GOOD[6:9]), target))
-    assert report.documents == 3 and os.listdir(gens) == [os.path.basename(os.path.realpath(target))]
+    # the new build and the good one before it (a snapshot); the kept shards are gone
+    assert report.documents == 3 and sorted(os.listdir(gens)) == sorted(g.name for g in store.retained(target))
+    assert [g.name for g in store.retained(target)] == [os.path.basename(os.path.realpath(target)), *good]
 
 
 def test_beam_scratch_space_stays_in_the_build_folder(tmp_path, monkeypatch):
