@@ -333,7 +333,7 @@ def read_manifest(gen: Path) -> dict:
 MANIFEST_FIELDS = {"format": str, "encoder": dict, "dim": int, "counts": dict, "fields": dict, "faiss": dict,
                    "files": dict}
 OPTIONAL_FIELDS = {"bundle": dict, "projections": dict, "runs": list, "input": dict, "backends": dict,
-                   "segments": list}
+                   "segments": list, "max_segments": int}
 _NESTED = {("encoder", "model"): str, ("fields", "id"): str, ("fields", "text"): str, ("fields", "metadata"): list}
 
 
