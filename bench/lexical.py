@@ -7,7 +7,6 @@ the run, exactly like a BM25 index over that corpus.
 """
 from __future__ import annotations
 
-import bm25s
 import numpy as np
 
 from ..indexer import lexical
@@ -19,7 +18,7 @@ class BM25:
 
     def __init__(self, candidates: list[str], *, k1: float = lexical.K1, b: float = lexical.B):
         self.n = len(candidates)
-        self._retriever = bm25s.BM25(k1=k1, b=b)
+        self._retriever = lexical.bm25s_module().BM25(k1=k1, b=b)
         self._retriever.index(lexical.tokenize(candidates), show_progress=False)
 
     def tokens(self, texts: list[str]) -> list[list[str]]:

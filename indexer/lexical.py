@@ -16,6 +16,7 @@ fused by rank (RRF) by default, which only needs each list's order.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,17 +26,22 @@ FILE = "bm25.npz"
 K1, B = 1.5, 0.75
 
 
-def tokenize(texts: list[str]) -> list[list[str]]:
+def bm25s_module():
+    """bm25s, imported on first use; it sets its logger to DEBUG at import, which would print a
+    line per build wherever logging has a handler (Beam installs one)."""
     import bm25s
 
-    return bm25s.tokenize(list(texts), stopwords="en", show_progress=False, return_ids=False)
+    logging.getLogger("bm25s").setLevel(logging.WARNING)
+    return bm25s
+
+
+def tokenize(texts: list[str]) -> list[list[str]]:
+    return bm25s_module().tokenize(list(texts), stopwords="en", show_progress=False, return_ids=False)
 
 
 def write(path: Path, positions: np.ndarray, texts: list[str]) -> None:
     """BM25 over ``texts`` (rows at global ``positions``) into ``path`` (one .npz, no pickles)."""
-    import bm25s
-
-    retriever = bm25s.BM25(k1=K1, b=B)
+    retriever = bm25s_module().BM25(k1=K1, b=B)
     tokens = tokenize(texts)
     if tokens:
         retriever.index(tokens, show_progress=False)

@@ -232,7 +232,15 @@ def snapshots(index_dir, keep, as_json):
             click.echo(json.dumps(s.as_json()))
         else:
             click.echo(f"{'*' if s.current else ' '} {s.name}  {s.created_at}  {s.op:<8} {s.documents:>9} documents  "
-                       f"{s.bytes / 2**20:9.1f} MiB ({s.unique_bytes / 2**20:.1f} MiB its own)")
+                       f"{_size(s.bytes):>10} ({_size(s.unique_bytes)} its own)")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
 
 
 @click.command()
