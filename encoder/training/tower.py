@@ -28,7 +28,6 @@ Interrupted runs resume from ``OUT.checkpoint`` (:class:`~.loop.Checkpoint`).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -40,8 +39,10 @@ from ..metrics import Ranks, rank_gold, ranking_metrics
 from ..relations import Operator, normalize
 from ..tower import MARKER, marked
 from .cache import _tqdm, encode_cached
+from .card import hyperparameters
 from .data import load_triple_splits
 from .loop import Checkpoint, EarlyStopping, seed_everything
+from .splits import text_ids
 
 NEGATIVES = ("table", "batch")
 TOWER_NAME = "query-tower"
@@ -195,14 +196,7 @@ def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
 
-    texts: dict[str, int] = {}
-    for split in loaded.values():
-        for t in split:
-            for x in (t.head, t.tail, t.negative):
-                if x is not None:
-                    texts.setdefault(x, len(texts))
-    for x in candidates or ():
-        texts.setdefault(x, len(texts))
+    texts = text_ids(loaded, extra=candidates)
     text_list = list(texts)
     data = {s: _Data([t.relation for t in v], np.array([texts[t.head] for t in v], np.int64),
                      np.array([texts[t.tail] for t in v], np.int64)) for s, v in loaded.items()}
@@ -363,10 +357,5 @@ def _test_metrics(test: _Data, tower_unit, table: np.ndarray, known, wanted) -> 
 
 
 def _hyper(config: TowerConfig, train_files, base, candidates) -> dict:
-    d = dataclasses.asdict(config)
-    d.update(lr=config.learning_rate, base=base, data=[str(f) for f in train_files],
-             candidates=len(candidates) if candidates else 0)
-    for k in ("cache_dir", "progress", "threads"):
-        d.pop(k)
-    d["relations"] = list(d["relations"]) if d["relations"] else None
-    return d
+    return hyperparameters(config, lr=config.learning_rate, base=base, data=[str(f) for f in train_files],
+                           candidates=len(candidates) if candidates else 0)
