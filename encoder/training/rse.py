@@ -127,6 +127,39 @@ def _mask(batch: np.ndarray, excl: list[np.ndarray], cand_pos: np.ndarray, n_can
 
 
 # ----------------------------------------------------------------------------------- training
+class _Candidates:
+    """The softmax columns of one relation's training batches (module docstring, "Negatives")."""
+
+    def __init__(self, raw, train: RelationSplit, config: TrainConfig, extra: np.ndarray | None):
+        import torch
+
+        self.train, self.config, self.n = train, config, len(raw)
+        self.pool = np.unique(np.concatenate([train.head, train.tail, train.neg[train.neg >= 0]]
+                                             + ([extra] if extra is not None else [])))
+        self.tail_pool = np.unique(train.tail)
+        self.unit = torch.nn.functional.normalize(raw, dim=-1)
+        self.pool_unit = self.unit[self.pool]  # "all" mode: the candidate table is fixed, gather it once
+        self.pos = np.full(self.n, -1, dtype=np.int64)  # text id → candidate column (−1: not a candidate)
+        self.pos[self.pool] = np.arange(len(self.pool))
+
+    def for_batch(self, batch: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, object]:
+        """(text id → column map, unit candidate vectors) for one batch."""
+        config, train = self.config, self.train
+        if config.negatives == "all":
+            if not config.max_candidates or len(self.pool) <= config.max_candidates:
+                return self.pos, self.pool_unit
+            sample = rng.choice(self.pool, config.max_candidates, replace=False)
+            cand = np.unique(np.concatenate([sample, train.tail[batch], train.neg[batch][train.neg[batch] >= 0]]))
+        else:
+            neg = train.neg[batch].copy()
+            need = neg < 0
+            neg[need] = rng.choice(self.tail_pool, size=int(need.sum()))  # a true tail drawn here is masked
+            cand = np.unique(np.concatenate([train.tail[batch], neg]))
+        cand_pos = np.full(self.n, -1, dtype=np.int64)
+        cand_pos[cand] = np.arange(len(cand))
+        return cand_pos, self.unit[cand]
+
+
 def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: RelationSplit | None,
                     known: dict[int, set[int]], config: TrainConfig,
                     extra: np.ndarray | None = None) -> tuple[dict, dict]:
@@ -139,32 +172,10 @@ def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: R
     params = init_params(config.operator, vectors.shape[1], gen)
     opt = torch.optim.Adam(params.values(), lr=config.learning_rate)
     excl = _exclusions(train)
-    pool = np.unique(np.concatenate([train.head, train.tail, train.neg[train.neg >= 0]]
-                                    + ([extra] if extra is not None else [])))
-    tail_pool = np.unique(train.tail)
     raw = torch.from_numpy(vectors)
-    unit = torch.nn.functional.normalize(raw, dim=-1)
-    pool_unit = unit[pool]  # "all" mode: the candidate table is fixed, gather it once
-    pos = np.full(len(vectors), -1, dtype=np.int64)  # text id → candidate column (−1: not a candidate)
-    pos[pool] = np.arange(len(pool))
+    candidates = _Candidates(raw, train, config, extra)
     if dev is not None:
         dev = sample_queries(dev, config.max_dev_queries, rng)
-
-    def batch_candidates(batch: np.ndarray) -> tuple[np.ndarray, object]:
-        """(text id → column map, unit candidate vectors) for one batch."""
-        if config.negatives == "all":
-            if not config.max_candidates or len(pool) <= config.max_candidates:
-                return pos, pool_unit
-            sample = rng.choice(pool, config.max_candidates, replace=False)
-            cand = np.unique(np.concatenate([sample, train.tail[batch], train.neg[batch][train.neg[batch] >= 0]]))
-        else:
-            neg = train.neg[batch].copy()
-            need = neg < 0
-            neg[need] = rng.choice(tail_pool, size=int(need.sum()))  # a true tail drawn here is masked
-            cand = np.unique(np.concatenate([train.tail[batch], neg]))
-        cand_pos = np.full(len(vectors), -1, dtype=np.int64)
-        cand_pos[cand] = np.arange(len(cand))
-        return cand_pos, unit[cand]
 
     def dev_mrr() -> float:
         return link_prediction(numpy_apply(params), vectors, dev, known)[0]["mrr"] if dev else float("nan")
@@ -177,7 +188,7 @@ def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: R
         order, losses = rng.permutation(len(train)), []
         for start in range(0, len(order), config.batch_size):
             batch = order[start:start + config.batch_size]
-            cand_pos, cand_unit = batch_candidates(batch)
+            cand_pos, cand_unit = candidates.for_batch(batch, rng)
             mask = torch.from_numpy(_mask(batch, excl, cand_pos, len(cand_unit)))
             q = forward(params, raw[train.head[batch]])
             loss = rse_loss(q, cand_unit, torch.from_numpy(cand_pos[train.tail[batch]]), mask, config.temperature)
