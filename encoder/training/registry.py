@@ -33,14 +33,19 @@ class Trainer:
 
     name: str
     summary: str
-    config_cls: Callable[[], type]  # imported on first use: objectives pull in torch, peft, scipy
+    load_config_cls: Callable[[], type]  # imports on first use: objectives pull in torch, peft, scipy
     run: Callable[[TrainData, RunOptions, object], TrainResult]
     rename: Callable[[dict], dict] = dict  # option values → config fields (CLI spellings, sentinels)
     card: Callable[..., str] = render_model_card  # (bundle, notes=...) → MODEL_CARD.md
 
+    @property
+    def config_cls(self) -> type:
+        """The objective's config dataclass (its hyperparameter record)."""
+        return self.load_config_cls()
+
     def config(self, options: dict):
         """The objective's config from option values; :class:`UnknownOptions` for ones it lacks."""
-        cls = self.config_cls()
+        cls = self.config_cls
         values = self.rename(dict(options))
         fields = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(k for k in values if k not in fields)
