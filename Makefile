@@ -24,7 +24,9 @@ demo: $(VENV)/.installed
 	@echo; echo '# Banks similar to JPMorgan, only within the Financials sector, with per-relation scores:'
 	$(RELSEARCH) query --id JPM --index $(DEMO_INDEX) --relation similar-company --filter gics_sector=Financials -k 3 --explain
 
+# The linter first (configured in pyproject.toml [tool.ruff]): CI (.ci/run) runs this target.
 test: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 test-slow: $(VENV)/.installed

@@ -1,8 +1,10 @@
 """``relsearch train DATA --objective ... --out BUNDLE``: one command for the five objectives.
 
-Registered in :mod:`relsearch.cli` with ``cli.add_command(train)``. Options left unset take the
-objective's own defaults (its config dataclass); an option that means nothing for the chosen
-objective is an error rather than silently ignored. The bundle is written aside and swapped in
+Registered in :mod:`relsearch.cli` with ``cli.add_command(train)``. Parses the options and hands
+them to the objective's trainer in :data:`relsearch.encoder.training.registry.TRAINERS` (rse's
+``--regime`` picks one of three). Options left unset take the objective's own defaults (its config
+dataclass); an option that means nothing for the chosen objective is an error rather than
+silently ignored. The bundle is written aside and swapped in
 (a killed run never leaves half a bundle), with MODEL_CARD.md beside ``bundle.json``; the
 checkpoint that lets an interrupted run resume (``OUT.checkpoint``) is removed once it is written.
 """
@@ -10,15 +12,15 @@ from __future__ import annotations
 
 import click
 
-from .encoder.training.card import CARD, render_model_card, summary_lines
+from .encoder.training.card import CARD, summary_lines
 
 OBJECTIVES = ("rse", "aspect", "transition", "pu", "distill")
 # Which objectives accept each objective-specific option (checked after parsing).
 ONLY_FOR = {
     "regime": ("rse", "aspect", "pu"),
-    "operator": ("rse",), "negatives": ("rse",), "candidates": ("rse",), "relation_lr": ("rse",), "eval_every": ("rse",),
-    "margin": ("rse",), "pre_batch": ("rse",), "lora_rank": ("rse",), "warmup": ("rse",), "chunk": ("rse",),
-    "inverse": ("rse",),
+    "operator": ("rse",), "negatives": ("rse",), "candidates": ("rse",), "relation_lr": ("rse",),
+    "eval_every": ("rse",), "margin": ("rse",), "pre_batch": ("rse",), "lora_rank": ("rse",), "warmup": ("rse",),
+    "chunk": ("rse",), "inverse": ("rse",),
     "max_candidates": ("rse", "aspect"),
     "relations": ("rse", "transition"),
     "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",), "project": ("aspect",),
@@ -121,123 +123,69 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
     from pathlib import Path
 
     from .encoder.training.loop import Checkpoint, write_bundle
+    from .encoder.training.options import RunOptions
+    from .encoder.training.registry import trainer_for
 
     given = {k: v for k, v in options.items() if v not in (None, ())}
     for key, allowed in ONLY_FOR.items():
         if key in given and objective not in allowed:
-            raise click.UsageError(f"{_flag(key)} does not apply to --objective {objective} (only {', '.join(allowed)})")
-    given["progress"] = not quiet
+            raise click.UsageError(f"{_flag(key)} does not apply to --objective {objective} "
+                                   f"(only {', '.join(allowed)})")
+    run = RunOptions(base=base, out=out, threads=given.pop("threads", None), cache_dir=given.pop("cache_dir", None),
+                     progress=not quiet)
+    trainer = trainer_for(objective, given.pop("regime", None) if objective == "rse" else None)
+    if trainer.name == "rse" and "max_length" in given:
+        raise click.UsageError("--max-length applies to fine-tuning (--regime joint or encoder); the adapter regime "
+                               "encodes with the base encoder's own maximum")
     try:
-        bundle, encoder = _run(objective, list(data), list(dev_files), list(test_files), base, out, given)
+        data = _data(objective, data, dev_files, test_files, given)
+        result = trainer.train(data, run, _config(trainer, given))
         for name, text in _description_map(descriptions).items():
-            if name not in bundle.operators:
+            if name not in result.bundle.operators:
                 raise ValueError(f"--description names {name!r}, which this run did not train; trained: "
-                                 f"{', '.join(sorted(bundle.operators))}")
-            bundle.operators[name].description = text
+                                 f"{', '.join(sorted(result.bundle.operators))}")
+            result.bundle.operators[name].description = text
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
-    notes = [f"Trained with `relsearch train {' '.join(data)} --objective {objective}`."] + list(card_notes)
-    if objective == "distill":
-        from .encoder.training.distill import distill_card
-
-        card = distill_card(bundle, notes=notes)
-    else:
-        card = render_model_card(bundle, notes=notes)
-    path = write_bundle(bundle, out, encoder=encoder, card=card)
+    notes = [f"Trained with `relsearch train {' '.join(data.train)} --objective {objective}`."] + list(card_notes)
+    path = write_bundle(result.bundle, out, encoder=result.encoder, card=trainer.card(result.bundle, notes=notes))
     Checkpoint(out, {}).clear()
-    for line in summary_lines(bundle):
+    for line in summary_lines(result.bundle):
         click.echo(line)
-    if encoder is not None:
+    if result.encoder is not None:
         click.echo("the encoder was fine-tuned: re-index your corpus with --model " + str(path))
     click.echo(f"bundle written to {path} (card: {Path(path) / CARD})")
 
 
-def _run(objective, data, dev, test, base, out, given: dict):
-    """Build the objective's config from the given options; returns (bundle, fine-tuned encoder or None)."""
-    if objective == "rse":
-        return _rse(data, dev, test, base, out, given)
-    if objective == "aspect":
-        from .encoder.training.aspect import AspectConfig, train_aspects
+def _data(objective, train, dev, test, given: dict):
+    """The run's files plus the objective's extra inputs (taken out of ``given``)."""
+    from .encoder.training.options import TrainData
 
-        given["aspects"] = tuple(given.get("aspects", ()))
-        config = AspectConfig(**_pick(AspectConfig, given))
-        return train_aspects(data, dev_files=dev, test_files=test, config=config, base=base, out=out)
-    if objective == "transition":
-        from .encoder.training.transition import TransitionConfig, train_transition
-
-        given = _renamed(given, lambda_="lam")
-        if given.get("off_temperature") == 0:
-            given["off_temperature"] = None
-        config = TransitionConfig(**_pick(TransitionConfig, given))
-        return train_transition(data, dev_files=dev, test_files=test, config=config, base=base, out=out), None
-    if objective == "pu":
-        from .encoder.training.pu import PUConfig, train_pu
-
-        config = PUConfig(**_pick(PUConfig, given))
-        return train_pu(data, dev_files=dev, test_files=test, config=config, base=base, out=out)
-    from .encoder.training.distill import DistillConfig, train_distill
-
-    teachers = [t.strip() for t in given.pop("teachers", "").split(",") if t.strip()]
-    if len(teachers) < 1:
-        raise click.UsageError("--objective distill needs --teachers A,B,...")
-    config = DistillConfig(**_pick(DistillConfig, given))
-    return train_distill(data, teachers=teachers, dev_files=dev, test_files=test, config=config, base=base, out=out)
-
-
-def _rse(data, dev, test, base, out, given):
-    regime = given.pop("regime", "adapter")
     candidates = given.pop("candidates", None)
     if candidates:
         from .bench.linkpred import read_texts
 
         candidates = read_texts(candidates)
-    if regime == "joint":
-        from .encoder.training.rse_joint import JointConfig, train_joint
+    teachers = ()
+    if objective == "distill":
+        teachers = tuple(t.strip() for t in given.pop("teachers", "").split(",") if t.strip())
+        if not teachers:
+            raise click.UsageError("--objective distill needs --teachers A,B,...")
+    return TrainData(train=train, dev=dev, test=test, candidates=candidates, teachers=teachers)
 
-        config = JointConfig(**_pick(JointConfig, given))
-        return train_joint(data, dev_files=dev, test_files=test, config=config, base=base, out=out,
-                           candidates=candidates)
-    if regime == "encoder":
-        from .encoder.training.tower import TowerConfig, train_tower
 
-        config = TowerConfig(**_pick(TowerConfig, given))
-        return train_tower(data, dev_files=dev, test_files=test, config=config, base=base, out=out,
-                           candidates=candidates), None
-    from .encoder.model import Encoder, EncoderConfig
-    from .encoder.training.rse import TrainConfig, train_adapter
+def _config(trainer, given: dict):
+    """The trainer's config from the options; an option its config lacks is a usage error."""
+    from .encoder.training.registry import UnknownOptions
 
-    if "max_length" in given:
-        raise click.UsageError("--max-length applies to fine-tuning (--regime joint or encoder); the adapter regime "
-                               "encodes with the base encoder's own maximum")
-    from .encoder.bundle import load_bundle
-
-    config = TrainConfig(**_pick(TrainConfig, given))
-    base_encoder = load_bundle(base).encoder  # a bundle's encoder (fine-tuned or not) or the model itself
-    encoder = Encoder(EncoderConfig(model=base_encoder["model"], max_length=base_encoder.get("max_length")))
-    return train_adapter(data, dev_files=dev, test_files=test, config=config, encoder=encoder, out=out,
-                         candidates=candidates), None
+    try:
+        return trainer.config(given)
+    except UnknownOptions as e:
+        raise click.UsageError(f"{', '.join(_flag(k) for k in e.names)} not supported by {e.config_cls.__name__}") \
+            from None
 
 
 def _flag(name: str) -> str:
     """The command-line spelling of option ``name`` (e.g. aspects → --aspect)."""
     params = click.get_current_context().command.params
     return next((p.opts[0] for p in params if p.name == name), "--" + name.replace("_", "-"))
-
-
-def _renamed(given: dict, **names) -> dict:
-    return {names.get(k, k): v for k, v in given.items()}
-
-
-def _pick(config_cls, given: dict) -> dict:
-    """The given options that ``config_cls`` has; any other given option is an error."""
-    import dataclasses
-
-    fields = {f.name for f in dataclasses.fields(config_cls)}
-    unknown = sorted(k for k in given if k not in fields)
-    if unknown:
-        flags = ", ".join(_flag(k) for k in unknown)
-        raise click.UsageError(f"{flags} not supported by {config_cls.__name__}")
-    given = dict(given)
-    if "relations" in given:
-        given["relations"] = tuple(given["relations"])
-    return given

@@ -21,28 +21,30 @@ Regimes:
   batches. The operator is then plain cosine in the new space (kind ``identity`` under the
   aspect's name) and the corpus must be re-indexed with the bundle.
 
-Early stopping on the dev split's P@10 (AspectCSE protocol, :func:`aspect_retrieval_metrics`);
+Early stopping on the dev split's P@10 (AspectCSE protocol, :func:`.aspect_data.aspect_metrics`);
 test P@10 / R@10 / MRR@10 of the operator and of identity go to ``op.info["metrics"]``.
+Data and evaluation live in :mod:`.aspect_data`, the joint regime in :mod:`.aspect_joint`; this
+module holds the config, the entry point and the adapter regime.
 """
 from __future__ import annotations
 
-import dataclasses
-import random
 import time
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..bundle import Bundle, load_bundle
-from ..metrics import aspect_retrieval_metrics
-from ..relations import IDENTITY, Operator, normalize
+from ..relations import Operator
+from .aspect_data import K, describe, load_splits, operator_info, operator_name, record, relevance
+# dev scoring looks _metrics up in this module at each call, so a test can interrupt a run through it
+from .aspect_data import aspect_metrics as _metrics
 from .cache import _tqdm, encode_cached
-from .data import Labelled, read_labelled
 from .loop import Checkpoint, EarlyStopping, seed_everything
+
+__all__ = ["AspectConfig", "operator_name", "relevance", "train_aspects"]
 
 COMBINE = ("separate", "union", "intersection")
 REGIMES = ("adapter", "joint")
-K = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,82 +89,30 @@ class AspectConfig:
         return self.lr if self.lr is not None else (3e-3 if self.regime == "adapter" else 2e-5)
 
 
-def operator_name(fields: tuple[str, ...], combine: str) -> str:
-    if len(fields) == 1:
-        return f"aspect:{fields[0]}"
-    return f"aspect:{'any' if combine == 'union' else 'all'}:{','.join(fields)}"
-
-
-def relevance(docs: list[Labelled], fields: tuple[str, ...], combine: str):
-    """``i -> (n,) bool``: documents relevant to document i (sharing a label; all or any of ``fields``)."""
-    per_field = []
-    for f in fields:
-        vocab: dict[str, int] = {}
-        rows = [[vocab.setdefault(x, len(vocab)) for x in d.labels[f]] for d in docs]
-        onehot = np.zeros((len(docs), len(vocab)), dtype=bool)
-        for i, r in enumerate(rows):
-            onehot[i, r] = True
-        per_field.append(onehot)
-
-    def relevant_to(i: int) -> np.ndarray:
-        shares = [(m & m[i]).any(axis=1) for m in per_field]
-        return np.logical_and.reduce(shares) if combine == "intersection" else np.logical_or.reduce(shares)
-
-    return relevant_to
-
-
-def _splits(train_files, dev_files, test_files, config: AspectConfig) -> dict[str, list[Labelled]]:
-    if not config.split_field:
-        return {"train": _load(train_files, config), "dev": _load(dev_files, config),
-                "test": _load(test_files, config)}
-    if dev_files or test_files:
-        raise ValueError("give either --split-field (one corpus with train/dev/test rows) or --dev/--test files")
-    return {s: _load(train_files, config, s) for s in ("train", "dev", "test")}
-
-
-def _load(files, config: AspectConfig, split: str | None = None) -> list[Labelled]:
-    """Documents of ``files`` (only the rows of ``split`` when given), exact duplicate texts dropped."""
-    docs, seen = [], set()
-    for f in files:
-        try:
-            found = read_labelled(f, config.aspects, text_field=config.text_field, split=split)[0]
-        except ValueError as e:
-            if split in (None, "train") or "no record has a text" not in str(e):
-                raise
-            found = []  # a corpus without dev/test rows: no early stopping / no test metrics
-        for d in found:
-            if d.text not in seen:  # an exact duplicate would be a trivial positive
-                seen.add(d.text)
-                docs.append(d)
-    return docs
-
-
-def _metrics(op: Operator, vectors: np.ndarray, docs, fields, combine) -> dict:
-    q, d = op.apply(vectors), op.documents(normalize(vectors))
-    m = aspect_retrieval_metrics(lambda a, b: q[a:b] @ d.T, relevance(docs, fields, combine), K)
-    return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in m.items()}
-
-
 def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectConfig, base=None,
                   out=None) -> tuple[Bundle, object]:
     """Train aspect operators; returns (bundle, fine-tuned TrainableEncoder or None).
 
     ``base``: None (the default pack), a model id/path or a bundle (its encoder; in the adapter
-    regime its operators and re-ranking heads are kept). ``out``: where the bundle will go — its checkpoint lives beside it (``OUT.checkpoint``).
+    regime its operators and re-ranking heads are kept). ``out``: where the bundle will go — its
+    checkpoint lives beside it (``OUT.checkpoint``).
     """
     from ..model import Encoder, EncoderConfig
 
-    splits = _splits(list(train_files), list(dev_files), list(test_files), config)
+    splits = load_splits(list(train_files), list(dev_files), list(test_files), config)
     if len(splits["train"]) < 2:
         raise ValueError("fewer than 2 training documents with a text and every aspect label")
     base_bundle = load_bundle(base) if base else load_bundle(None)
     groups = [config.aspects] if config.combine != "separate" else [(f,) for f in config.aspects]
     combine = config.combine if config.combine != "separate" else "union"
-    checkpoint = Checkpoint(out, _hyper(config)) if out else None
+    checkpoint = Checkpoint(out, record(config)) if out else None
     if config.regime == "joint":
-        return _train_joint(splits, groups[0], combine, config, base_bundle, checkpoint)
+        from .aspect_joint import train_joint_aspect
 
-    encoder = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=base_bundle.encoder.get("max_length")))
+        return train_joint_aspect(splits, groups[0], combine, config, base_bundle, checkpoint)
+
+    base_encoder = base_bundle.encoder
+    encoder = Encoder(EncoderConfig(model=base_encoder["model"], max_length=base_encoder.get("max_length")))
     docs = splits["train"] + splits["dev"] + splits["test"]
     vectors = encode_cached(encoder, [d.text for d in docs], cache_dir=config.cache_dir, progress=config.progress)
     n_tr, n_dv = len(splits["train"]), len(splits["dev"])
@@ -174,7 +124,7 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
     # the base's re-ranking heads stay valid with its operators (the encoder is unchanged), and
     # operator descriptions name them (e.g. "re-rank with --rerank pu-head")
     return Bundle(encoder=dict(encoder.identity), operators=operators, heads=dict(base_bundle.heads),
-                  info={"trainer": "relsearch aspect (AspectCSE, adapter)", "config": _hyper(config)}), None
+                  info={"trainer": "relsearch aspect (AspectCSE, adapter)", "config": record(config)}), None
 
 
 def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoint) -> Operator:
@@ -228,21 +178,7 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
         order = np.random.default_rng([config.seed, epoch]).permutation(anchors)  # resumable: per-epoch seed
         losses = []
         for s in range(0, len(order), config.batch_size):
-            batch = order[s:s + config.batch_size]
-            rel = torch.from_numpy(np.stack([relevant_to(i) for i in batch]))
-            rel[torch.arange(len(batch)), torch.from_numpy(batch)] = False
-            cand = torch.arange(len(train))
-            if len(train) > config.max_candidates:  # sampled softmax; keep one positive per anchor
-                pos = [int(rng.choice(np.flatnonzero(r))) for r in rel.numpy()]
-                cand = torch.from_numpy(np.unique(np.concatenate(
-                    [rng.choice(len(train), config.max_candidates, replace=False), pos, batch])))
-            q = F.normalize(raw[batch] @ W.T + b, dim=-1)
-            docs = F.normalize(unit[cand] @ W.T, dim=-1) if config.project else unit[cand]
-            logits = (q @ docs.T) / config.temperature
-            self_mask = cand[None, :] == torch.from_numpy(batch)[:, None]
-            logits = logits.masked_fill(self_mask, float("-inf"))
-            rel_c = rel[:, cand]
-            loss = (torch.logsumexp(logits, 1) - torch.logsumexp(logits.masked_fill(~rel_c, float("-inf")), 1)).mean()
+            loss = _adapter_loss(order[s:s + config.batch_size], relevant_to, raw, unit, W, b, rng, config)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -260,148 +196,31 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
                             {"W": W, "b": b, "best_W": best[0], "best_b": best[1]}, opt)
     bar.close()
     op = current(*best)
-    op.description = _describe(fields, combine) + (" (projection: documents too, its own index)"
+    op.description = describe(fields, combine) + (" (projection: documents too, its own index)"
                                                    if config.project else "")
-    op.info = _op_info(op, splits, vec, fields, combine, config, {
+    op.info = operator_info(op, splits, vec, fields, combine, config, {
         "epochs_run": len(history), "best_epoch": stopper.best_step, "seconds": round(time.time() - t0, 1),
         f"dev_p@{K}": stopper.best, "history": history})
     return op
 
 
-def _describe(fields, combine) -> str:
-    joiner = " and " if combine == "intersection" else " or "
-    return "documents with the same " + joiner.join(fields)
-
-
-def _op_info(op, splits, vec, fields, combine, config, training: dict) -> dict:
-    metrics = {"split": "test", "protocol": f"AspectCSE same-label retrieval on the test documents, k = {K}",
-               "metric": f"p@{K}"}
-    if len(splits["test"]) >= 2:
-        for label, scorer in (("trained", op), ("identity", IDENTITY)):
-            m = _metrics(scorer, vec["test"], splits["test"], fields, combine)
-            metrics["queries"], metrics["candidates"] = m.pop("seeds"), len(splits["test"])
-            m.pop("seeds_without_relevant")
-            metrics[label] = m
-    return {"aspects": list(fields), "combine": combine, "regime": config.regime,
-            "data": {s: {"documents": len(v)} for s, v in splits.items()},
-            "hyperparameters": _hyper(config), "training": training, "metrics": metrics}
-
-
-def _hyper(config: AspectConfig) -> dict:
-    d = dataclasses.asdict(config)
-    d["lr"] = config.learning_rate
-    for k in ("cache_dir", "progress", "threads"):
-        d.pop(k)
-    d["aspects"] = list(d["aspects"])
-    return d
-
-
-# ------------------------------------------------------------------------------------ joint regime
-def _train_joint(splits, fields, combine, config: AspectConfig, base_bundle: Bundle, checkpoint):
+def _adapter_loss(batch: np.ndarray, relevant_to, raw, unit, W, b, rng: np.random.Generator, config: AspectConfig):
+    """Multi-positive contrastive loss of anchors ``batch`` against the training table (module docstring)."""
     import torch
     import torch.nn.functional as F
 
-    from .finetune import TrainableEncoder, chunked_backward
-
-    name = operator_name(fields, combine)
-    seed_everything(config.seed)
-    encoder = TrainableEncoder(base_bundle.encoder["model"], max_length=config.max_length)
-    train = splits["train"]
-    relevant_to = relevance(train, fields, combine)
-    texts = [d.text for d in train]
-    opt = torch.optim.AdamW(encoder.parameters(), lr=config.learning_rate, weight_decay=0.0)
-    epochs = config.epochs
-    stopper, start_epoch, history = EarlyStopping(config.patience), 1, []
-
-    def dev_score() -> float:
-        if len(splits["dev"]) < 2:
-            return float("nan")
-        v = encoder.embed([d.text for d in splits["dev"]])
-        return _metrics(IDENTITY, v, splits["dev"], fields, combine)[f"p@{K}"]
-
-    resumed = checkpoint.load() if checkpoint else None
-    best_state = None
-    if resumed:
-        encoder.load_state_dict({k[len("model."):]: v for k, v in resumed["tensors"].items() if k.startswith("model.")})
-        best_state = {k[len("best."):]: v for k, v in resumed["tensors"].items() if k.startswith("best.")} or None
-        opt.load_state_dict(resumed["optimizer"])
-        stopper.restore(resumed["state"]["stopper"])
-        start_epoch, history = resumed["state"]["epoch"] + 1, resumed["state"]["history"]
-    else:
-        stopper.update(dev_score(), 0)
-    t0 = time.time()
-    steps = -(-len(train) // config.batch_size)
-    bar = _tqdm(total=epochs * steps, initial=(start_epoch - 1) * steps, desc=f"{name} (joint)", unit="step",
-                disable=not config.progress)
-    encoder.train()
-    for epoch in range(start_epoch, epochs + 1):
-        if stopper.stale >= config.patience:
-            break
-        rng = random.Random(f"{config.seed}-{epoch}")
-        order = list(range(len(train)))
-        rng.shuffle(order)
-        losses = []
-        for s in range(0, len(order), config.batch_size):
-            batch = order[s:s + config.batch_size]
-            rel = [relevant_to(i) for i in batch]
-            pos, neg = [], []
-            for i, r in zip(batch, rel):
-                r = r.copy()
-                r[i] = False
-                pos.append(int(rng.choice(np.flatnonzero(r))) if r.any() else i)
-                neg.append(int(rng.choice(np.flatnonzero(~relevant_to(i)))))
-            cands = pos + neg
-            # false negatives: candidates relevant to the anchor other than its own positive
-            false_negatives = np.stack([r[cands] for r in rel])
-            np.fill_diagonal(false_negatives, False)
-            mask = torch.as_tensor(false_negatives, device=encoder.device)  # where the encoder's outputs are
-            labels = torch.arange(len(batch), device=encoder.device)
-
-            def loss_fn(a, p, n):
-                logits = F.normalize(a, dim=-1) @ F.normalize(torch.cat([p, n]), dim=-1).T / config.temperature
-                return F.cross_entropy(logits.masked_fill(mask, float("-inf")), labels)
-
-            opt.zero_grad()
-            losses.append(chunked_backward(encoder, [[texts[i] for i in batch], [texts[i] for i in pos],
-                                                     [texts[i] for i in neg]], loss_fn, chunk=config.chunk))
-            opt.step()
-            bar.update(1)
-            bar.set_postfix(loss=f"{losses[-1]:.4f}")
-        score = dev_score()
-        encoder.train()
-        history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5)})
-        if np.isnan(score) or stopper.improved(score):
-            best_state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
-        if not np.isnan(score):
-            stopper.update(score, epoch)
-        if checkpoint:
-            tensors = {f"model.{k}": v for k, v in encoder.state_dict().items()}
-            tensors.update({f"best.{k}": v for k, v in (best_state or {}).items()})
-            checkpoint.save({"epoch": epoch, "history": history, "stopper": stopper.state()}, tensors, opt)
-    bar.close()
-    if best_state is not None:
-        encoder.load_state_dict(best_state)
-    # Trained on short windows for speed; queries and indexing use the base encoder's full window.
-    encoder.max_length = base_bundle.encoder.get("max_length") or encoder.max_length
-    op = Operator(name=name, kind="identity", description=_describe(fields, combine) + " (fine-tuned encoder)")
-    vec = {}
-    if len(splits["test"]) >= 2:
-        vec["test"] = encoder.embed([d.text for d in splits["test"]])
-    op.info = _op_info(op, splits, vec, fields, combine, config, {
-        "epochs_run": len(history), "best_epoch": stopper.best_step, "seconds": round(time.time() - t0, 1),
-        f"dev_p@{K}": stopper.best, "history": history})
-    if "metrics" in op.info and "identity" in op.info["metrics"]:  # identity = the base encoder, unchanged
-        from ..model import Encoder, EncoderConfig
-
-        base = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=encoder.max_length))
-        h = base.encode([d.text for d in splits["test"]]).vectors
-        op.info["metrics"]["identity"] = _strip(_metrics(IDENTITY, h, splits["test"], fields, combine))
-        op.info["metrics"]["identity_note"] = "identity = the base encoder before fine-tuning"
-    # the base bundle's other operators were trained for the old encoder: they do not carry over
-    operators = {"identity": base_bundle.operators["identity"], name: op}
-    return Bundle(encoder={}, operators=operators,
-                  info={"trainer": "relsearch aspect (AspectCSE, joint)", "config": _hyper(config)}), encoder
-
-
-def _strip(m: dict) -> dict:
-    return {k: v for k, v in m.items() if k not in ("seeds", "seeds_without_relevant")}
+    n = len(raw)
+    rel = torch.from_numpy(np.stack([relevant_to(i) for i in batch]))
+    rel[torch.arange(len(batch)), torch.from_numpy(batch)] = False
+    cand = torch.arange(n)
+    if n > config.max_candidates:  # sampled softmax; keep one positive per anchor
+        pos = [int(rng.choice(np.flatnonzero(r))) for r in rel.numpy()]
+        cand = torch.from_numpy(np.unique(np.concatenate([rng.choice(n, config.max_candidates, replace=False),
+                                                          pos, batch])))
+    q = F.normalize(raw[batch] @ W.T + b, dim=-1)
+    docs = F.normalize(unit[cand] @ W.T, dim=-1) if config.project else unit[cand]
+    logits = (q @ docs.T) / config.temperature
+    self_mask = cand[None, :] == torch.from_numpy(batch)[:, None]
+    logits = logits.masked_fill(self_mask, float("-inf"))
+    relevant = logits.masked_fill(~rel[:, cand], float("-inf"))
+    return (torch.logsumexp(logits, 1) - torch.logsumexp(relevant, 1)).mean()

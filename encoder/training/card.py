@@ -7,9 +7,33 @@ figures in ``bundle.info["metrics"]``.
 """
 from __future__ import annotations
 
+import dataclasses
+
+from .options import CONFIG_RUN_FIELDS
+
 CARD = "MODEL_CARD.md"
 # Shown, in this order, when an operator has them.
 METRIC_ORDER = ("mrr", "hits@1", "hits@10", "mr", "p@10", "r@10", "mrr@10", "spearman")
+
+
+def hyperparameters(config, **values) -> dict:
+    """The hyperparameter record of a run: ``config`` (an objective's config dataclass) as a dict,
+    updated with ``values`` (e.g. resolved learning rates, the base model, the data files), without
+    the run options (:data:`.options.CONFIG_RUN_FIELDS`), tuples as lists.
+
+    Bundles store it as ``info["config"]`` and each operator's ``info["hyperparameters"]``, the
+    model card prints it, and checkpoints compare it so a rerun never resumes another run.
+    """
+    d = dataclasses.asdict(config)
+    d.update(values)
+    for k in CONFIG_RUN_FIELDS:
+        d.pop(k, None)
+    for k, v in d.items():
+        if isinstance(v, tuple):
+            d[k] = list(v)
+    if "relations" in d and not d["relations"]:
+        d["relations"] = None  # every relation of the training data
+    return d
 
 
 def fmt(x) -> str:
@@ -84,7 +108,8 @@ def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[st
             users = ", ".join(sorted(o.name for o in ops if o.kind == "encoder" and o.info["tower"]["name"] == name))
             lines.append(f"- `{name}`: LoRA rank {t.get('rank')} on {', '.join(t.get('targets', []))} of the encoder "
                          f"above, reading `{t['marker']}`; used by {users}. Trained {tr.get('steps')} steps in "
-                         f"{tr.get('train_seconds')} s on {tr.get('device')} ({tr.get('triples_per_second')} triples/s); "
+                         f"{tr.get('train_seconds')} s on {tr.get('device')} "
+                         f"({tr.get('triples_per_second')} triples/s); "
                          f"best step {tr.get('best_step')}, learned temperature {tr.get('temperature')}.")
         lines.append("")
     heads = getattr(bundle, "heads", {})
@@ -115,3 +140,36 @@ def _size(v: dict) -> str:
         if key in v:
             return f"{v[key]} {key}"
     return ""
+
+
+def distill_card(bundle, *, notes=()) -> str:
+    """Markdown model card of a distilled student: teachers, data, hyperparameters, test Spearman."""
+    info = bundle.info
+    m, tr, data = info.get("metrics"), info.get("training", {}), info.get("data", {})
+
+    lines = ["# relsearch distilled encoder", "",
+             "A student encoder trained by `relsearch train --objective distill`: MSE to the mean of its teachers' "
+             "raw mean-pooled embeddings on unlabelled sentences. Its weights are in `encoder/`; indexes built "
+             "with another encoder must be rebuilt.", "",
+             f"- Base (start of the student): `{info.get('base')}`",
+             "- Teachers: " + ", ".join(f"`{t}`" for t in info.get("teachers", [])),
+             f"- Corpus: {data.get('corpus', {}).get('sentences', 0)} sentences from "
+             + ", ".join(data.get("corpus", {}).get("files", [])),
+             "- Hyperparameters: " + ", ".join(f"{k} = {v}" for k, v in info.get("config", {}).items()),
+             f"- Training: {tr.get('epochs_run')} epoch(s), best epoch {tr.get('best_epoch')} on dev "
+             f"{tr.get('dev_metric') or '(none: last epoch kept)'} {_fmt4(tr.get('dev_best'))}", ""]
+    if m:
+        lines += ["## Test (STS, Spearman of cosine vs score)", "", f"{m['pairs']} pairs: {', '.join(m['files'])}", "",
+                  "| model | Spearman |", "|---|---|"]
+        lines += [f"| teacher `{t}` | {_fmt4(v)} |" for t, v in m["teachers"].items()]
+        lines += [f"| mean of the teachers | {_fmt4(m['teachers_mean'])} |",
+                  f"| ensemble (teachers' mean embedding) | {_fmt4(m['ensemble'])} |",
+                  f"| base, before distillation | {_fmt4(m.get('base'))} |",
+                  f"| **student** | **{_fmt4(m['student'])}** |", ""]
+    if notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(lines)
+
+
+def _fmt4(x) -> str:
+    return "–" if x is None else f"{x:.4f}"

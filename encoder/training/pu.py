@@ -30,10 +30,12 @@ that the priors sum to 1. ``pu_classes="positive"`` keeps only the positive clas
 
 Output bundle: the operator ``name`` (kind linear, W = PᵀP, b = 0) for the ANN, and the head
 ``head_name`` (:class:`~relsearch.encoder.heads.PairHead`) as a re-ranker, each with its metrics.
+
+The maths (w(t), nnPU risk, priors, label subsampling) live in :mod:`.pu_risk`, the model and its
+metrics in :mod:`.pu_model`; this module holds the config, the data preparation and the loop.
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import time
@@ -43,17 +45,20 @@ import numpy as np
 
 from ..bundle import Bundle, is_bundle, load_bundle
 from ..heads import PairHead
-from ..metrics import Ranks, rank_gold, ranking_metrics
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
+from .card import hyperparameters
 from .data import Pair, read_pairs
 from .loop import Checkpoint, EarlyStopping, seed_everything
+from .pu_model import OPERATOR_PROTOCOL, build_model, classification_metrics, head_params, retrieval_metrics
+from .pu_risk import class_priors, nnpu_risk, pu_term, pu_weight_at, subsample_labels
+
+# The maths and the model moved to pu_risk / pu_model; they are imported from here too.
+__all__ = ["OPERATOR_PROTOCOL", "PUConfig", "class_priors", "classification_metrics", "nnpu_risk", "pu_term",
+           "pu_weight_at", "retrieval_metrics", "subsample_labels", "train_pu"]
 
 REGIMES = ("adapter", "joint")
 PU_CLASSES = ("all", "positive")
-OPERATOR_PROTOCOL = ("retrieval on the test pairs labelled with the positive label: query = a, gold = b, "
-                     "candidates = all distinct texts of the test pairs; filtered (other positive partners of a "
-                     "removed); query itself excluded; realistic ranks (expectation under random tie-breaking)")
 _BINARY_POSITIVES = {"1", "true", "yes", "positive"}
 
 
@@ -102,132 +107,15 @@ class PUConfig:
             raise ValueError("the operator and the head need different names")
 
 
-# ------------------------------------------------------------------------------------ the maths
-def pu_weight_at(step: int, total: int, config: PUConfig) -> float:
-    """w(t) = pu_weight · (t/T)^p for the global step t (1-based) of T."""
-    return config.pu_weight * (min(step, total) / max(total, 1)) ** config.power
-
-
-def nnpu_risk(z, positive, unlabelled, prior: float):
-    """Non-negative PU risk (sigmoid loss) of one class's logits ``z`` (n,); masks are bool (n,).
-
-    Returns the value to minimise: R_p⁺ + R_n⁻ when R_n⁻ ≥ 0, else −R_n⁻ (module docstring).
-    """
-    import torch
-
-    pos, unl = positive.float(), unlabelled.float()
-    n_pos, n_unl = pos.sum().clamp(min=1.0), unl.sum().clamp(min=1.0)
-    loss_pos, loss_neg = torch.sigmoid(-z), torch.sigmoid(z)  # ℓ(z, +1), ℓ(z, −1)
-    risk_pos = prior * (pos * loss_pos).sum() / n_pos
-    risk_neg = (unl * loss_neg).sum() / n_unl - prior * (pos * loss_neg).sum() / n_pos
-    return torch.where(risk_neg < 0, -risk_neg, risk_pos + risk_neg)
-
-
-def pu_term(logits, y, priors: np.ndarray, classes: list[int]):
-    """mean over ``classes`` of nnPU risks; y (n,) class index or −1 (unlabelled). 0 when inapplicable."""
-    unlabelled = y < 0
-    risks = []
-    if bool(unlabelled.any()):
-        for k in classes:
-            positive = y == k
-            if bool(positive.any()):
-                risks.append(nnpu_risk(logits[:, k], positive, unlabelled, float(priors[k])))
-    if not risks:
-        return logits.sum() * 0.0
-    return sum(risks) / len(classes)
-
-
-def class_priors(y_labelled: np.ndarray, n_classes: int, positive: int, prior: float | None) -> np.ndarray:
-    """Per-class π: class fractions among labelled pairs; ``prior`` replaces the positive one (others rescaled)."""
-    counts = np.bincount(y_labelled, minlength=n_classes).astype(np.float64)
-    frac = counts / max(counts.sum(), 1.0)
-    if prior is None:
-        return frac
-    out = frac.copy()
-    rest = 1.0 - frac[positive]
-    out[positive] = prior
-    others = [k for k in range(n_classes) if k != positive]
-    for k in others:
-        out[k] = (1.0 - prior) * (frac[k] / rest if rest > 0 else 1.0 / len(others))
-    return out
-
-
-def subsample_labels(pairs: list[Pair], fraction: float | None, seed: int) -> list[Pair]:
-    """Keep labels on exactly round(fraction × #labelled) labelled pairs (seeded); the rest become unlabelled."""
-    if fraction is None or fraction >= 1:
-        return list(pairs)
-    labelled = [i for i, p in enumerate(pairs) if p.label is not None]
-    keep_n = max(1, int(round(fraction * len(labelled)))) if labelled else 0
-    rng = np.random.default_rng([seed, 0x50])
-    keep = set(rng.choice(labelled, size=keep_n, replace=False).tolist()) if keep_n else set()
-    return [p if p.label is None or i in keep else dataclasses.replace(p, label=None) for i, p in enumerate(pairs)]
-
-
-# ------------------------------------------------------------------------------------ the model
-def _build_model(d: int, n_classes: int, hidden: int):
-    import torch
-
-    class PUModel(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.P = torch.nn.Parameter(torch.eye(d))
-            self.fc1 = torch.nn.Linear(4 * d, hidden)
-            self.fc2 = torch.nn.Linear(hidden, n_classes)
-
-        def forward(self, h_a, h_b):
-            u, v = h_a @ self.P.T, h_b @ self.P.T
-            x = torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
-            return self.fc2(torch.nn.functional.elu(self.fc1(x)))
-
-    return PUModel()
-
-
-def _head_params(model) -> dict[str, np.ndarray]:
-    return {"P": model.P.detach().cpu().numpy().copy(), "W1": model.fc1.weight.detach().cpu().numpy().copy(),
-            "b1": model.fc1.bias.detach().cpu().numpy().copy(), "W2": model.fc2.weight.detach().cpu().numpy().copy(),
-            "b2": model.fc2.bias.detach().cpu().numpy().copy()}
-
-
-# ----------------------------------------------------------------------------------- evaluation
-def classification_metrics(pred: np.ndarray, gold: np.ndarray, n_classes: int, labels: list[str]) -> dict:
-    """Accuracy, macro F1 and per-class F1 of class indices ``pred`` against ``gold``."""
-    f1 = {}
-    for k in range(n_classes):
-        tp = int(((pred == k) & (gold == k)).sum())
-        fp, fn = int(((pred == k) & (gold != k)).sum()), int(((pred != k) & (gold == k)).sum())
-        f1[labels[k]] = 0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn)
-    return {"accuracy": round(float((pred == gold).mean()) if len(gold) else float("nan"), 5),
-            "macro_f1": round(float(np.mean(list(f1.values()))), 5),
-            "f1": {k: round(v, 5) for k, v in f1.items()}, "pairs": int(len(gold))}
-
-
-def retrieval_metrics(apply, vectors: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[dict, int, int]:
-    """Rank each gold b for query a among all texts of the split (see ``OPERATOR_PROTOCOL``)."""
-    cand = np.unique(np.concatenate([a, b]))
-    pos = np.full(len(vectors), -1, dtype=np.int64)
-    pos[cand] = np.arange(len(cand))
-    known: dict[int, set[int]] = {}
-    for x, y in zip(a.tolist(), b.tolist()):
-        known.setdefault(x, set()).add(y)
-    keep = a != b
-    a, b = a[keep], b[keep]
-    cand_unit = normalize(vectors[cand])
-    parts = []
-    for start in range(0, len(a), 2048):
-        qa, qb = a[start:start + 2048], b[start:start + 2048]
-        scores = apply(vectors[qa]) @ cand_unit.T
-        filt = np.zeros(scores.shape, dtype=bool)
-        for row, x in enumerate(qa.tolist()):
-            filt[row, pos[list(known[x])]] = True
-        parts.append(rank_gold(scores, pos[qb], filter_mask=filt, exclude=pos[qa]))
-    return ranking_metrics(Ranks.concat(parts)), len(a), len(cand)
-
-
-# ------------------------------------------------------------------------------------- training
+# ------------------------------------------------------------------------------------------ data
 def _load(files) -> list[Pair]:
     if isinstance(files, (str, os.PathLike)):
         files = [files]
     return [p for f in files for p in read_pairs(f)]
+
+
+def _as_list(files) -> list:
+    return [files] if isinstance(files, (str, os.PathLike)) else list(files or ())
 
 
 def _resolve_base(base):
@@ -255,12 +143,67 @@ def _choose_positive(labels: list[str], positive: str | None) -> str:
 
 
 def _config_dict(config: PUConfig) -> dict:
-    d = dataclasses.asdict(config)
-    for k in ("cache_dir", "progress", "threads", "device"):
-        d.pop(k)
-    return d
+    return hyperparameters(config)
 
 
+@dataclass
+class _Data:
+    """The pairs of each split, the classes, and the pairs as arrays of text ids and class indices."""
+
+    pairs: dict[str, list[Pair]]  # split → pairs (train: after label subsampling)
+    labels: list[str]  # the K classes, sorted
+    positive: str
+    full_labelled: int  # labelled training pairs before label subsampling
+    text_list: list[str] = None
+    arrays: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = None  # split → (a, b, y); y = −1 unlabelled
+
+    @property
+    def pos_k(self) -> int:
+        return self.labels.index(self.positive)
+
+
+def _read(train_files: list, dev_files: list, test_files: list, config: PUConfig) -> _Data:
+    """Read and check the pairs, choose the positive label, subsample the training labels."""
+    if not train_files:
+        raise ValueError("no training files given")
+    pairs = {"train": _load(train_files), "dev": _load(dev_files) if dev_files else [],
+             "test": _load(test_files) if test_files else []}
+    labels = sorted({p.label for p in pairs["train"] if p.label is not None})
+    if not labels:
+        raise ValueError(f"{', '.join(map(str, train_files))}: no labelled pairs (PU learning needs some labels)")
+    if len(labels) < 2:
+        raise ValueError(f"only one label ({labels[0]!r}) in the training pairs; a classifier needs at least two")
+    for split in ("dev", "test"):
+        for p in pairs[split]:
+            if p.label is not None and p.label not in labels:
+                raise ValueError(f"{p.where}: label {p.label!r} of the {split} pairs is not in the training data; "
+                                 f"known: {', '.join(labels)}")
+    positive = _choose_positive(labels, config.positive)
+    full_labelled = sum(p.label is not None for p in pairs["train"])
+    pairs["train"] = subsample_labels(pairs["train"], config.label_fraction, config.seed)
+    return _Data(pairs, labels, positive, full_labelled)
+
+
+def _index(data: _Data) -> None:
+    """Give every text an id and each split its (a, b, y) arrays."""
+    texts: dict[str, int] = {}
+    for split in data.pairs.values():
+        for p in split:
+            texts.setdefault(p.a, len(texts))
+            texts.setdefault(p.b, len(texts))
+    index = {lab: k for k, lab in enumerate(data.labels)}
+
+    def arrays(pairs):
+        a = np.array([texts[p.a] for p in pairs], dtype=np.int64)
+        b = np.array([texts[p.b] for p in pairs], dtype=np.int64)
+        y = np.array([index[p.label] if p.label is not None else -1 for p in pairs], dtype=np.int64)
+        return a, b, y
+
+    data.text_list = list(texts)
+    data.arrays = {s: arrays(v) for s, v in data.pairs.items()}
+
+
+# ------------------------------------------------------------------------------------- training
 def train_pu(train_files, *, dev_files=(), test_files=(), config: PUConfig = PUConfig(), base=None,
              out=None, encoder=None):
     """Train a PU pair head and its ANN operator; return ``(bundle, trainable_encoder_or_None)``.
@@ -275,53 +218,17 @@ def train_pu(train_files, *, dev_files=(), test_files=(), config: PUConfig = PUC
     """
     import torch
 
-    def as_list(files):
-        return [files] if isinstance(files, (str, os.PathLike)) else list(files or ())
-
-    train_files, dev_files, test_files = as_list(train_files), as_list(dev_files), as_list(test_files)
-    if not train_files:
-        raise ValueError("no training files given")
-    data = {"train": _load(train_files), "dev": _load(dev_files) if dev_files else [],
-            "test": _load(test_files) if test_files else []}
-    labels = sorted({p.label for p in data["train"] if p.label is not None})
-    if not labels:
-        raise ValueError(f"{', '.join(map(str, train_files))}: no labelled pairs (PU learning needs some labels)")
-    if len(labels) < 2:
-        raise ValueError(f"only one label ({labels[0]!r}) in the training pairs; a classifier needs at least two")
-    for split in ("dev", "test"):
-        for p in data[split]:
-            if p.label is not None and p.label not in labels:
-                raise ValueError(f"{p.where}: label {p.label!r} of the {split} pairs is not in the training data; "
-                                 f"known: {', '.join(labels)}")
-    positive = _choose_positive(labels, config.positive)
-    full_labelled = sum(p.label is not None for p in data["train"])
-    data["train"] = subsample_labels(data["train"], config.label_fraction, config.seed)
-    index = {lab: k for k, lab in enumerate(labels)}
-    pos_k = index[positive]
-
+    train_files, dev_files, test_files = _as_list(train_files), _as_list(dev_files), _as_list(test_files)
+    data = _read(train_files, dev_files, test_files, config)
     base_bundle, model_ref = _resolve_base(base)
     if encoder is None:  # the frozen encoder: adapter vectors, and the identity baseline in both regimes
         from ..model import Encoder, EncoderConfig
 
         encoder = Encoder(EncoderConfig(model=model_ref))
-    texts: dict[str, int] = {}
-    for split in data.values():
-        for p in split:
-            texts.setdefault(p.a, len(texts))
-            texts.setdefault(p.b, len(texts))
-    text_list = list(texts)
-    base_vectors = encode_cached(encoder, text_list, cache_dir=config.cache_dir, progress=config.progress)
-
-    def arrays(pairs):
-        a = np.array([texts[p.a] for p in pairs], dtype=np.int64)
-        b = np.array([texts[p.b] for p in pairs], dtype=np.int64)
-        y = np.array([index[p.label] if p.label is not None else -1 for p in pairs], dtype=np.int64)
-        return a, b, y
-
-    train, dev, test = arrays(data["train"]), arrays(data["dev"]), arrays(data["test"])
-    y_lab = train[2][train[2] >= 0]
-    priors = class_priors(y_lab, len(labels), pos_k, config.prior)
-    n_unlabelled = int((train[2] < 0).sum())
+    _index(data)
+    base_vectors = encode_cached(encoder, data.text_list, cache_dir=config.cache_dir, progress=config.progress)
+    train = data.arrays["train"]
+    priors = class_priors(train[2][train[2] >= 0], len(data.labels), data.pos_k, config.prior)
 
     threads = torch.get_num_threads()
     if config.threads:
@@ -330,50 +237,14 @@ def train_pu(train_files, *, dev_files=(), test_files=(), config: PUConfig = PUC
         run = {"config": _config_dict(config), "base": None if base is None else str(base),
                "files": {"train": [str(f) for f in train_files], "dev": [str(f) for f in dev_files],
                          "test": [str(f) for f in test_files]}}
-        model, trainable, info = _fit(config, base_vectors, text_list, model_ref, train, dev, labels, priors,
-                                      pos_k, out, run)
+        model, trainable, info = _fit(config, base_vectors, data.text_list, model_ref, train, data.arrays["dev"],
+                                      data.labels, priors, data.pos_k, out, run)
     finally:
         torch.set_num_threads(threads)
 
     # final vectors: the frozen ones (adapter) or the fine-tuned encoder's (joint)
-    vectors = base_vectors if trainable is None else trainable.embed(text_list)
-    params = _head_params(model)
-    head = PairHead(name=config.head_name, labels=tuple(labels), positive=positive, params=params,
-                    description=f"PU-trained pair classifier (PAUSE); score = P({positive} | a, b)")
-    # The operator: cos(W h_q, t̂) with W = PᵀP ranks the documents of one query by
-    # ⟨W h_q, t̂⟩ = ⟨P h_q, P t̂⟩, the bilinear score u·v of the projected pair that the head sees
-    # (its u⊙v block): the query side alone carries the projection, so existing indexes of unit
-    # document vectors t̂ stay valid. (‖W h_q‖ is one constant per query and does not change the order.)
-    P = params["P"]
-    op = Operator(name=config.name, kind="linear", params={"W": (P.T @ P).astype(np.float32),
-                                                            "b": np.zeros(P.shape[0], np.float32)},
-                  description=f"PU-trained projection (PAUSE), query side: ⟨P h_q, P t̂⟩ for {positive!r} pairs")
-    data_info = {s: {"files": sorted({p.where.rsplit(':', 1)[0] for p in v}), "pairs": len(v),
-                     "labelled": int(sum(p.label is not None for p in v))} for s, v in data.items()}
-    data_info["train"]["labelled_before_fraction"] = full_labelled
-    data_info["train"]["unlabelled"] = n_unlabelled
-    hyper = _config_dict(config)
-    hyper.update(positive=positive, priors={lab: round(float(priors[k]), 5) for k, lab in enumerate(labels)})
-    head_metrics: dict = {"split": "test"}
-    op_metrics: dict = {"split": "test", "protocol": OPERATOR_PROTOCOL}
-    a, b, y = test
-    if len(y) and (y >= 0).any():
-        lab = y >= 0
-        pred = head.logits(vectors[a[lab]], vectors[b[lab]]).argmax(axis=1)
-        head_metrics.update(classification_metrics(pred, y[lab], len(labels), labels))
-        pos_rows = y == pos_k
-        if pos_rows.any():
-            trained, n_q, n_c = retrieval_metrics(op.apply, vectors, a[pos_rows], b[pos_rows])
-            ident, _, _ = retrieval_metrics(normalize, base_vectors, a[pos_rows], b[pos_rows])
-            keys = ("mrr", "hits@1", "hits@10")
-            op_metrics.update(queries=n_q, candidates=n_c, trained={k: round(trained[k], 5) for k in keys},
-                              identity={k: round(ident[k], 5) for k in keys})
-    head_metrics["dev_accuracy"] = info.get("dev_accuracy")
-    head.info = {"data": data_info, "hyperparameters": hyper, "training": info, "metrics": head_metrics,
-                 "operator": config.name}
-    op.info = {"data": data_info, "hyperparameters": hyper, "training": {k: v for k, v in info.items() if k != "history"},
-               "metrics": op_metrics, "head": config.head_name}
-
+    vectors = base_vectors if trainable is None else trainable.embed(data.text_list)
+    head, op = _head_and_operator(model, data, config, priors, info, vectors, base_vectors)
     operators, heads = {}, {}
     if base_bundle is not None and trainable is None:  # adapter: the base bundle's operators stay valid
         operators.update({k: v for k, v in base_bundle.operators.items() if k != "identity"})
@@ -385,144 +256,221 @@ def train_pu(train_files, *, dev_files=(), test_files=(), config: PUConfig = PUC
         "note": "fine-tuned weights: write with write_bundle(bundle, out, encoder=trainable)"}
     bundle = Bundle(encoder=enc_identity, operators=operators, heads=heads,
                     info={"trainer": f"relsearch pu ({config.regime}; PAUSE: cross-entropy + annealed nnPU risk)",
-                          "config": hyper})
+                          "config": head.info["hyperparameters"]})
     return bundle, trainable
+
+
+def _head_and_operator(model, data: _Data, config: PUConfig, priors, info: dict, vectors, base_vectors):
+    """The trained head and its ANN operator, each with data, hyperparameters, training and test metrics."""
+    labels, positive = data.labels, data.positive
+    params = head_params(model)
+    head = PairHead(name=config.head_name, labels=tuple(labels), positive=positive, params=params,
+                    description=f"PU-trained pair classifier (PAUSE); score = P({positive} | a, b)")
+    # The operator: cos(W h_q, t̂) with W = PᵀP ranks the documents of one query by
+    # ⟨W h_q, t̂⟩ = ⟨P h_q, P t̂⟩, the bilinear score u·v of the projected pair that the head sees
+    # (its u⊙v block): the query side alone carries the projection, so existing indexes of unit
+    # document vectors t̂ stay valid. (‖W h_q‖ is one constant per query and does not change the order.)
+    P = params["P"]
+    op = Operator(name=config.name, kind="linear", params={"W": (P.T @ P).astype(np.float32),
+                                                            "b": np.zeros(P.shape[0], np.float32)},
+                  description=f"PU-trained projection (PAUSE), query side: ⟨P h_q, P t̂⟩ for {positive!r} pairs")
+    data_info = {s: {"files": sorted({p.where.rsplit(':', 1)[0] for p in v}), "pairs": len(v),
+                     "labelled": int(sum(p.label is not None for p in v))} for s, v in data.pairs.items()}
+    data_info["train"]["labelled_before_fraction"] = data.full_labelled
+    data_info["train"]["unlabelled"] = int((data.arrays["train"][2] < 0).sum())
+    hyper = _config_dict(config)
+    hyper.update(positive=positive, priors={lab: round(float(priors[k]), 5) for k, lab in enumerate(labels)})
+    head_metrics, op_metrics = _test_metrics(head, op, data, vectors, base_vectors)
+    head_metrics["dev_accuracy"] = info.get("dev_accuracy")
+    head.info = {"data": data_info, "hyperparameters": hyper, "training": info, "metrics": head_metrics,
+                 "operator": config.name}
+    op.info = {"data": data_info, "hyperparameters": hyper,
+               "training": {k: v for k, v in info.items() if k != "history"}, "metrics": op_metrics,
+               "head": config.head_name}
+    return head, op
+
+
+def _test_metrics(head: PairHead, op: Operator, data: _Data, vectors, base_vectors) -> tuple[dict, dict]:
+    """(head classification metrics, operator retrieval metrics vs identity) on the labelled test pairs."""
+    head_metrics: dict = {"split": "test"}
+    op_metrics: dict = {"split": "test", "protocol": OPERATOR_PROTOCOL}
+    a, b, y = data.arrays["test"]
+    if not (len(y) and (y >= 0).any()):
+        return head_metrics, op_metrics
+    lab = y >= 0
+    pred = head.logits(vectors[a[lab]], vectors[b[lab]]).argmax(axis=1)
+    head_metrics.update(classification_metrics(pred, y[lab], len(data.labels), data.labels))
+    pos_rows = y == data.pos_k
+    if pos_rows.any():
+        trained, n_q, n_c = retrieval_metrics(op.apply, vectors, a[pos_rows], b[pos_rows])
+        ident, _, _ = retrieval_metrics(normalize, base_vectors, a[pos_rows], b[pos_rows])
+        keys = ("mrr", "hits@1", "hits@10")
+        op_metrics.update(queries=n_q, candidates=n_c, trained={k: round(trained[k], 5) for k in keys},
+                          identity={k: round(ident[k], 5) for k in keys})
+    return head_metrics, op_metrics
+
+
+class _Model:
+    """The PAUSE model being trained: head + projection, the encoder too in joint regime, the optimizer."""
+
+    def __init__(self, config: PUConfig, vectors: np.ndarray, text_list: list[str], model_ref: str, n_classes: int):
+        import torch
+
+        seed_everything(config.seed)
+        self.text_list = text_list
+        self.model = build_model(vectors.shape[1], n_classes, config.hidden)
+        self.trainable = None
+        groups = [{"params": list(self.model.parameters()), "lr": config.lr}]
+        if config.regime == "joint":
+            from .finetune import TrainableEncoder
+
+            self.trainable = TrainableEncoder(model_ref, max_length=config.max_length, device=config.device)
+            self.model.to(self.trainable.device)
+            groups.append({"params": list(self.trainable.parameters()), "lr": config.encoder_lr})
+        self.device = "cpu" if self.trainable is None else self.trainable.device
+        self.opt = torch.optim.Adam(groups)
+        self.raw = torch.from_numpy(vectors)
+
+    def state_tensors(self) -> dict:
+        out = {f"model/{k}": v for k, v in self.model.state_dict().items()}
+        if self.trainable is not None:
+            out.update({f"encoder/{k}": v for k, v in self.trainable.state_dict().items()})
+        return out
+
+    def load_tensors(self, tensors: dict) -> None:
+        self.model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model/")})
+        if self.trainable is not None:
+            self.trainable.load_state_dict({k[8:]: v for k, v in tensors.items() if k.startswith("encoder/")})
+
+    def train(self, mode: bool = True) -> None:
+        self.model.train(mode)
+        if self.trainable is not None:
+            self.trainable.train(mode)
+
+    def logits(self, a: np.ndarray, b: np.ndarray):
+        """Class logits of pairs (text ids ``a``, ``b``), with gradients."""
+        if self.trainable is None:
+            return self.model(self.raw[a], self.raw[b])
+        with self.trainable.autocast():
+            return self.model(self.trainable([self.text_list[i] for i in a]),
+                              self.trainable([self.text_list[i] for i in b])).float()
+
+    def accuracy(self, a: np.ndarray, b: np.ndarray, y: np.ndarray) -> float:
+        """Accuracy of the predicted class on labelled pairs (no gradients; the model is left in training mode)."""
+        import torch
+
+        self.model.eval()
+        with torch.no_grad():
+            if self.trainable is None:
+                ha, hb = self.raw[a], self.raw[b]
+            else:
+                used = np.unique(np.concatenate([a, b]))
+                emb = torch.from_numpy(self.trainable.embed([self.text_list[i] for i in used]))
+                where = {t: i for i, t in enumerate(used.tolist())}
+                ha = emb[[where[i] for i in a.tolist()]].to(self.device)
+                hb = emb[[where[i] for i in b.tolist()]].to(self.device)
+            pred = self.model(ha.to(self.device), hb.to(self.device)).argmax(dim=1).cpu().numpy()
+        self.model.train()
+        return float((pred == y).mean())
+
+
+def _step(m: _Model, batch: np.ndarray, train, w: float, priors, classes: list[int]) -> tuple[float, float, float]:
+    """One optimizer step on ``batch``: cross-entropy on its labelled pairs + w · PU term; returns (loss, ce, pu)."""
+    import torch
+
+    ta, tb, ty = train
+    y = torch.from_numpy(ty[batch]).to(m.device)
+    logits = m.logits(ta[batch], tb[batch])
+    labelled = y >= 0
+    ce = (torch.nn.functional.cross_entropy(logits[labelled], y[labelled]) if bool(labelled.any())
+          else logits.sum() * 0.0)
+    pu = pu_term(logits, y, priors, classes) if w > 0 else logits.sum() * 0.0
+    loss = ce + w * pu
+    m.opt.zero_grad()
+    loss.backward()
+    m.opt.step()
+    return float(loss.detach()), float(ce.detach()), float(pu.detach())
 
 
 def _fit(config: PUConfig, vectors, text_list, model_ref, train, dev, labels, priors, pos_k, out, run: dict):
     """The training loop; returns (best model, trainable encoder or None, training info)."""
-    import torch
-
-    seed_everything(config.seed)
-    n_classes, d = len(labels), vectors.shape[1]
-    model = _build_model(d, n_classes, config.hidden)
-    trainable = None
-    groups = [{"params": list(model.parameters()), "lr": config.lr}]
-    if config.regime == "joint":
-        from .finetune import TrainableEncoder
-
-        trainable = TrainableEncoder(model_ref, max_length=config.max_length, device=config.device)
-        model.to(trainable.device)
-        groups.append({"params": list(trainable.parameters()), "lr": config.encoder_lr})
-    device = "cpu" if trainable is None else trainable.device
-    opt = torch.optim.Adam(groups)
-    raw = torch.from_numpy(vectors)
-    classes = list(range(n_classes)) if config.pu_classes == "all" else [pos_k]
-    ta, tb, ty = train
-    has_dev = bool(len(dev[2]) and (dev[2] >= 0).any())
+    m = _Model(config, vectors, text_list, model_ref, len(labels))
+    classes = list(range(len(labels))) if config.pu_classes == "all" else [pos_k]
     dev_rows = dev[2] >= 0
-    steps_per_epoch = math.ceil(len(ty) / config.batch_size)
+    has_dev = bool(len(dev[2]) and dev_rows.any())
+    steps_per_epoch = math.ceil(len(train[2]) / config.batch_size)
     total = config.epochs * steps_per_epoch
-
-    def state_tensors(prefix: str) -> dict:
-        out_ = {f"{prefix}model/{k}": v for k, v in model.state_dict().items()}
-        if trainable is not None:
-            out_.update({f"{prefix}encoder/{k}": v for k, v in trainable.state_dict().items()})
-        return out_
-
-    def load_tensors(tensors: dict, prefix: str) -> None:
-        model.load_state_dict({k[len(prefix) + 6:]: v for k, v in tensors.items() if k.startswith(prefix + "model/")})
-        if trainable is not None:
-            trainable.load_state_dict({k[len(prefix) + 8:]: v for k, v in tensors.items()
-                                       if k.startswith(prefix + "encoder/")})
-
-    def embed(idx: np.ndarray):
-        if trainable is None:
-            return raw[idx]
-        return trainable([text_list[i] for i in idx])
-
-    def dev_accuracy() -> float:
-        if not has_dev:
-            return float("nan")
-        a, b, y = dev[0][dev_rows], dev[1][dev_rows], dev[2][dev_rows]
-        model.eval()
-        with torch.no_grad():
-            if trainable is None:
-                ha, hb = raw[a], raw[b]
-            else:
-                emb = torch.from_numpy(trainable.embed([text_list[i] for i in np.unique(np.concatenate([a, b]))]))
-                where = {t: i for i, t in enumerate(np.unique(np.concatenate([a, b])).tolist())}
-                ha = emb[[where[i] for i in a.tolist()]].to(device)
-                hb = emb[[where[i] for i in b.tolist()]].to(device)
-            pred = model(ha.to(device), hb.to(device)).argmax(dim=1).cpu().numpy()
-        model.train()
-        return float((pred == y).mean())
-
     stopper = EarlyStopping(config.patience)
     progress = {"epoch": 0, "step": 0, "history": [], "stopped": False, "early": stopper.state(), "seconds": 0.0}
     checkpoint = Checkpoint(out, run) if out is not None else None
-    best_tensors = None
+    best = None
     resumed = checkpoint.load() if checkpoint is not None else None
     if resumed is not None:
-        progress = resumed["state"]
-        stopper.restore(progress["early"])
-        load_tensors(resumed["tensors"], "")
-        if any(k.startswith("best/") for k in resumed["tensors"]):
-            best_tensors = {k[5:]: v for k, v in resumed["tensors"].items() if k.startswith("best/")}
-        if resumed["optimizer"] is not None:
-            opt.load_state_dict(resumed["optimizer"])
+        progress, best = _resume(m, stopper, resumed)
     step, t0 = progress["step"], time.time() - progress.get("seconds", 0.0)
-    model.train()
-    if trainable is not None:
-        trainable.train()
+    m.train()
     bar = _tqdm(total=total, initial=step, desc=f"pu ({config.regime})", unit="step", disable=not config.progress)
     for epoch in range(progress["epoch"] + 1, config.epochs + 1):
         if progress["stopped"]:
             break
-        order = np.random.default_rng([config.seed, epoch]).permutation(len(ty))
-        torch.manual_seed(config.seed * 1000 + epoch)  # dropout (joint) replays on resume
-        losses, ce_sum, pu_sum = [], 0.0, 0.0
-        for start in range(0, len(order), config.batch_size):
-            batch = order[start:start + config.batch_size]
-            step += 1
-            y = torch.from_numpy(ty[batch]).to(device)
-            if trainable is None:
-                logits = model(raw[ta[batch]], raw[tb[batch]])
-            else:
-                with trainable.autocast():
-                    logits = model(embed(ta[batch]), embed(tb[batch])).float()
-            labelled = y >= 0
-            ce = (torch.nn.functional.cross_entropy(logits[labelled], y[labelled]) if bool(labelled.any())
-                  else logits.sum() * 0.0)
-            w = pu_weight_at(step, total, config)
-            pu = pu_term(logits, y, priors, classes) if w > 0 else logits.sum() * 0.0
-            loss = ce + w * pu
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(float(loss.detach()))
-            ce_sum += float(ce.detach())
-            pu_sum += float(pu.detach())
-            bar.update(1)
-            bar.set_postfix(epoch=epoch, loss=f"{losses[-1]:.4f}", w=f"{w:.3f}")
-        acc = dev_accuracy()
-        n = max(len(losses), 1)
-        progress["history"].append({"epoch": epoch, "step": step, "loss": round(float(np.mean(losses)), 5),
-                                    "ce": round(ce_sum / n, 5), "pu": round(pu_sum / n, 5),
-                                    "pu_weight": round(pu_weight_at(step, total, config), 5),
-                                    "dev_accuracy": None if math.isnan(acc) else round(acc, 5)})
-        bar.set_postfix(epoch=epoch, loss=f"{np.mean(losses):.4f}", dev_acc=f"{acc:.3f}")
+        step, entry, loss = _epoch(m, config, epoch, step, total, train, priors, classes, bar)
+        acc = m.accuracy(dev[0][dev_rows], dev[1][dev_rows], dev[2][dev_rows]) if has_dev else float("nan")
+        progress["history"].append(dict(entry, dev_accuracy=None if math.isnan(acc) else round(acc, 5)))
+        bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}", dev_acc=f"{acc:.3f}")
         if has_dev:
             if stopper.improved(acc):
-                best_tensors = {k: v.detach().clone() for k, v in state_tensors("").items()}
+                best = {k: v.detach().clone() for k, v in m.state_tensors().items()}
             progress["stopped"] = stopper.update(acc, epoch)
         progress.update(epoch=epoch, step=step, early=stopper.state(), seconds=round(time.time() - t0, 1))
         if checkpoint is not None:
-            tensors = state_tensors("")
-            if best_tensors is not None:
-                tensors.update({f"best/{k}": v for k, v in best_tensors.items()})
-            checkpoint.save(progress, tensors, opt)
+            tensors = m.state_tensors()
+            if best is not None:
+                tensors.update({f"best/{k}": v for k, v in best.items()})
+            checkpoint.save(progress, tensors, m.opt)
         if progress["stopped"]:
             break
     bar.close()
-    if has_dev and best_tensors is not None:
-        load_tensors(best_tensors, "")
-    model.eval()
-    if trainable is not None:
-        trainable.train(False)
+    if has_dev and best is not None:
+        m.load_tensors(best)
+    m.train(False)
     info = {"epochs_run": len(progress["history"]), "steps": step, "total_steps": total,
             "best_epoch": stopper.best_step if has_dev else len(progress["history"]),
             "dev_accuracy": None if stopper.best is None else round(stopper.best, 5),
             "stopped_early": bool(progress["stopped"]), "seconds": round(time.time() - t0, 1),
             "history": progress["history"]}
-    return model, trainable, info
+    return m.model, m.trainable, info
+
+
+def _resume(m: _Model, stopper: EarlyStopping, resumed: dict) -> tuple[dict, dict | None]:
+    """Restore model, optimizer and early stopping from a checkpoint; returns (progress, best tensors or None)."""
+    progress = resumed["state"]
+    stopper.restore(progress["early"])
+    m.load_tensors(resumed["tensors"])
+    best = None
+    if any(k.startswith("best/") for k in resumed["tensors"]):
+        best = {k[5:]: v for k, v in resumed["tensors"].items() if k.startswith("best/")}
+    if resumed["optimizer"] is not None:
+        m.opt.load_state_dict(resumed["optimizer"])
+    return progress, best
+
+
+def _epoch(m: _Model, config: PUConfig, epoch: int, step: int, total: int, train, priors, classes, bar):
+    """One epoch (order and dropout drawn from ``(seed, epoch)``); returns (global step, history entry, mean loss)."""
+    import torch
+
+    order = np.random.default_rng([config.seed, epoch]).permutation(len(train[2]))
+    torch.manual_seed(config.seed * 1000 + epoch)  # dropout (joint) replays on resume
+    losses, ce_sum, pu_sum = [], 0.0, 0.0
+    for start in range(0, len(order), config.batch_size):
+        step += 1
+        w = pu_weight_at(step, total, config)
+        loss, ce, pu = _step(m, order[start:start + config.batch_size], train, w, priors, classes)
+        losses.append(loss)
+        ce_sum += ce
+        pu_sum += pu
+        bar.update(1)
+        bar.set_postfix(epoch=epoch, loss=f"{losses[-1]:.4f}", w=f"{w:.3f}")
+    n, mean = max(len(losses), 1), float(np.mean(losses))
+    entry = {"epoch": epoch, "step": step, "loss": round(mean, 5), "ce": round(ce_sum / n, 5),
+             "pu": round(pu_sum / n, 5), "pu_weight": round(pu_weight_at(step, total, config), 5)}
+    return step, entry, mean

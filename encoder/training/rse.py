@@ -10,8 +10,11 @@ Flow of :func:`train_adapter`:
    operator on the raw vectors with the RSE contrastive loss at τ = 0.05 (:func:`rse_loss`);
    early stopping on dev MRR (the starting point, ≈ identity, is epoch 0, so a relation whose dev
    MRR never improves keeps its initial operator);
-4. evaluate trained operator and identity on the test triples (link prediction, see
-   :func:`link_prediction`) and store both in ``operator.info["metrics"]``.
+4. evaluate trained operator and identity on the test triples (link prediction,
+   :func:`.linkpred.link_prediction`) and store both in ``operator.info["metrics"]``.
+
+The triple data shapes (:mod:`.splits`) and the link-prediction protocol (:mod:`.linkpred`) are
+shared with :mod:`.rse_joint` and :mod:`.transition`.
 
 Negatives. Vectors are precomputed, so by default (``negatives="all"``) each query is contrasted
 with *every* distinct training text of its relation (heads, tails and hard negatives): a full
@@ -27,26 +30,24 @@ of the softmax: other true tails of the same head (same text), texts sharing the
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..metrics import Ranks, rank_gold, ranking_metrics
 from ..bundle import Bundle
+from ..relations import Operator
 from .cache import _tqdm, encode_cached
+from .card import hyperparameters
 from .data import Triple, read_triples, relations_to_train, with_inverses
+from .linkpred import forward, init_params, link_prediction, numpy_apply, trained_vs_identity
 from .loop import Checkpoint
-from ..relations import Operator, normalize
+from .splits import RelationSplit, relation_splits, sample_queries, text_ids, true_tails
 
 OPERATOR_KINDS = ("linear", "translation")
 NEGATIVE_MODES = ("all", "batch")
-PROTOCOL = ("link prediction on the test triples of the relation: candidates = all distinct heads and "
-            "tails of those triples; filtered (other true tails of the head in train/dev/test removed); "
-            "query itself excluded; realistic ranks (expectation under random tie-breaking)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,49 +99,13 @@ def rse_loss(queries, candidates, positive, mask, temperature: float):
 
 
 # ------------------------------------------------------------------------------ relation data
-@dataclass
-class _Split:
-    head: np.ndarray  # text ids
-    tail: np.ndarray
-    neg: np.ndarray  # text id or −1
-    group: np.ndarray  # group id or −1
-    files: list[str] = field(default_factory=list)
-    dropped_self: int = 0  # triples with head == tail (trivial) dropped
-    query_rows: np.ndarray | None = None  # evaluate only these triples (candidates: still all of the split)
-
-    def __len__(self):
-        return len(self.head)
+_Split = RelationSplit  # earlier names, still used by this module's tests
+_init_params = init_params
 
 
-def _split(triples: list[Triple], ids: dict[str, int], groups: dict[str, int]) -> _Split:
-    seen, rows, dropped = set(), [], 0
-    for t in triples:
-        if t.head == t.tail:
-            dropped += 1
-            continue
-        key = (t.head, t.tail)
-        if key in seen:  # duplicate (head, tail): counted once (the first one's negative is kept)
-            continue
-        seen.add(key)
-        neg = ids[t.negative] if t.negative and t.negative not in (t.head, t.tail) else -1
-        grp = groups.setdefault(t.group, len(groups)) if t.group is not None else -1
-        rows.append((ids[t.head], ids[t.tail], neg, grp))
-    a = np.array(rows, dtype=np.int64).reshape(-1, 4)
-    files = sorted({t.where.rsplit(":", 1)[0] for t in triples})
-    return _Split(a[:, 0], a[:, 1], a[:, 2], a[:, 3], files, dropped)
-
-
-def _true_tails(*splits: _Split) -> dict[int, set[int]]:
-    known: dict[int, set[int]] = {}
-    for s in splits:
-        for h, t in zip(s.head.tolist(), s.tail.tolist()):
-            known.setdefault(h, set()).add(t)
-    return known
-
-
-def _exclusions(s: _Split) -> list[np.ndarray]:
+def _exclusions(s: RelationSplit) -> list[np.ndarray]:
     """Per training triple: texts to mask out of its softmax (false negatives), never its tail."""
-    known = _true_tails(s)
+    known = true_tails(s)
     members: dict[int, set[int]] = {}
     for h, t, g in zip(s.head.tolist(), s.tail.tolist(), s.group.tolist()):
         if g >= 0:
@@ -161,58 +126,41 @@ def _mask(batch: np.ndarray, excl: list[np.ndarray], cand_pos: np.ndarray, n_can
     return mask
 
 
-# --------------------------------------------------------------------------------- evaluation
-def link_prediction(apply, vectors: np.ndarray, split: _Split, known: dict[int, set[int]], *,
-                    chunk: int = 2048) -> tuple[dict, int, int]:
-    """Metrics of ``apply`` (raw (n, d) → unit (n, d)) on ``split``; see ``PROTOCOL``.
-
-    Returns (metrics, n_queries, n_candidates).
-    """
-    cand = np.unique(np.concatenate([split.head, split.tail]))
-    pos = np.full(len(vectors), -1, dtype=np.int64)
-    pos[cand] = np.arange(len(cand))
-    cand_unit = normalize(vectors[cand])
-    rows = np.arange(len(split)) if split.query_rows is None else split.query_rows
-    parts = []
-    for start in range(0, len(rows), chunk):
-        heads, tails = split.head[rows[start:start + chunk]], split.tail[rows[start:start + chunk]]
-        scores = apply(vectors[heads]) @ cand_unit.T
-        filt = np.zeros(scores.shape, dtype=bool)
-        for row, h in enumerate(heads.tolist()):
-            p = pos[list(known[h])]
-            filt[row, p[p >= 0]] = True
-        parts.append(rank_gold(scores, pos[tails], filter_mask=filt, exclude=pos[heads]))
-    return ranking_metrics(Ranks.concat(parts)), len(rows), len(cand)
-
-
 # ----------------------------------------------------------------------------------- training
-def _init_params(kind: str, d: int, gen, device: str = "cpu"):
-    """A relation's trainable tensors on ``device`` (``gen``, a generator on that device, draws them)."""
-    import torch
+class _Candidates:
+    """The softmax columns of one relation's training batches (module docstring, "Negatives")."""
 
-    if kind == "translation":
-        return {"r": (torch.randn(d, generator=gen, device=device) * 0.02).requires_grad_()}
-    return {"W": torch.eye(d, device=device).requires_grad_(), "b": torch.zeros(d, device=device).requires_grad_()}
+    def __init__(self, raw, train: RelationSplit, config: TrainConfig, extra: np.ndarray | None):
+        import torch
+
+        self.train, self.config, self.n = train, config, len(raw)
+        self.pool = np.unique(np.concatenate([train.head, train.tail, train.neg[train.neg >= 0]]
+                                             + ([extra] if extra is not None else [])))
+        self.tail_pool = np.unique(train.tail)
+        self.unit = torch.nn.functional.normalize(raw, dim=-1)
+        self.pool_unit = self.unit[self.pool]  # "all" mode: the candidate table is fixed, gather it once
+        self.pos = np.full(self.n, -1, dtype=np.int64)  # text id → candidate column (−1: not a candidate)
+        self.pos[self.pool] = np.arange(len(self.pool))
+
+    def for_batch(self, batch: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, object]:
+        """(text id → column map, unit candidate vectors) for one batch."""
+        config, train = self.config, self.train
+        if config.negatives == "all":
+            if not config.max_candidates or len(self.pool) <= config.max_candidates:
+                return self.pos, self.pool_unit
+            sample = rng.choice(self.pool, config.max_candidates, replace=False)
+            cand = np.unique(np.concatenate([sample, train.tail[batch], train.neg[batch][train.neg[batch] >= 0]]))
+        else:
+            neg = train.neg[batch].copy()
+            need = neg < 0
+            neg[need] = rng.choice(self.tail_pool, size=int(need.sum()))  # a true tail drawn here is masked
+            cand = np.unique(np.concatenate([train.tail[batch], neg]))
+        cand_pos = np.full(self.n, -1, dtype=np.int64)
+        cand_pos[cand] = np.arange(len(cand))
+        return cand_pos, self.unit[cand]
 
 
-def _forward(params: dict, h):
-    import torch.nn.functional as F
-
-    x = h + params["r"] if "r" in params else h @ params["W"].T + params["b"]
-    return F.normalize(x, dim=-1)
-
-
-def _numpy_apply(params: dict):
-    import torch
-
-    def apply(h: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return _forward(params, torch.from_numpy(np.ascontiguousarray(h))).numpy()
-
-    return apply
-
-
-def _train_relation(name: str, vectors: np.ndarray, train: _Split, dev: _Split | None,
+def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: RelationSplit | None,
                     known: dict[int, set[int]], config: TrainConfig,
                     extra: np.ndarray | None = None) -> tuple[dict, dict]:
     """Learn one operator; returns (numpy params, training info)."""
@@ -221,39 +169,16 @@ def _train_relation(name: str, vectors: np.ndarray, train: _Split, dev: _Split |
     seed = [config.seed, zlib.crc32(name.encode())]
     rng = np.random.default_rng(seed)
     gen = torch.Generator().manual_seed(int(np.random.SeedSequence(seed).generate_state(1)[0]))
-    params = _init_params(config.operator, vectors.shape[1], gen)
+    params = init_params(config.operator, vectors.shape[1], gen)
     opt = torch.optim.Adam(params.values(), lr=config.learning_rate)
     excl = _exclusions(train)
-    pool = np.unique(np.concatenate([train.head, train.tail, train.neg[train.neg >= 0]]
-                                    + ([extra] if extra is not None else [])))
-    tail_pool = np.unique(train.tail)
     raw = torch.from_numpy(vectors)
-    unit = torch.nn.functional.normalize(raw, dim=-1)
-    pool_unit = unit[pool]  # "all" mode: the candidate table is fixed, gather it once
-    pos = np.full(len(vectors), -1, dtype=np.int64)  # text id → candidate column (−1: not a candidate)
-    pos[pool] = np.arange(len(pool))
-    if dev is not None and config.max_dev_queries and len(dev) > config.max_dev_queries:
-        keep = np.sort(rng.choice(len(dev), config.max_dev_queries, replace=False))
-        dev = _Split(dev.head, dev.tail, dev.neg, dev.group, dev.files, query_rows=keep)
-
-    def batch_candidates(batch: np.ndarray) -> tuple[np.ndarray, object]:
-        """(text id → column map, unit candidate vectors) for one batch."""
-        if config.negatives == "all":
-            if not config.max_candidates or len(pool) <= config.max_candidates:
-                return pos, pool_unit
-            sample = rng.choice(pool, config.max_candidates, replace=False)
-            cand = np.unique(np.concatenate([sample, train.tail[batch], train.neg[batch][train.neg[batch] >= 0]]))
-        else:
-            neg = train.neg[batch].copy()
-            need = neg < 0
-            neg[need] = rng.choice(tail_pool, size=int(need.sum()))  # a true tail drawn here is masked
-            cand = np.unique(np.concatenate([train.tail[batch], neg]))
-        cand_pos = np.full(len(vectors), -1, dtype=np.int64)
-        cand_pos[cand] = np.arange(len(cand))
-        return cand_pos, unit[cand]
+    candidates = _Candidates(raw, train, config, extra)
+    if dev is not None:
+        dev = sample_queries(dev, config.max_dev_queries, rng)
 
     def dev_mrr() -> float:
-        return link_prediction(_numpy_apply(params), vectors, dev, known)[0]["mrr"] if dev else float("nan")
+        return link_prediction(numpy_apply(params), vectors, dev, known)[0]["mrr"] if dev else float("nan")
 
     best = {"epoch": 0, "mrr": dev_mrr(), "params": {k: v.detach().clone() for k, v in params.items()}}
     history, stale, loss_value, t0 = [], 0, float("nan"), time.time()
@@ -263,9 +188,9 @@ def _train_relation(name: str, vectors: np.ndarray, train: _Split, dev: _Split |
         order, losses = rng.permutation(len(train)), []
         for start in range(0, len(order), config.batch_size):
             batch = order[start:start + config.batch_size]
-            cand_pos, cand_unit = batch_candidates(batch)
+            cand_pos, cand_unit = candidates.for_batch(batch, rng)
             mask = torch.from_numpy(_mask(batch, excl, cand_pos, len(cand_unit)))
-            q = _forward(params, raw[train.head[batch]])
+            q = forward(params, raw[train.head[batch]])
             loss = rse_loss(q, cand_unit, torch.from_numpy(cand_pos[train.tail[batch]]), mask, config.temperature)
             opt.zero_grad()
             loss.backward()
@@ -318,15 +243,7 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
         from ..model import Encoder, EncoderConfig
 
         encoder = Encoder(EncoderConfig())
-    texts: dict[str, int] = {}
-    for split in loaded.values():
-        for t in split:
-            if t.relation in wanted:
-                for x in (t.head, t.tail, t.negative):
-                    if x is not None:
-                        texts.setdefault(x, len(texts))
-    for x in candidates or ():
-        texts.setdefault(x, len(texts))
+    texts = text_ids(loaded, wanted, extra=candidates)
     extra = np.array([texts[x] for x in candidates], dtype=np.int64) if candidates else None
     vectors = encode_cached(encoder, list(texts), cache_dir=config.cache_dir, progress=config.progress)
 
@@ -362,19 +279,14 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
 
 def _train_operator(name, loaded, texts, vectors, config, descriptions, extra=None) -> Operator:
     """Train, evaluate and describe the operator of one relation."""
-    groups: dict[str, int] = {}
-    splits = {k: _split([t for t in v if t.relation == name], texts, groups) for k, v in loaded.items()}
+    splits = relation_splits(loaded, name, texts)
     train, dev, test = splits["train"], splits["dev"], splits["test"]
     if len(train) == 0:
         raise ValueError(f"relation {name!r}: no usable training triples (all have head == tail)")
-    known = _true_tails(train, dev, test)
+    known = true_tails(train, dev, test)
     params, info = _train_relation(name, vectors, train, dev if len(dev) else None, known, config, extra)
     op = Operator(name=name, kind=config.operator, description=(descriptions or {}).get(name, ""), params=params)
-    metrics = {"split": "test", "protocol": PROTOCOL}
-    if len(test):
-        for label, apply in (("trained", op.apply), ("identity", normalize)):
-            metrics[label], metrics["queries"], metrics["candidates"] = link_prediction(apply, vectors, test, known)
-            metrics[label] = {k: round(v, 5) for k, v in metrics[label].items()}
+    metrics = trained_vs_identity(op.apply, vectors, test, known)
     op.info = {
         "data": {s: {"files": v.files, "triples": len(v), "dropped_head_equals_tail": v.dropped_self,
                      **({"hard_negatives": int((v.neg >= 0).sum())} if s == "train" else {})}
@@ -387,9 +299,4 @@ def _train_operator(name, loaded, texts, vectors, config, descriptions, extra=No
 
 
 def _hyper(config: TrainConfig) -> dict:
-    d = dataclasses.asdict(config)
-    d["lr"] = config.learning_rate
-    for k in ("cache_dir", "progress", "threads"):
-        d.pop(k)
-    d["relations"] = list(d["relations"]) if d["relations"] else None
-    return d
+    return hyperparameters(config, lr=config.learning_rate)

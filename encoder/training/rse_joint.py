@@ -14,7 +14,6 @@ a user has before training.
 """
 from __future__ import annotations
 
-import dataclasses
 import random
 import time
 from dataclasses import dataclass
@@ -24,9 +23,11 @@ import numpy as np
 from ..bundle import Bundle, load_bundle
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
-from .data import load_triple_splits
+from .card import hyperparameters
+from .data import Triple, load_triple_splits
+from .linkpred import PROTOCOL, forward, init_params, link_prediction
 from .loop import Checkpoint, EarlyStopping, seed_everything
-from .rse import PROTOCOL, _Split, _split, _true_tails, link_prediction
+from .splits import RelationSplit, relation_splits, sample_queries, text_ids, true_tails
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +87,166 @@ def group_aware_batches(keys: list[set], batch_size: int, rng: random.Random) ->
     return batches
 
 
+@dataclass
+class _Data:
+    """The triples as the joint loop uses them: text ids, per-relation splits, batching keys."""
+
+    train: list[Triple]
+    texts: dict[str, int]  # text → id
+    text_list: list[str]
+    splits: dict[str, dict[str, RelationSplit]]  # split → relation → triples as ids
+    known: dict[str, dict[int, set[int]]]  # relation → head id → every true tail id
+    tails_of: dict[str, list[int]]  # relation → its training tails (random hard negatives)
+    keys: list[set]  # per training triple: group, head and tail (group_aware_batches)
+
+    def has(self, split: str) -> bool:
+        return any(len(sp) for sp in self.splits[split].values())
+
+
+def _prepare(loaded: dict[str, list[Triple]], wanted: list[str], config: JointConfig) -> _Data:
+    texts = text_ids(loaded)
+    by_relation = {name: relation_splits(loaded, name, texts) for name in wanted}
+    splits = {s: {name: by_relation[name][s] for name in wanted} for s in loaded}
+    known = {name: true_tails(*(splits[s][name] for s in splits)) for name in wanted}
+    train = loaded["train"]
+    tails_of = {name: sorted({texts[t.tail] for t in train if t.relation == name}) for name in wanted}
+    keys = [{("g", t.group)} if t.group else set() for t in train]
+    for k, t in zip(keys, train):
+        k |= {("t", t.head), ("t", t.tail)}
+    dev_rng = np.random.default_rng(config.seed)
+    splits["dev"] = {name: sample_queries(sp, config.max_dev_queries, dev_rng) for name, sp in splits["dev"].items()}
+    return _Data(train, texts, list(texts), splits, known, tails_of, keys)
+
+
+class _Run:
+    """The trainable state of a joint run (encoder, relation parameters, optimizer) and its progress."""
+
+    def __init__(self, config: JointConfig, model: str, wanted: list[str], data: _Data):
+        import torch
+
+        from .finetune import TrainableEncoder
+
+        self.config, self.wanted, self.data = config, wanted, data
+        self.encoder = TrainableEncoder(model, max_length=config.max_length)
+        d, self.device = self.encoder.dim, self.encoder.device  # every tensor of a step lives where the encoder does
+        gen = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.params = {name: init_params(config.operator, d, gen, self.device) for name in wanted}
+        self.opt = torch.optim.AdamW(
+            [{"params": list(self.encoder.parameters()), "lr": config.encoder_lr},
+             {"params": [p for ps in self.params.values() for p in ps.values()], "lr": config.operator_lr}],
+            weight_decay=0.0)
+        self.stopper, self.step, self.history, self.best = EarlyStopping(config.patience), 0, [], None
+
+    def operators(self) -> dict[str, Operator]:
+        return {name: Operator(name=name, kind=self.config.operator,
+                               params={k: v.detach().cpu().numpy().copy() for k, v in self.params[name].items()})
+                for name in self.wanted}
+
+    def evaluate(self, split: str, vectors: np.ndarray, ops: dict) -> dict[str, tuple]:
+        sp, known = self.data.splits[split], self.data.known
+        return {name: link_prediction(ops[name].apply, vectors, sp[name], known[name]) for name in self.wanted
+                if len(sp[name])}
+
+    def dev_mrr(self) -> float:
+        if not self.data.has("dev"):
+            return float("nan")
+        vectors = _embed_split(self.encoder, self.data.text_list, self.data.splits["dev"])
+        return float(np.mean([m["mrr"] for m, _, _ in self.evaluate("dev", vectors, self.operators()).values()]))
+
+    # ----------------------------------------------------------------------------- state
+    def snapshot(self) -> dict:
+        out = {f"model.{k}": v.detach().clone() for k, v in self.encoder.state_dict().items()}
+        out.update({f"op.{n}.{k}": v.detach().clone() for n in self.wanted for k, v in self.params[n].items()})
+        return out
+
+    def load(self, tensors: dict) -> None:
+        """Encoder and relation parameters from ``snapshot()``-named tensors."""
+        self.encoder.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+        for name in self.wanted:
+            for p, value in self.params[name].items():
+                value.data.copy_(tensors[f"op.{name}.{p}"])
+
+    def start(self, checkpoint: Checkpoint | None) -> None:
+        """Resume from ``checkpoint`` when it holds this run, else score the start (step 0) on dev."""
+        resumed = checkpoint.load() if checkpoint else None
+        if resumed:
+            self.load(resumed["tensors"])
+            self.best = {k[5:]: v for k, v in resumed["tensors"].items() if k.startswith("best.")} or None
+            self.opt.load_state_dict(resumed["optimizer"])
+            self.stopper.restore(resumed["state"]["stopper"])
+            self.step, self.history = resumed["state"]["step"], resumed["state"]["history"]
+        else:
+            start = self.dev_mrr()
+            self.stopper.update(start, 0)
+            self.history.append({"step": 0, "dev_mrr": round(start, 5)})
+
+    def after_step(self, epoch: int, loss: float, checkpoint: Checkpoint | None, bar) -> None:
+        """Dev evaluation: keep the best state, update early stopping, save the checkpoint."""
+        score = self.dev_mrr()
+        self.encoder.train()
+        self.history.append({"step": self.step, "epoch": epoch + 1, "loss": round(loss, 5),
+                             "dev_mrr": round(score, 5)})
+        bar.set_postfix(loss=f"{loss:.4f}", dev_mrr=f"{score:.3f}")
+        if np.isnan(score) or self.stopper.improved(score):
+            self.best = self.snapshot()
+        if not np.isnan(score):
+            self.stopper.update(score, self.step)
+        if checkpoint:
+            tensors = self.snapshot()
+            tensors.update({f"best.{k}": v for k, v in (self.best or {}).items()})
+            checkpoint.save({"step": self.step, "history": self.history, "stopper": self.stopper.state()},
+                            tensors, self.opt)
+
+    # ------------------------------------------------------------------------------ step
+    def train_step(self, batch: list[int], candidates: list[str] | None) -> float:
+        """One optimizer step on training triples ``batch``; returns the batch loss."""
+        import torch
+        import torch.nn.functional as F
+
+        from .finetune import chunked_backward
+
+        config, data, device = self.config, self.data, self.device
+        train = data.train
+        rng = random.Random(f"{config.seed}-neg-{self.step}")
+        heads = [train[i].head for i in batch]
+        tails = [train[i].tail for i in batch]
+        rels = [train[i].relation for i in batch]
+        negs = [_hard_negative(train[i], data, rng) for i in batch]
+        if candidates:
+            negs += [candidates[i] for i in rng.sample(range(len(candidates)), min(len(candidates), len(batch)))]
+        mask = torch.as_tensor(_false_negatives(heads, rels, tails + negs, data), device=device)
+        labels = torch.arange(len(batch), device=device)
+
+        def loss_fn(h, t, n):
+            q = torch.cat([forward(self.params[rels[r]], h[r:r + 1]) for r in range(len(batch))])
+            logits = q @ F.normalize(torch.cat([t, n]), dim=-1).T / config.temperature
+            return F.cross_entropy(logits.masked_fill(mask, float("-inf")), labels)
+
+        self.opt.zero_grad()
+        loss = chunked_backward(self.encoder, [heads, tails, negs], loss_fn, chunk=config.chunk)
+        self.opt.step()
+        self.step += 1
+        return loss
+
+
+def _hard_negative(t: Triple, data: _Data, rng: random.Random) -> str:
+    """The triple's own negative, else a random training tail of its relation (a true one is masked)."""
+    if t.negative and t.negative not in (t.head, t.tail):
+        return t.negative
+    return data.text_list[rng.choice(data.tails_of[t.relation])]
+
+
+def _false_negatives(heads: list[str], rels: list[str], cands: list[str], data: _Data) -> np.ndarray:
+    """(batch, candidates) bool: other true tails of each row's head, and the head itself (never the gold column)."""
+    out = np.zeros((len(heads), len(cands)), dtype=bool)
+    for row, (head, rel) in enumerate(zip(heads, rels)):
+        true = data.known[rel].get(data.texts[head], set())
+        for col, c in enumerate(cands):
+            if col != row and (data.texts.get(c, -1) in true or c == head):  # a candidate may be no triple's
+                out[row, col] = True
+    return out
+
+
 def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig = JointConfig(), base=None,
                 out=None, candidates: list[str] | None = None):
     """Fine-tune encoder + relation operators; returns (bundle, TrainableEncoder) for ``write_bundle``.
@@ -94,11 +255,6 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
     graph): each step adds a seeded sample of ``batch_size`` of them (fewer when there are fewer)
     to the batch's negatives, embedded with gradients like the tails."""
     import torch
-    import torch.nn.functional as F
-
-    from ..model import Encoder, EncoderConfig
-    from .finetune import TrainableEncoder, chunked_backward
-    from .rse import _forward, _init_params
 
     loaded, wanted = load_triple_splits(train_files, dev_files, test_files, relations=config.relations,
                                         inverse=config.inverse)
@@ -106,172 +262,74 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
     base_bundle = load_bundle(base) if base else load_bundle(None)
-    encoder = TrainableEncoder(base_bundle.encoder["model"], max_length=config.max_length)
-    d, device = encoder.dim, encoder.device  # every tensor of a step lives where the encoder does
-    gen = torch.Generator(device=device).manual_seed(config.seed)
-    params = {name: _init_params(config.operator, d, gen, device) for name in wanted}
-    opt = torch.optim.AdamW([{"params": list(encoder.parameters()), "lr": config.encoder_lr},
-                             {"params": [p for ps in params.values() for p in ps.values()], "lr": config.operator_lr}],
-                            weight_decay=0.0)
-
-    texts: dict[str, int] = {}
-    for split in loaded.values():
-        for t in split:
-            for x in (t.head, t.tail, t.negative):
-                if x is not None:
-                    texts.setdefault(x, len(texts))
-    text_list = list(texts)
-    splits = {}
-    for s, v in loaded.items():
-        groups: dict[str, int] = {}
-        splits[s] = {name: _split([t for t in v if t.relation == name], texts, groups) for name in wanted}
-    known = {name: _true_tails(*(splits[s][name] for s in splits)) for name in wanted}
-    train = loaded["train"]
-    tails_of = {name: sorted({texts[t.tail] for t in train if t.relation == name}) for name in wanted}
-    keys = [{("g", t.group)} if t.group else set() for t in train]
-    for k, t in zip(keys, train):
-        k |= {("t", t.head), ("t", t.tail)}
-    dev_rng = np.random.default_rng(config.seed)
-    for name, sp in splits["dev"].items():
-        if config.max_dev_queries and len(sp) > config.max_dev_queries:
-            sp.query_rows = np.sort(dev_rng.choice(len(sp), config.max_dev_queries, replace=False))
-
-    def operators_now() -> dict[str, Operator]:
-        return {name: Operator(name=name, kind=config.operator,
-                               params={k: v.detach().cpu().numpy().copy() for k, v in params[name].items()})
-                for name in wanted}
-
-    def evaluate(split: str, vectors: np.ndarray, ops: dict) -> dict[str, tuple]:
-        return {name: link_prediction(ops[name].apply, vectors, splits[split][name], known[name])
-                for name in wanted if len(splits[split][name])}
-
-    def dev_mrr() -> float:
-        if not any(len(sp) for sp in splits["dev"].values()):
-            return float("nan")
-        vectors = _embed_split(encoder, text_list, splits["dev"])
-        res = evaluate("dev", vectors, operators_now())
-        return float(np.mean([m["mrr"] for m, _, _ in res.values()]))
-
-    state_names = [f"op.{name}.{k}" for name in wanted for k in params[name]]
-    checkpoint = Checkpoint(out, dict(_hyper(config, train_files, base), candidates=len(candidates or ()))) \
-        if out else None
-    stopper, step, history = EarlyStopping(config.patience), 0, []
-    best = None
-    resumed = checkpoint.load() if checkpoint else None
-    if resumed:
-        tensors = resumed["tensors"]
-        encoder.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-        for key in state_names:
-            _, name, p = key.split(".", 2)
-            params[name][p].data.copy_(tensors[key])
-        best = {k[5:]: v for k, v in tensors.items() if k.startswith("best.")} or None
-        opt.load_state_dict(resumed["optimizer"])
-        stopper.restore(resumed["state"]["stopper"])
-        step, history = resumed["state"]["step"], resumed["state"]["history"]
-    else:
-        start = dev_mrr()
-        stopper.update(start, 0)
-        history.append({"step": 0, "dev_mrr": round(start, 5)})
-
-    def snapshot() -> dict:
-        out_ = {f"model.{k}": v.detach().clone() for k, v in encoder.state_dict().items()}
-        out_.update({f"op.{n}.{k}": v.detach().clone() for n in wanted for k, v in params[n].items()})
-        return out_
-
-    batches_per_epoch = [group_aware_batches(keys, config.batch_size, random.Random(f"{config.seed}-{e}"))
-                         for e in range(config.epochs)]
-    total = sum(len(b) for b in batches_per_epoch)
-    eval_every = config.eval_every or len(batches_per_epoch[0])
-    bar = _tqdm(total=total, initial=step, desc=f"rse joint ({config.operator})", unit="step",
-                disable=not config.progress)
+    data = _prepare(loaded, wanted, config)
+    run = _Run(config, base_bundle.encoder["model"], wanted, data)
+    hyper = _hyper(config, train_files, base)
+    checkpoint = Checkpoint(out, dict(hyper, candidates=len(candidates or ()))) if out else None
+    run.start(checkpoint)
     t0 = time.time()
-    encoder.train()
-    flat = [(e, b) for e, bs in enumerate(batches_per_epoch) for b in bs]
-    for e, batch in flat[step:]:
-        if stopper.stale >= config.patience:
-            break
-        rng = random.Random(f"{config.seed}-neg-{step}")
-        heads = [train[i].head for i in batch]
-        tails = [train[i].tail for i in batch]
-        negs, rels = [], [train[i].relation for i in batch]
-        for i in batch:
-            t = train[i]
-            if t.negative and t.negative not in (t.head, t.tail):
-                negs.append(t.negative)
-            else:
-                negs.append(text_list[rng.choice(tails_of[t.relation])])
-        extra = [] if not candidates else [candidates[i] for i in rng.sample(range(len(candidates)),
-                                                                              min(len(candidates), len(batch)))]
-        negs = negs + extra
-        cands = tails + negs
-        false_negatives = np.zeros((len(batch), len(cands)), dtype=bool)
-        for row, i in enumerate(batch):
-            true = known[rels[row]].get(texts[heads[row]], set())
-            for col, c in enumerate(cands):
-                if col != row and (texts.get(c, -1) in true or c == heads[row]):  # a candidate may be no triple's
-                    false_negatives[row, col] = True
-        mask = torch.as_tensor(false_negatives, device=device)
-        labels = torch.arange(len(batch), device=device)
-
-        def loss_fn(h, t, n):
-            q = torch.cat([_forward(params[rels[r]], h[r:r + 1]) for r in range(len(batch))])
-            logits = q @ F.normalize(torch.cat([t, n]), dim=-1).T / config.temperature
-            return F.cross_entropy(logits.masked_fill(mask, float("-inf")), labels)
-
-        opt.zero_grad()
-        loss = chunked_backward(encoder, [heads, tails, negs], loss_fn, chunk=config.chunk)
-        opt.step()
-        step += 1
-        bar.update(1)
-        bar.set_postfix(loss=f"{loss:.4f}")
-        epoch_end = step == len(flat) or flat[step][0] != e
-        if step % eval_every == 0 or epoch_end:
-            score = dev_mrr()
-            encoder.train()
-            history.append({"step": step, "epoch": e + 1, "loss": round(loss, 5), "dev_mrr": round(score, 5)})
-            bar.set_postfix(loss=f"{loss:.4f}", dev_mrr=f"{score:.3f}")
-            if np.isnan(score) or stopper.improved(score):
-                best = snapshot()
-            if not np.isnan(score):
-                stopper.update(score, step)
-            if checkpoint:
-                tensors = snapshot()
-                tensors.update({f"best.{k}": v for k, v in (best or {}).items()})
-                checkpoint.save({"step": step, "history": history, "stopper": stopper.state()}, tensors, opt)
-    bar.close()
-    if best is not None:
-        encoder.load_state_dict({k[6:]: v for k, v in best.items() if k.startswith("model.")})
-        for key in state_names:
-            _, name, p = key.split(".", 2)
-            params[name][p].data.copy_(best[key])
+    _loop(run, candidates, checkpoint)
+    if run.best is not None:
+        run.load(run.best)
     # Trained on short windows for speed; queries and indexing use the base encoder's full window.
-    encoder.max_length = base_bundle.encoder.get("max_length") or encoder.max_length
-    ops = operators_now()
-    info_training = {"steps": step, "best_step": stopper.best_step, "dev_mrr_start": history[0]["dev_mrr"],
-                     "dev_mrr": stopper.best, "seconds": round(time.time() - t0, 1), "history": history}
-    if any(len(sp) for sp in splits["test"].values()):
-        tuned = evaluate("test", _embed_split(encoder, text_list, splits["test"]), ops)
-        base_encoder = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=encoder.max_length))
-        base_vecs = encode_cached(base_encoder, text_list, cache_dir=config.cache_dir, progress=False)
-        plain = {name: link_prediction(normalize, base_vecs, splits["test"][name], known[name])
-                 for name in tuned}
+    run.encoder.max_length = base_bundle.encoder.get("max_length") or run.encoder.max_length
+    training = {"steps": run.step, "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
+                "dev_mrr": run.stopper.best, "seconds": round(time.time() - t0, 1), "history": run.history}
+    ops = run.operators()
+    metrics = _test_metrics(run, ops, base_bundle, config)
     for name, op in ops.items():
         op.description = f"{name} (jointly fine-tuned encoder)"
-        metrics = {"split": "test", "protocol": PROTOCOL + "; identity = the base encoder before fine-tuning"}
-        if any(len(sp) for sp in splits["test"].values()) and name in tuned:
-            m, metrics["queries"], metrics["candidates"] = tuned[name]
-            metrics["trained"] = {k: round(v, 5) for k, v in m.items()}
-            metrics["identity"] = {k: round(v, 5) for k, v in plain[name][0].items()}
-        op.info = {"regime": "joint", "data": {s: {"triples": len(splits[s][name])} for s in splits},
-                   "hyperparameters": _hyper(config, train_files, base), "training": info_training,
-                   "metrics": metrics}
+        op.info = {"regime": "joint", "data": {s: {"triples": len(data.splits[s][name])} for s in data.splits},
+                   "hyperparameters": hyper, "training": training, "metrics": metrics[name]}
     bundle = Bundle(encoder={}, operators={"identity": base_bundle.operators["identity"], **ops},
                     info={"trainer": "relsearch rse joint (encoder + relations fine-tuned, RSE contrastive loss)",
-                          "config": _hyper(config, train_files, base)})
-    return bundle, encoder
+                          "config": hyper})
+    return bundle, run.encoder
 
 
-def _embed_split(encoder, text_list: list[str], split_rels: dict[str, _Split]) -> np.ndarray:
+def _loop(run: _Run, candidates: list[str] | None, checkpoint: Checkpoint | None) -> None:
+    """Steps over group-aware batches (epoch e drawn from ``(seed, e)``) until the epochs or patience run out."""
+    config = run.config
+    batches_per_epoch = [group_aware_batches(run.data.keys, config.batch_size, random.Random(f"{config.seed}-{e}"))
+                         for e in range(config.epochs)]
+    flat = [(e, b) for e, bs in enumerate(batches_per_epoch) for b in bs]
+    eval_every = config.eval_every or len(batches_per_epoch[0])
+    bar = _tqdm(total=len(flat), initial=run.step, desc=f"rse joint ({config.operator})", unit="step",
+                disable=not config.progress)
+    run.encoder.train()
+    for e, batch in flat[run.step:]:
+        if run.stopper.stale >= config.patience:
+            break
+        loss = run.train_step(batch, candidates)
+        bar.update(1)
+        bar.set_postfix(loss=f"{loss:.4f}")
+        epoch_end = run.step == len(flat) or flat[run.step][0] != e
+        if run.step % eval_every == 0 or epoch_end:
+            run.after_step(e, loss, checkpoint, bar)
+    bar.close()
+
+
+def _test_metrics(run: _Run, ops: dict[str, Operator], base_bundle: Bundle, config: JointConfig) -> dict[str, dict]:
+    """Per relation: the fine-tuned model vs identity *of the base encoder* on the test triples."""
+    from ..model import Encoder, EncoderConfig
+
+    data = run.data
+    metrics = {name: {"split": "test", "protocol": PROTOCOL + "; identity = the base encoder before fine-tuning"}
+               for name in ops}
+    if not data.has("test"):
+        return metrics
+    tuned = run.evaluate("test", _embed_split(run.encoder, data.text_list, data.splits["test"]), ops)
+    base_encoder = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=run.encoder.max_length))
+    base_vecs = encode_cached(base_encoder, data.text_list, cache_dir=config.cache_dir, progress=False)
+    for name in tuned:
+        m, metrics[name]["queries"], metrics[name]["candidates"] = tuned[name]
+        plain = link_prediction(normalize, base_vecs, data.splits["test"][name], data.known[name])[0]
+        metrics[name]["trained"] = {k: round(v, 5) for k, v in m.items()}
+        metrics[name]["identity"] = {k: round(v, 5) for k, v in plain.items()}
+    return metrics
+
+
+def _embed_split(encoder, text_list: list[str], split_rels: dict[str, RelationSplit]) -> np.ndarray:
     """Raw vectors for every text id used by ``split_rels`` (others stay zero)."""
     used = np.unique(np.concatenate([np.concatenate([s.head, s.tail]) for s in split_rels.values() if len(s)]))
     vectors = np.zeros((len(text_list), encoder.dim), dtype=np.float32)
@@ -280,9 +338,5 @@ def _embed_split(encoder, text_list: list[str], split_rels: dict[str, _Split]) -
 
 
 def _hyper(config: JointConfig, train_files, base) -> dict:
-    d = dataclasses.asdict(config)
-    d.update(lr=config.encoder_lr, relation_lr=config.operator_lr, base=base, data=[str(f) for f in train_files])
-    for k in ("cache_dir", "progress", "threads"):
-        d.pop(k)
-    d["relations"] = list(d["relations"]) if d["relations"] else None
-    return d
+    return hyperparameters(config, lr=config.encoder_lr, relation_lr=config.operator_lr, base=base,
+                           data=[str(f) for f in train_files])

@@ -28,7 +28,6 @@ Interrupted runs resume from ``OUT.checkpoint`` (:class:`~.loop.Checkpoint`).
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -40,8 +39,10 @@ from ..metrics import Ranks, rank_gold, ranking_metrics
 from ..relations import Operator, normalize
 from ..tower import MARKER, marked
 from .cache import _tqdm, encode_cached
+from .card import hyperparameters
 from .data import load_triple_splits
 from .loop import Checkpoint, EarlyStopping, seed_everything
+from .splits import text_ids
 
 NEGATIVES = ("table", "batch")
 TOWER_NAME = "query-tower"
@@ -183,10 +184,9 @@ def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig
     import torch
 
     from ..model import Encoder, EncoderConfig
-    from .finetune import TrainableEncoder, chunked_backward
 
     try:
-        from peft import LoraConfig, get_peft_model
+        import peft  # noqa: F401  (checked first: the run needs it)
     except ImportError as e:
         raise RuntimeError("--regime encoder needs peft: pip install peft") from e
     loaded, wanted = load_triple_splits(train_files, dev_files, test_files, relations=config.relations,
@@ -194,157 +194,211 @@ def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig
     if config.threads:
         torch.set_num_threads(config.threads)
     seed_everything(config.seed)
-
-    texts: dict[str, int] = {}
-    for split in loaded.values():
-        for t in split:
-            for x in (t.head, t.tail, t.negative):
-                if x is not None:
-                    texts.setdefault(x, len(texts))
-    for x in candidates or ():
-        texts.setdefault(x, len(texts))
+    texts = text_ids(loaded, extra=candidates)
     text_list = list(texts)
     data = {s: _Data([t.relation for t in v], np.array([texts[t.head] for t in v], np.int64),
                      np.array([texts[t.tail] for t in v], np.int64)) for s, v in loaded.items()}
-    known = _known(*data.values())
-
     base_ref = load_bundle(base).encoder if base else load_bundle(None).encoder
     frozen = Encoder(EncoderConfig(model=base_ref["model"], max_length=base_ref.get("max_length")))
     table = normalize(encode_cached(frozen, text_list, cache_dir=config.cache_dir, progress=config.progress))
+    run = _Run(config, base_ref["model"], text_list, data, table)
+    hyper = _hyper(config, train_files, base, candidates)
+    checkpoint = Checkpoint(out, hyper) if out else None
+    run.start(checkpoint)
+    _loop(run, checkpoint)
+    run.restore(run.best)
+    return _bundle(run, frozen, wanted, hyper)
 
-    cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-    encoder = TrainableEncoder(base_ref["model"], max_length=config.max_length,
-                               precision="bf16" if cuda_bf16 else "auto")
-    device = encoder.device
-    lora = LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
-                      target_modules=list(LORA_TARGETS))
-    encoder.model = get_peft_model(encoder.model, lora)
-    lora_params = _lora_state(encoder.model)
-    log_inv_t = torch.tensor(math.log(1 / config.temperature), device=device, requires_grad=True)
-    opt = torch.optim.AdamW([*lora_params.values(), log_inv_t], lr=config.learning_rate, weight_decay=0.0)
-    table_t = torch.from_numpy(table).to(device)
 
-    rng = np.random.default_rng(config.seed)
-    train = data["train"]
-    epochs = [even_batches(len(train), config.batch_size, np.random.default_rng([config.seed, e]))
-              for e in range(config.epochs)]
-    flat = [(e, b) for e, bs in enumerate(epochs) for b in bs]
-    warmup = int(config.warmup * len(flat))
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, len(flat), warmup))
-    dev = data["dev"]
-    dev_rows = np.arange(len(dev))
-    if config.max_dev_queries and len(dev) > config.max_dev_queries:
-        dev_rows = np.sort(rng.choice(len(dev), config.max_dev_queries, replace=False))
+class _Run:
+    """The LoRA query tower being trained, its optimizer and schedule, and the run's progress."""
 
-    def tower_unit(split: _Data, rows: np.ndarray) -> np.ndarray:
-        by_rel = [(split.rel[r], text_list[split.head[r]]) for r in rows]
-        return normalize(encoder.embed([marked(MARKER, r, [x])[0] for r, x in by_rel]))
+    def __init__(self, config: TowerConfig, model: str, text_list: list[str], data: dict[str, _Data],
+                 table: np.ndarray):
+        import torch
+        from peft import LoraConfig, get_peft_model
 
-    def dev_mrr() -> float:
-        if not len(dev_rows):
+        from .finetune import TrainableEncoder
+
+        self.config, self.text_list, self.data, self.table = config, text_list, data, table
+        self.known = _known(*data.values())
+        cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        self.encoder = TrainableEncoder(model, max_length=config.max_length, precision="bf16" if cuda_bf16 else "auto")
+        self.device = self.encoder.device
+        self.lora = LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
+                               target_modules=list(LORA_TARGETS))
+        self.encoder.model = get_peft_model(self.encoder.model, self.lora)
+        self.lora_params = _lora_state(self.encoder.model)
+        self.log_inv_t = torch.tensor(math.log(1 / config.temperature), device=self.device, requires_grad=True)
+        self.opt = torch.optim.AdamW([*self.lora_params.values(), self.log_inv_t], lr=config.learning_rate,
+                                     weight_decay=0.0)
+        self.table_t = torch.from_numpy(table).to(self.device)
+        rng = np.random.default_rng(config.seed)
+        self.epochs = [even_batches(len(data["train"]), config.batch_size, np.random.default_rng([config.seed, e]))
+                       for e in range(config.epochs)]
+        self.flat = [(e, b) for e, bs in enumerate(self.epochs) for b in bs]
+        self.warmup = int(config.warmup * len(self.flat))
+        self.sched = self._schedule()
+        dev = data["dev"]
+        self.dev_rows = np.arange(len(dev))
+        if config.max_dev_queries and len(dev) > config.max_dev_queries:
+            self.dev_rows = np.sort(rng.choice(len(dev), config.max_dev_queries, replace=False))
+        self.stopper, self.step, self.history, self.seconds = EarlyStopping(config.patience), 0, [], 0.0
+        self.best: dict | None = None
+        self.prev_tails: list[np.ndarray] = []
+
+    def _schedule(self, last_epoch: int = -1):
+        import torch
+
+        total, warmup = len(self.flat), self.warmup
+        return torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lr_factor(s, total, warmup), last_epoch=last_epoch)
+
+    @property
+    def temperature(self) -> float:
+        return round(1 / float(self.log_inv_t.detach().exp()), 5)
+
+    def tower_unit(self, split: _Data, rows: np.ndarray) -> np.ndarray:
+        by_rel = [(split.rel[r], self.text_list[split.head[r]]) for r in rows]
+        return normalize(self.encoder.embed([marked(MARKER, r, [x])[0] for r, x in by_rel]))
+
+    def dev_mrr(self) -> float:
+        if not len(self.dev_rows):
             return float("nan")
-        return evaluate(tower_unit(dev, dev_rows), dev, dev_rows, table, known)["mrr"]
+        dev = self.data["dev"]
+        return evaluate(self.tower_unit(dev, self.dev_rows), dev, self.dev_rows, self.table, self.known)["mrr"]
 
-    def snapshot() -> dict:
-        return {**{f"lora.{k}": v.detach().clone() for k, v in lora_params.items()},
-                "log_inv_t": log_inv_t.detach().clone()}
+    # ----------------------------------------------------------------------------- state
+    def snapshot(self) -> dict:
+        return {**{f"lora.{k}": v.detach().clone() for k, v in self.lora_params.items()},
+                "log_inv_t": self.log_inv_t.detach().clone()}
 
-    def restore(state: dict, prefix: str = "") -> None:
+    def restore(self, state: dict, prefix: str = "") -> None:
+        import torch
+
         with torch.no_grad():
-            for k, v in lora_params.items():
+            for k, v in self.lora_params.items():
                 v.copy_(state[f"{prefix}lora.{k}"])
-            log_inv_t.copy_(state[f"{prefix}log_inv_t"])
+            self.log_inv_t.copy_(state[f"{prefix}log_inv_t"])
 
-    checkpoint = Checkpoint(out, _hyper(config, train_files, base, candidates)) if out else None
-    stopper, step, history, best, seconds = EarlyStopping(config.patience), 0, [], None, 0.0
-    resumed = checkpoint.load() if checkpoint else None
-    if resumed:
-        restore(resumed["tensors"])
-        best = {k[5:]: v for k, v in resumed["tensors"].items() if k.startswith("best.")} or None
-        opt.load_state_dict(resumed["optimizer"])
-        stopper.restore(resumed["state"]["stopper"])
-        step, history, seconds = resumed["state"]["step"], resumed["state"]["history"], resumed["state"]["seconds"]
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, len(flat), warmup), last_epoch=step - 1)
-    else:
-        start = dev_mrr()
-        if not math.isnan(start):
-            stopper.update(start, 0)
-        history.append({"step": 0, "dev_mrr": round(start, 5)})
-        best = snapshot()
+    def start(self, checkpoint: Checkpoint | None) -> None:
+        """Resume from ``checkpoint`` when it holds this run, else score the start (step 0) on dev."""
+        resumed = checkpoint.load() if checkpoint else None
+        if resumed:
+            self.restore(resumed["tensors"])
+            self.best = {k[5:]: v for k, v in resumed["tensors"].items() if k.startswith("best.")} or None
+            self.opt.load_state_dict(resumed["optimizer"])
+            self.stopper.restore(resumed["state"]["stopper"])
+            state = resumed["state"]
+            self.step, self.history, self.seconds = state["step"], state["history"], state["seconds"]
+            self.sched = self._schedule(last_epoch=self.step - 1)
+        else:
+            start = self.dev_mrr()
+            if not math.isnan(start):
+                self.stopper.update(start, 0)
+            self.history.append({"step": 0, "dev_mrr": round(start, 5)})
+            self.best = self.snapshot()
 
-    eval_every = config.eval_every or len(epochs[0])
-    bar = _tqdm(total=len(flat), initial=step, desc="rse query tower", unit="step", disable=not config.progress)
-    prev_tails: list[np.ndarray] = []
-    encoder.train()
-    for e, batch in flat[step:]:
-        if stopper.stale >= config.patience:
-            break
-        t0 = time.perf_counter()
+    def after_step(self, epoch: int, loss: float, checkpoint: Checkpoint | None) -> None:
+        """Dev evaluation: keep the best state, update early stopping, save the checkpoint."""
+        score = self.dev_mrr()
+        self.encoder.train()
+        self.history.append({"step": self.step, "epoch": epoch + 1, "loss": round(loss, 5),
+                             "dev_mrr": round(score, 5), "temperature": self.temperature})
+        if math.isnan(score) or self.stopper.improved(score):
+            self.best = self.snapshot()
+        if not math.isnan(score):
+            self.stopper.update(score, self.step)
+        if checkpoint:
+            tensors = {**self.snapshot(), **{f"best.{k}": v for k, v in self.best.items()}}
+            checkpoint.save({"step": self.step, "history": self.history, "stopper": self.stopper.state(),
+                             "seconds": self.seconds}, tensors, self.opt)
+
+    # ------------------------------------------------------------------------------ step
+    def candidates(self, batch: np.ndarray) -> np.ndarray:
+        """Text ids of the batch's softmax columns (see ``negatives`` in the module docstring)."""
+        config, train, n = self.config, self.data["train"], len(self.table)
         heads, tails = train.head[batch], train.tail[batch]
-        if config.negatives == "table" and (not config.max_candidates or len(table) <= config.max_candidates):
-            cand = np.arange(len(table))
-        elif config.negatives == "table":
-            sample = np.random.default_rng([config.seed, step]).choice(len(table), config.max_candidates, replace=False)
-            cand = np.unique(np.concatenate([sample, tails, heads]))
-        else:  # in-batch tails, the heads as self-negatives, and earlier batches' tails
-            cand = np.unique(np.concatenate([tails, heads, *prev_tails]))
-            prev_tails = ([tails] + prev_tails)[:config.pre_batch]
-        cols = np.full(len(table), -1, dtype=np.int64)
+        if config.negatives == "table" and (not config.max_candidates or n <= config.max_candidates):
+            return np.arange(n)
+        if config.negatives == "table":
+            sample = np.random.default_rng([config.seed, self.step]).choice(n, config.max_candidates, replace=False)
+            return np.unique(np.concatenate([sample, tails, heads]))
+        # in-batch tails, the heads as self-negatives, and earlier batches' tails
+        cand = np.unique(np.concatenate([tails, heads, *self.prev_tails]))
+        self.prev_tails = ([tails] + self.prev_tails)[:config.pre_batch]
+        return cand
+
+    def train_step(self, batch: np.ndarray) -> float:
+        """One optimizer and schedule step on training rows ``batch``; returns the batch loss."""
+        import torch
+
+        from .finetune import chunked_backward
+
+        config, train, device = self.config, self.data["train"], self.device
+        t0 = time.perf_counter()
+        cand = self.candidates(batch)
+        cols = np.full(len(self.table), -1, dtype=np.int64)
         cols[cand] = np.arange(len(cand))
-        mask = torch.as_tensor(_false_negatives(train, batch, cols, known, len(cand)), device=device)
-        gold = torch.as_tensor(cols[tails], device=device)
-        cand_t = table_t if len(cand) == len(table) else table_t[torch.as_tensor(cand, device=device)]
-        queries = [marked(MARKER, train.rel[r], [text_list[train.head[r]]])[0] for r in batch]
+        mask = torch.as_tensor(_false_negatives(train, batch, cols, self.known, len(cand)), device=device)
+        gold = torch.as_tensor(cols[train.tail[batch]], device=device)
+        cand_t = self.table_t if len(cand) == len(self.table) else self.table_t[torch.as_tensor(cand, device=device)]
+        queries = [marked(MARKER, train.rel[r], [self.text_list[train.head[r]]])[0] for r in batch]
 
         def loss_fn(q_raw):
-            inv_t = log_inv_t.exp().clamp(max=MAX_INV_TEMPERATURE)
+            inv_t = self.log_inv_t.exp().clamp(max=MAX_INV_TEMPERATURE)
             return tower_loss(torch.nn.functional.normalize(q_raw, dim=-1), cand_t, gold, mask, inv_t, config.margin)
 
-        opt.zero_grad()
-        loss = chunked_backward(encoder, [queries], loss_fn, chunk=config.chunk)
-        opt.step()
-        sched.step()
-        seconds += time.perf_counter() - t0
-        step += 1
+        self.opt.zero_grad()
+        loss = chunked_backward(self.encoder, [queries], loss_fn, chunk=config.chunk)
+        self.opt.step()
+        self.sched.step()
+        self.seconds += time.perf_counter() - t0
+        self.step += 1
+        return loss
+
+
+def _loop(run: _Run, checkpoint: Checkpoint | None) -> None:
+    """Steps until the epochs or patience run out; dev evaluations every ``eval_every`` steps and at epoch ends."""
+    config, flat = run.config, run.flat
+    eval_every = config.eval_every or len(run.epochs[0])
+    bar = _tqdm(total=len(flat), initial=run.step, desc="rse query tower", unit="step", disable=not config.progress)
+    run.encoder.train()
+    for e, batch in flat[run.step:]:
+        if run.stopper.stale >= config.patience:
+            break
+        loss = run.train_step(batch)
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.4f}", tau=f"{1 / float(log_inv_t.detach().exp()):.4f}")
-        epoch_end = step == len(flat) or flat[step][0] != e
-        if step % eval_every == 0 or epoch_end:
-            score = dev_mrr()
-            encoder.train()
-            history.append({"step": step, "epoch": e + 1, "loss": round(loss, 5), "dev_mrr": round(score, 5),
-                            "temperature": round(1 / float(log_inv_t.detach().exp()), 5)})
-            if math.isnan(score) or stopper.improved(score):
-                best = snapshot()
-            if not math.isnan(score):
-                stopper.update(score, step)
-            if checkpoint:
-                tensors = {**snapshot(), **{f"best.{k}": v for k, v in best.items()}}
-                checkpoint.save({"step": step, "history": history, "stopper": stopper.state(), "seconds": seconds},
-                                tensors, opt)
+        bar.set_postfix(loss=f"{loss:.4f}", tau=f"{1 / float(run.log_inv_t.detach().exp()):.4f}")
+        epoch_end = run.step == len(flat) or flat[run.step][0] != e
+        if run.step % eval_every == 0 or epoch_end:
+            run.after_step(e, loss, checkpoint)
     bar.close()
-    restore(best)
-    trained_triples = sum(len(b) for _, b in flat[:step])
-    info_training = {"steps": step, "best_step": stopper.best_step, "dev_mrr_start": history[0]["dev_mrr"],
-                     "dev_mrr": stopper.best, "train_seconds": round(seconds, 1), "device": device,
-                     "triples_per_second": round(trained_triples / seconds, 1) if seconds else None,
-                     "temperature": round(1 / float(log_inv_t.detach().exp()), 5), "history": history}
-    params = {k: v.detach().float().cpu().numpy().copy() for k, v in lora_params.items()}
-    tower = {"name": TOWER_NAME, "marker": MARKER, "scale": lora.lora_alpha / lora.r,
-             "base": frozen.identity["weights_sha256"], "rank": config.lora_rank, "targets": list(LORA_TARGETS)}
-    metrics = _test_metrics(data["test"], tower_unit, table, known, wanted)
+
+
+def _bundle(run: _Run, frozen, wanted: list[str], hyper: dict) -> Bundle:
+    """Operators of kind ``encoder`` sharing the trained tower, with training info and test metrics."""
+    trained_triples = sum(len(b) for _, b in run.flat[:run.step])
+    seconds = run.seconds
+    training = {"steps": run.step, "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
+                "dev_mrr": run.stopper.best, "train_seconds": round(seconds, 1), "device": run.device,
+                "triples_per_second": round(trained_triples / seconds, 1) if seconds else None,
+                "temperature": run.temperature, "history": run.history}
+    params = {k: v.detach().float().cpu().numpy().copy() for k, v in run.lora_params.items()}
+    tower = {"name": TOWER_NAME, "marker": MARKER, "scale": run.lora.lora_alpha / run.lora.r,
+             "base": frozen.identity["weights_sha256"], "rank": run.config.lora_rank, "targets": list(LORA_TARGETS)}
+    metrics = _test_metrics(run.data["test"], run.tower_unit, run.table, run.known, wanted)
     ops = {}
     for name in wanted:
-        info = {"tower": tower, "regime": "encoder", "data": {s: {"triples": sum(r == name for r in d.rel)}
-                                                            for s, d in data.items()},
-                "hyperparameters": _hyper(config, train_files, base, candidates), "training": info_training}
+        info = {"tower": tower, "regime": "encoder",
+                "data": {s: {"triples": sum(r == name for r in d.rel)} for s, d in run.data.items()},
+                "hyperparameters": hyper, "training": training}
         if name in metrics:
             info["metrics"] = metrics[name]
         ops[name] = Operator(name=name, kind="encoder", params=params, info=info,
                              description=f"{name} (relation-conditioned query encoder)")
     return Bundle(encoder=dict(frozen.identity), operators=ops,
                   info={"trainer": "relsearch rse query tower (LoRA query encoder, frozen documents)",
-                        "config": _hyper(config, train_files, base, candidates)})
+                        "config": hyper})
 
 
 def _test_metrics(test: _Data, tower_unit, table: np.ndarray, known, wanted) -> dict[str, dict]:
@@ -363,10 +417,5 @@ def _test_metrics(test: _Data, tower_unit, table: np.ndarray, known, wanted) -> 
 
 
 def _hyper(config: TowerConfig, train_files, base, candidates) -> dict:
-    d = dataclasses.asdict(config)
-    d.update(lr=config.learning_rate, base=base, data=[str(f) for f in train_files],
-             candidates=len(candidates) if candidates else 0)
-    for k in ("cache_dir", "progress", "threads"):
-        d.pop(k)
-    d["relations"] = list(d["relations"]) if d["relations"] else None
-    return d
+    return hyperparameters(config, lr=config.learning_rate, base=base, data=[str(f) for f in train_files],
+                           candidates=len(candidates) if candidates else 0)

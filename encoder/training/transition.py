@@ -20,7 +20,7 @@ Batches hold at most one pair per meaning group (the ``group`` field, or ``group
 without one is its own head text's group): two captions of the same image in one batch would be
 pushed apart as if they were unrelated (false negatives in the off-diagonal term).
 
-Evaluation is :func:`.rse.link_prediction` (same protocol, see ``rse.PROTOCOL``): dev MRR each
+Evaluation is :func:`.linkpred.link_prediction` (the protocol ``linkpred.PROTOCOL``): dev MRR each
 epoch for early stopping (best epoch kept), test MRR of the trained operator and of identity in
 ``op.info["metrics"]``, in the format :mod:`.rse` writes. Deterministic for a given ``seed`` (the
 batch order of epoch e is drawn from ``(seed, relation, e)``; nothing else is random), and
@@ -40,9 +40,13 @@ import numpy as np
 from ..bundle import Bundle, is_bundle, load_bundle
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
+from .card import hyperparameters as _record
 from .data import Triple, iter_jsonl, read_triples, relations_to_train
+from .linkpred import link_prediction, trained_vs_identity
 from .loop import Checkpoint, EarlyStopping
-from .rse import PROTOCOL, _Split, _split, _true_tails, link_prediction
+from .splits import RelationSplit, relation_splits, sample_queries, subsample, text_ids, true_tails
+
+_Split = RelationSplit  # the earlier name, still used by this module's tests
 
 TRAINER = "relsearch transition (frozen encoder, sentence transition matrix)"
 
@@ -84,11 +88,7 @@ class TransitionConfig:
 
 def hyperparameters(config: TransitionConfig) -> dict:
     """What a bundle records (and a checkpoint compares): the config without run-time knobs."""
-    d = dataclasses.asdict(config)
-    for k in ("cache_dir", "progress", "threads"):
-        d.pop(k)
-    d["relations"] = list(d["relations"]) if d["relations"] else None
-    return d
+    return _record(config)
 
 
 # ---------------------------------------------------------------------------------------- loss
@@ -155,7 +155,7 @@ def _numpy_apply(W, b):
     return apply
 
 
-def _batch_keys(split: _Split) -> np.ndarray:
+def _batch_keys(split: RelationSplit) -> np.ndarray:
     """Meaning-group key per pair: its group id, else (offset past all groups) its head text id."""
     offset = int(split.group.max(initial=-1)) + 1
     return np.where(split.group >= 0, split.group, offset + split.head)
@@ -198,11 +198,12 @@ class _Run:
         self.seconds = progress.get("seconds", 0.0)
 
     def info(self, dev) -> dict:
-        return {"epochs_run": len(self.history), "best_epoch": self.stopper.best_step, "seconds": round(self.seconds, 1),
-                "dev_mrr": None if dev is None else round(self.stopper.best, 5), "history": self.history}
+        return {"epochs_run": len(self.history), "best_epoch": self.stopper.best_step,
+                "seconds": round(self.seconds, 1), "dev_mrr": None if dev is None else round(self.stopper.best, 5),
+                "history": self.history}
 
 
-def _train_relation(run: _Run, vectors: np.ndarray, train: _Split, dev: _Split | None,
+def _train_relation(run: _Run, vectors: np.ndarray, train: RelationSplit, dev: RelationSplit | None,
                     known: dict[int, set[int]], save) -> None:
     """Train ``run`` to the end (early stopping or ``epochs``), calling ``save()`` after every epoch."""
     import torch
@@ -216,9 +217,8 @@ def _train_relation(run: _Run, vectors: np.ndarray, train: _Split, dev: _Split |
     if config.symmetric:
         keys = np.concatenate([keys, keys])
     seed = [config.seed, zlib.crc32(name.encode())]
-    if dev is not None and config.max_dev_queries and len(dev) > config.max_dev_queries:
-        keep = np.sort(np.random.default_rng(seed + [0]).choice(len(dev), config.max_dev_queries, replace=False))
-        dev = _Split(dev.head, dev.tail, dev.neg, dev.group, dev.files, query_rows=keep)
+    if dev is not None:
+        dev = sample_queries(dev, config.max_dev_queries, np.random.default_rng(seed + [0]))
 
     def dev_mrr() -> float:
         return link_prediction(_numpy_apply(run.W.detach(), run.b.detach()), vectors, dev, known)[0]["mrr"] \
@@ -281,14 +281,6 @@ def _load(files, group_field: str) -> list[Triple]:
     return out
 
 
-def _subsample(split: _Split, n: int | None, seed) -> _Split:
-    if n is None or len(split) <= n:
-        return split
-    keep = np.sort(np.random.default_rng(seed).choice(len(split), n, replace=False))
-    return _Split(split.head[keep], split.tail[keep], split.neg[keep], split.group[keep], split.files,
-                  split.dropped_self)
-
-
 def _encoder_from(base):
     """An inference Encoder for ``base``: a bundle folder (its encoder), a model id/path, or None (default)."""
     from ..model import Encoder, EncoderConfig
@@ -325,12 +317,7 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
     elif base is not None and is_bundle(base):
         base_bundle = load_bundle(base)
 
-    texts: dict[str, int] = {}
-    for split in loaded.values():
-        for t in split:
-            if t.relation in wanted:
-                for x in (t.head, t.tail):
-                    texts.setdefault(x, len(texts))
+    texts = text_ids(loaded, wanted, negatives=False)
     vectors = encode_cached(encoder, list(texts), cache_dir=config.cache_dir, progress=config.progress)
 
     import torch
@@ -349,13 +336,12 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
     operators = dict(base_bundle.operators) if base_bundle is not None else {}
     try:
         for name in wanted:
-            groups: dict[str, int] = {}
-            splits = {k: _split([t for t in v if t.relation == name], texts, groups) for k, v in loaded.items()}
+            splits = relation_splits(loaded, name, texts)
             if len(splits["train"]) == 0:
                 raise ValueError(f"relation {name!r}: no usable training pairs (all have head == tail)")
-            known = _true_tails(*splits.values())  # filter with all pairs, before subsampling
+            known = true_tails(*splits.values())  # filter with all pairs, before subsampling
             full_train = len(splits["train"])
-            splits["train"] = _subsample(splits["train"], config.max_train_pairs,
+            splits["train"] = subsample(splits["train"], config.max_train_pairs,
                                          [config.seed, zlib.crc32(name.encode()), 1])
             run = runs[name] = _Run(name, vectors.shape[1], config)
             if saved is not None and name in saved["state"]["runs"]:
@@ -382,12 +368,7 @@ def _operator(name, run: _Run, splits, full_train, known, vectors, config, dev, 
     W, b = run.best
     op = Operator(name=name, kind="linear", description=(descriptions or {}).get(name, ""),
                   params={"W": W.numpy().astype(np.float32), "b": b.numpy().astype(np.float32)})
-    metrics = {"split": "test", "protocol": PROTOCOL}
-    test = splits["test"]
-    if len(test):
-        for label, apply in (("trained", op.apply), ("identity", normalize)):
-            metrics[label], metrics["queries"], metrics["candidates"] = link_prediction(apply, vectors, test, known)
-            metrics[label] = {k: round(v, 5) for k, v in metrics[label].items()}
+    metrics = trained_vs_identity(op.apply, vectors, splits["test"], known)
     data = {s: {"files": v.files, "triples": len(v), "dropped_head_equals_tail": v.dropped_self}
             for s, v in splits.items()}
     data["train"]["available"] = full_train
