@@ -142,20 +142,14 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
     # --project: P on both sides, no bias (normalize(P t̂) must not depend on ‖h_t‖); else query-side W h + b
     W, b = torch.eye(d).requires_grad_(), torch.zeros(d).requires_grad_(not config.project)
     opt = torch.optim.Adam([W, b] if not config.project else [W], lr=config.learning_rate)
-    kind = "projection" if config.project else "linear"
     anchors = np.array([i for i in range(len(train)) if relevant_to(i).sum() > 1])  # has a positive besides itself
     if not len(anchors):
         raise ValueError(f"{name}: no training document shares its label with another one")
 
-    def current(W_, b_) -> Operator:
-        params = {"P": W_.detach().numpy().copy()} if config.project else \
-            {"W": W_.detach().numpy().copy(), "b": b_.detach().numpy().copy()}
-        return Operator(name=name, kind=kind, params=params)
-
     def dev_score() -> float:
         if len(splits["dev"]) < 2:
             return float("nan")
-        return _metrics(current(W, b), vec["dev"], splits["dev"], fields, combine)[f"p@{K}"]
+        return _metrics(_as_operator(name, W, b, config.project), vec["dev"], splits["dev"], fields, combine)[f"p@{K}"]
 
     stopper, start_epoch, history = EarlyStopping(config.patience), 1, []
     best = (W.detach().clone(), b.detach().clone())
@@ -195,13 +189,20 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
             checkpoint.save({"operator": name, "epoch": epoch, "history": history, "stopper": stopper.state()},
                             {"W": W, "b": b, "best_W": best[0], "best_b": best[1]}, opt)
     bar.close()
-    op = current(*best)
+    op = _as_operator(name, *best, config.project)
     op.description = describe(fields, combine) + (" (projection: documents too, its own index)"
                                                    if config.project else "")
     op.info = operator_info(op, splits, vec, fields, combine, config, {
         "epochs_run": len(history), "best_epoch": stopper.best_step, "seconds": round(time.time() - t0, 1),
         f"dev_p@{K}": stopper.best, "history": history})
     return op
+
+
+def _as_operator(name: str, W, b, project: bool) -> Operator:
+    """The operator of parameters W, b (torch): a both-sides projection P = W, or the query-side W h + b."""
+    if project:
+        return Operator(name=name, kind="projection", params={"P": W.detach().numpy().copy()})
+    return Operator(name=name, kind="linear", params={"W": W.detach().numpy().copy(), "b": b.detach().numpy().copy()})
 
 
 def _adapter_loss(batch: np.ndarray, relevant_to, raw, unit, W, b, rng: np.random.Generator, config: AspectConfig):
