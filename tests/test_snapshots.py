@@ -187,6 +187,8 @@ def test_a_rollback_marks_the_elasticsearch_mirror_stale_and_its_undo_fresh(inde
         assert restored["backends"]["elasticsearch"]["stale"] is True
         assert restored["backends"]["elasticsearch"]["alias_holds"] == newer
         assert server.aliases["docs"] == {newer}  # Elasticsearch itself is not touched
+        out = runner.invoke(cli, ["query", "--id", "d2", "--index", str(index), "--json", "--backend", "es", *es[:4]])
+        assert out.exit_code == 0 and "marks the Elasticsearch mirror docs stale" in out.output
 
         out = runner.invoke(cli, ["rollback", "--index", str(index), "--to", latest])  # undo: the alias holds it
         assert out.exit_code == 0 and f"alias docs still holds this generation's mirror ({newer})" in out.output
