@@ -123,7 +123,7 @@ def rollback(target: str | os.PathLike, to: str | None = None) -> tuple[str, dic
             manifest = {**manifest, "backends": backends}
             _rewrite_manifest(gen, manifest)
             faults.point("rollback.mirrors-marked")
-        store.publish(target, gen)
+        store.publish(target, gen, remove_builds=False)  # an interrupted build stays resumable
         integrity.remember(gen, manifest["files"])
     return to, manifest
 

@@ -217,3 +217,15 @@ def test_mirrors_after_rollback_cases():
     other = {"alias": "other", "index": "other-x"}
     assert after({"elasticsearch": other}, {"elasticsearch": fresh_b})["elasticsearch"]["alias_holds"] is None
     assert after({}, {}) == {}
+
+
+def test_a_rollback_leaves_an_interrupted_build_resumable(index):
+    mutations.delete(str(index), ["d1"])
+    shards = store.generations_dir(index.absolute()) / "build-0123456789abcdef"
+    shards.mkdir()
+    (shards / "lock").touch()  # unlocked: what a killed build leaves
+    (shards / "0.npz").write_bytes(b"shard")
+    snapshots.rollback(index)
+    assert (shards / "0.npz").exists()  # a rollback is not a build of other input
+    mutations.delete(str(index), ["d2"])
+    assert not shards.exists()  # a mutation still clears them, as before
