@@ -115,8 +115,13 @@ def rollback(target: str | os.PathLike, to: str | None = None) -> tuple[str, dic
         elif to not in others:
             raise SnapshotError(f"no retained generation {to!r}; retained: {', '.join(others) or '(none)'}")
         gen = store.generations_dir(Path(target).absolute()) / to
-        manifest = store.read_manifest(gen)
-        store.verify_generation(gen, manifest)
+        try:
+            manifest = store.read_manifest(gen)
+            store.verify_generation(gen, manifest)
+        except ValueError as e:  # IndexCorruptError, or a format this version cannot read
+            rest = [n for n in others if n != to]
+            raise e.__class__(f"cannot roll back to {to}: {e}. {target} still serves {gens[0].name}; other retained "
+                              f"generations: {', '.join(rest) or '(none)'}") from None
         faults.point("rollback.verified")
         backends = mirrors_after_rollback(manifest.get("backends", {}), _backends_of(gens[0]))
         if backends != manifest.get("backends", {}):

@@ -91,7 +91,8 @@ def test_a_damaged_snapshot_is_refused_and_the_index_keeps_answering(index, monk
     current, before = os.path.realpath(index), answers(index)
     (store.Path(previous) / "rejected.jsonl").write_text("tampered\n")  # not a hard link of the current one
     monkeypatch.setenv(integrity.ENV_VERIFY, "full")
-    with pytest.raises(store.IndexCorruptError, match="rejected.jsonl"):
+    with pytest.raises(store.IndexCorruptError, match=f"cannot roll back to {os.path.basename(previous)}: .*rejected.jsonl"
+                       f".* still serves {os.path.basename(current)}"):
         snapshots.rollback(index)
     assert os.path.realpath(index) == current and answers(index) == before
 
@@ -229,3 +230,19 @@ def test_a_rollback_leaves_an_interrupted_build_resumable(index):
     assert (shards / "0.npz").exists()  # a rollback is not a build of other input
     mutations.delete(str(index), ["d2"])
     assert not shards.exists()  # a mutation still clears them, as before
+
+
+def test_a_reader_of_a_generation_retention_removes_keeps_answering(index):
+    from relsearch.retrieval.search import Searcher
+
+    from synthetic_index import searcher_answers
+
+    reader = Searcher(str(index))
+    try:
+        before, gen = searcher_answers(reader), os.path.realpath(index)
+        for i in range(3):  # keep 3: the reader's generation leaves the retained ones
+            mutations.delete(str(index), [f"d{i}"])
+        assert not os.path.exists(gen)
+        assert searcher_answers(reader) == before
+    finally:
+        reader.files.docstore.close()
