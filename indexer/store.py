@@ -75,12 +75,13 @@ def new_generation(target: str | os.PathLike) -> Path:
     return gen
 
 
-def publish(target: str | os.PathLike, gen: Path) -> None:
+def publish(target: str | os.PathLike, gen: Path, *, remove_builds: bool = True) -> None:
     """Atomically point ``target`` at ``gen``, record it in the index's publish history, then
     remove generations that are neither retained (:func:`retained`) nor being opened.
 
     Shards of interrupted builds (``build-*``) go too: a build can be resumed until a build or
     append of other input to the same index starts (:func:`remove_stale_builds`) or succeeds.
+    A rollback (``remove_builds=False``) is neither, so it leaves them.
     """
     target = Path(target).absolute()
     if target.is_symlink():  # published before; a writer killed after its swap may not have recorded it
@@ -92,7 +93,7 @@ def publish(target: str | os.PathLike, gen: Path) -> None:
     _fsync_dir(target.parent)  # the swap itself survives a power cut once this returns
     faults.point("publish.swapped")
     _record_published(target, gen.name)
-    remove_stale_generations(target, keep=gen)
+    remove_stale_generations(target, keep=gen, builds=remove_builds)
 
 
 # ---------------------------------------------------------------- snapshots: the publish history
@@ -177,7 +178,7 @@ def fsync_generation(gen: Path) -> None:
     _fsync_dir(gen)
 
 
-def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
+def remove_stale_generations(target: Path, *, keep: Path | None = None, builds: bool = True) -> None:
     """Delete generations other than the retained ones (:func:`retained`) and ``keep``: older
     snapshots, and debris of killed writers.
 
@@ -193,7 +194,8 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None) -> None:
     for link in target.parent.glob(f".{target.name}.link-*"):
         if link.is_symlink():
             link.unlink(missing_ok=True)
-    remove_stale_builds(target)
+    if builds:
+        remove_stale_builds(target)
     for gen in gens.glob("*") if gens.is_dir() else []:
         if gen in kept or not gen.is_dir() or gen.name.startswith("build-"):
             continue

@@ -271,8 +271,11 @@ class Index:
         """Rebuild from the live documents (drops tombstones); see ``relsearch compact``."""
         return mutations.compact(self.path)
 
-    def snapshots(self) -> list[snapshots.Snapshot]:
-        """The retained generations, newest (the published one) first; see ``relsearch snapshots``."""
+    def snapshots(self, keep: int | None = None) -> list[snapshots.Snapshot]:
+        """The retained generations, newest (the published one) first; see ``relsearch snapshots``.
+        ``keep``: retain that many from now on (this index's later writes too; older ones go now)."""
+        if keep is not None:
+            snapshots.set_keep(self.path, keep)
         return snapshots.list_snapshots(self.path)
 
     def rollback(self, to: str | None = None) -> str:

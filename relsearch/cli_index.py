@@ -214,8 +214,9 @@ def compact(index_dir, **es):
 
 @click.command()
 @click.option("--index", "index_dir", required=True, type=click.Path(), help="Published index.")
-@click.option("--keep", type=click.IntRange(min=1), default=None,
-              help="Retain this many generations from now on (the published one included; default 3).")
+@click.option("--keep", type=int, default=None,
+              help="Retain this many generations from now on (1-100, the published one included; default 3); "
+              "kept for this index's later writes, older ones removed at once.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per generation.")
 def snapshots(index_dir, keep, as_json):
     """List the retained generations of an index (newest first) with their sizes on disk."""
@@ -231,8 +232,12 @@ def snapshots(index_dir, keep, as_json):
         if as_json:
             click.echo(json.dumps(s.as_json()))
         else:
-            click.echo(f"{'*' if s.current else ' '} {s.name}  {s.created_at}  {s.op:<8} {s.documents:>9} documents  "
+            what = f"damaged: {s.damaged}" if s.damaged else f"{s.created_at}  {s.op:<8} {s.documents:>9} documents"
+            click.echo(f"{'*' if s.current else ' '} {s.name}  {what}  "
                        f"{_size(s.bytes):>10} ({_size(s.unique_bytes)} its own)")
+    if not as_json:
+        click.echo(f"{len(listed)} generations retained (keep {snaps.keep_of(index_dir)}), "
+                   f"{_size(snaps.retained_bytes(index_dir))} on disk (hard links counted once)")
 
 
 def _size(n: int) -> str:
@@ -256,9 +261,14 @@ def rollback(index_dir, to):
     except (OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"{index_dir} now serves generation {name} ({manifest['counts'].get('documents', 0)} documents)")
-    if "elasticsearch" in manifest.get("backends", {}):
-        click.echo("note: the Elasticsearch alias still holds the newer contents; re-run the last mutation's "
-                   "--es-url options (or `relsearch compact --es-url ...`) to mirror this generation", err=True)
+    es = manifest.get("backends", {}).get("elasticsearch")
+    if es and es.get("stale"):
+        holds = f"index {es['alias_holds']}" if es.get("alias_holds") else "an index this command does not know"
+        click.echo(f"warning: Elasticsearch is not rolled back: alias {es.get('alias')} still holds {holds}, not this "
+                   "generation's contents (its manifest entry is marked stale). To mirror this generation: "
+                   f"relsearch compact --index {index_dir} --es-url URL --es-index {es.get('alias')}", err=True)
+    elif es:
+        click.echo(f"elasticsearch: alias {es.get('alias')} still holds this generation's mirror ({es.get('index')})")
 
 
 def _report_mutation(report, index_dir: str) -> None:

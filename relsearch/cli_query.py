@@ -13,6 +13,15 @@ import click
 from relsearch.retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, merge_filters, parse_filter
 
 
+def _warn_if_stale_mirror(manifest: dict, alias: str) -> None:
+    """The manifest knows when the alias holds other contents than the local generation (a write
+    without --es-url, or a rollback): say so before answering from it."""
+    mirror = manifest.get("backends", {}).get("elasticsearch") or {}
+    if mirror.get("stale") and mirror.get("alias") == alias:
+        click.echo(f"warning: the index's manifest marks the Elasticsearch mirror {alias} stale (a later write without "
+                   "--es-url, or a rollback): its answers may differ from the local index's", err=True)
+
+
 def _fail(message: str) -> None:
     raise click.ClickException(message)
 
@@ -125,6 +134,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         weights = parse_relation_args(relations)
         searcher = open_searcher(index_dir, model, backend=backend, es=es,
                                  search_params=_search_params(ef_search, nprobe, rerank, search_param))
+        if backend == "es":
+            _warn_if_stale_mirror(searcher.searcher.files.manifest, es_index)
         searcher.check(weights, filters)
         if queries_file:
             from relsearch.retrieval.queries import read_queries

@@ -31,6 +31,7 @@ POINTS = (
     "publish.swapped",          # the index points at the new generation; old ones not yet removed
     "commit.published",         # published; the Elasticsearch alias not yet swapped
     "rollback.verified",        # rollback: the retained generation's files are verified, not yet published
+    "rollback.mirrors-marked",  # rollback: its manifest marks the Elasticsearch entry stale, not yet published
     "train.checkpoint-saved",   # train: a checkpoint (epoch / relation / evaluation) is complete
     "train.bundle-set-aside",   # train: the previous bundle is renamed aside, the new one not yet in place
 )

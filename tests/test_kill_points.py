@@ -1,4 +1,4 @@
-"""Crash at any point: `relsearch index`, `index --append`, `delete` and `compact` are SIGKILLed at
+"""Crash at any point: `relsearch index`, `index --append`, `delete`, `compact` and `rollback` are SIGKILLed at
 named points of their write (RELSEARCH_FAULT, relsearch/faults.py). Afterwards the last good index
 loads and answers exactly as before (or, killed after the swap, exactly as the finished run's),
 no debris is taken for an index, and the same command run again completes and cleans up.
@@ -153,6 +153,30 @@ def test_mirror_killed_between_the_two_switches(base, tmp_path, point):
         manifest = store.open_index(target).manifest
         assert set(server.aliases["docs"]) == {manifest["backends"]["elasticsearch"]["index"]}
         assert manifest["counts"]["documents"] == 396 == manifest["backends"]["elasticsearch"]["read"]
+
+
+@kill
+def test_rollback_with_a_mirror_killed_after_marking_it(base, tmp_path):
+    """Killed after the restored generation's manifest marks its Elasticsearch entry stale, before
+    the swap: the newer generation still answers (its files and alias untouched) and the rollback
+    run again completes."""
+    from es_server import EsTestServer
+
+    target = published_copy(base, tmp_path / "idx")
+    with EsTestServer(lifetime_s=300) as server:
+        es = ["--es-url", server.url, "--es-index", "docs", "--es-index-type", "flat"]
+        assert run_cli("compact", "--index", target, *es).returncode == 0
+        restored = answers(target)
+        ids = write_ids(tmp_path / "ids.txt", ["d1"])
+        assert run_cli("delete", "--index", target, "--ids", ids, *es).returncode == 0
+        before, before_gen, alias = answers(target), os.path.realpath(target), set(server.aliases["docs"])
+        killed("rollback", "--index", target, point="rollback.mirrors-marked")
+        assert_only_published_is_an_index(target, before_gen)
+        assert os.path.realpath(target) == before_gen and answers(target) == before
+        assert run_cli("rollback", "--index", target).returncode == 0
+        assert answers(target) == restored and set(server.aliases["docs"]) == alias
+        assert store.open_index(target).manifest["backends"]["elasticsearch"]["stale"] is True
+        assert_clean(target)
 
 
 # ---------------------------------------------------------------- index and index --append (the model)

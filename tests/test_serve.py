@@ -221,6 +221,28 @@ def test_another_writers_publish_is_picked_up(server, index_dir):
     assert client.health()["indexes"]["companies"]["documents"] == 119
 
 
+def test_a_rollback_and_its_undo_are_picked_up(server, index_dir):
+    """`relsearch rollback` in another process publishes an older generation: the server answers from
+    it, exactly as before the mutation it undoes, without a restart (and from the newer one again
+    after the rollback is undone)."""
+    from relsearch.indexer import mutations, snapshots
+
+    client = Client(server)
+    before = client.search(text="an oil and gas company", k=5)
+    older = client.health()["indexes"]["companies"]["generation"]
+    mutations.delete(str(index_dir), [before[0]["id"]])
+    newer = os.path.basename(os.path.realpath(index_dir))
+    assert before[0]["id"] not in [h["id"] for h in client.search(text="an oil and gas company", k=5)]
+    assert snapshots.rollback(index_dir)[0] == older
+    assert client.search(text="an oil and gas company", k=5) == before
+    assert client.health()["indexes"]["companies"]["generation"] == older
+    snapshots.rollback(index_dir, to=newer)
+    assert before[0]["id"] not in [h["id"] for h in client.search(text="an oil and gas company", k=5)]
+    assert client.health()["indexes"]["companies"]["generation"] == newer  # the one the search opened
+    snapshots.rollback(index_dir, to=older)  # leave the shared index with the documents it had
+    assert client.search(text="an oil and gas company", k=5) == before
+
+
 def test_api_key_and_micro_batching(keyed):
     assert Client(keyed, api_key="").health()["status"] == "ok"  # /health stays open
     for key in ("", "wrong"):
