@@ -6,7 +6,8 @@
   scores and inner products mix without calibration.
 - ``weighted``: each list's scores min-max normalised to [0, 1] over its own candidates (a
   document absent from a list gets 0 there), then ``weight`` · dense + (1 − ``weight``) · lexical,
-  ``weight`` = 0.5 by default.
+  ``weight`` in [0, 1], 0.5 by default (``--hybrid-weight``, the API's ``hybrid_weight``): 1 is the
+  relational order alone, 0 BM25's alone (both restricted to the union of the two candidate lists).
 
 Both take the top ``depth`` of each side (Searcher.search: max(HYBRID_DEPTH, k + 1)) and return
 the fused top k; ties go to the smaller position. The fused score replaces the hit's score.
@@ -20,11 +21,24 @@ from ..indexer.ann import SearchResult, top_k
 RRF_K = 60
 HYBRID_DEPTH = 100  # candidates taken from each side
 METHODS = ("rrf", "weighted")
+WEIGHT = 0.5  # weighted fusion: the relational list's share
 
 
-def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = 0.5) -> SearchResult:
-    if method not in METHODS:
+def check(method: str | None, weight: float | None) -> None:
+    """ValueError unless ``method`` is None or one of METHODS and ``weight`` is None or, with
+    ``weighted``, a number in [0, 1]."""
+    if method is not None and method not in METHODS:
         raise ValueError(f"unknown hybrid fusion {method!r}; choose {' or '.join(METHODS)}")
+    if weight is None:
+        return
+    if method != "weighted":
+        raise ValueError("a hybrid weight needs the weighted fusion (rrf uses ranks only)")
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
+        raise ValueError(f"the hybrid weight must be a number between 0 and 1, got {str(weight)[:40]}")
+
+
+def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = WEIGHT) -> SearchResult:
+    check(method, weight if method == "weighted" else None)
     out_p = np.full((len(dense.positions), k), -1, np.int64)
     out_s = np.full((len(dense.positions), k), -np.inf, np.float32)
     for i in range(len(dense.positions)):

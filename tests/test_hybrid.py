@@ -44,10 +44,18 @@ def test_weighted_fusion_normalises_each_list():
     expected = {1: 0.25, 2: 0.25 * 0.5, 3: 0.75, 4: 0.0}
     assert fused.positions[0].tolist() == [3, 1, 2, 4]
     np.testing.assert_allclose(fused.scores[0], [expected[p] for p in (3, 1, 2, 4)], rtol=1e-6)
-    empty = hybrid.fuse("weighted", result([[(1, 0.3)]]), result([[]] if False else [[(-1, 0.0)]]), 2)
+    empty = hybrid.fuse("weighted", result([[(1, 0.3)]]), result([[(-1, 0.0)]]), 2)  # no lexical hit
     assert empty.positions[0].tolist() == [1, -1]
+    # the extremes: the relational order alone, BM25's alone (over the union of both lists)
+    assert hybrid.fuse("weighted", dense, lexical, 2, weight=1.0).positions[0].tolist() == [1, 2]
+    assert hybrid.fuse("weighted", dense, lexical, 1, weight=0.0).positions[0].tolist() == [3]
     with pytest.raises(ValueError, match="rrf or weighted"):
         hybrid.fuse("max", dense, lexical, 2)
+    for weight in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            hybrid.fuse("weighted", dense, lexical, 2, weight=weight)
+    with pytest.raises(ValueError, match="needs the weighted fusion"):
+        hybrid.check("rrf", 0.3)
 
 
 def test_rrf_over_score_matrices_matches_the_list_fusion():
@@ -131,3 +139,17 @@ def test_cli_query_hybrid(index):
     assert [r["id"] for r in rows] == expected
     out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "--hybrid", "max"])
     assert out.exit_code == 2 and "'max' is not one of 'rrf', 'weighted'" in out.output
+    # --hybrid-weight moves the weighted fusion between the relational order (1) and BM25's (0)
+    by_weight = {}
+    for w in ("0", "1"):
+        out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "-k", "5", "--json",
+                                  "--hybrid", "weighted", "--hybrid-weight", w])
+        assert out.exit_code == 0, out.output
+        by_weight[w] = [json.loads(line)["id"] for line in out.output.splitlines()]
+    searcher = Searcher(str(index))
+    assert by_weight["1"] == [h.id for h in searcher.search([Query(doc_id="d5")], k=5)[0]]
+    assert by_weight["0"] != by_weight["1"]
+    out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "--hybrid", "--hybrid-weight", "0.3"])
+    assert out.exit_code != 0 and "--hybrid-weight needs --hybrid weighted" in out.output
+    with pytest.raises(QueryError, match="between 0 and 1"):
+        searcher.search([Query(doc_id="d5")], k=3, hybrid="weighted", hybrid_weight=2.0)
