@@ -110,6 +110,17 @@ def test_hybrid_over_segments_deletes_and_filters(index):
     assert fused != dense[:10] and set(fused) & set(lexical_ids)
 
 
+def test_a_segment_without_any_bm25_term_is_appended_and_searched(index):
+    """Stop words and single letters give no BM25 term; a segment of only such texts has empty lists."""
+    mutations.append(str(index), [Block([{"id": "it", "text": "it", "metadata": {"group": 0}},
+                                         {"id": "x", "text": "x ?", "metadata": {"group": 0}}], raw_vectors(2, 9))],
+                     n=2, run={"read": 2})
+    searcher = Searcher(str(index))
+    assert searcher.lexical_search(["it x"], 5).positions[0].tolist() == [-1] * 5
+    hits = searcher.search([Query(doc_id="it")], k=5, hybrid="rrf")[0]
+    assert len(hits) == 5 and "it" not in {h.id for h in hits}
+
+
 def test_an_index_without_bm25_lists_is_refused_until_compact(tmp_path):
     target = tmp_path / "idx"
     build_published(str(target), [corpus([f"d{i}" for i in range(50)], 2)], n=50, d=D,
