@@ -10,7 +10,10 @@
   relational order alone, 0 BM25's alone (both restricted to the union of the two candidate lists).
 
 Both take the top ``depth`` of each side (Searcher.search: max(HYBRID_DEPTH, k + 1)) and return
-the fused top k; ties go to the smaller position. The fused score replaces the hit's score.
+the fused top k; ties go to the smaller position. The fused score replaces the hit's score. An
+``--id`` query's own document (``exclude``) leaves both lists before fusing: it is never a hit,
+and left in, it would take rank 1 and, as the maximum of each list, squeeze the normalised
+scores of the rest, BM25's far more than the dense ones (a text matches all its own terms).
 """
 from __future__ import annotations
 
@@ -37,13 +40,17 @@ def check(method: str | None, weight: float | None) -> None:
         raise ValueError(f"the hybrid weight must be a number between 0 and 1, got {str(weight)[:40]}")
 
 
-def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = WEIGHT) -> SearchResult:
+def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = WEIGHT,
+         exclude: np.ndarray | None = None) -> SearchResult:
+    """Fused top k per row; ``exclude`` (n,): a position per row left out of both lists (-1: none)."""
     check(method, weight if method == "weighted" else None)
-    out_p = np.full((len(dense.positions), k), -1, np.int64)
-    out_s = np.full((len(dense.positions), k), -np.inf, np.float32)
-    for i in range(len(dense.positions)):
-        contributions = [_rrf(dense, i), _rrf(lexical, i)] if method == "rrf" else \
-            [_minmax(dense, i, weight), _minmax(lexical, i, 1.0 - weight)]
+    n = len(dense.positions)
+    exclude = np.full(n, -1, np.int64) if exclude is None else np.asarray(exclude, np.int64)
+    out_p = np.full((n, k), -1, np.int64)
+    out_s = np.full((n, k), -np.inf, np.float32)
+    for i in range(n):
+        contributions = [_rrf(dense, i, exclude[i]), _rrf(lexical, i, exclude[i])] if method == "rrf" else \
+            [_minmax(dense, i, exclude[i], weight), _minmax(lexical, i, exclude[i], 1.0 - weight)]
         fused: dict[int, float] = {}
         for part in contributions:
             for pos, score in part.items():
@@ -70,13 +77,14 @@ def rrf_matrix(dense: np.ndarray, lexical: np.ndarray, depth: int = HYBRID_DEPTH
     return out.astype(np.float32)
 
 
-def _rrf(result: SearchResult, row: int) -> dict[int, float]:
+def _rrf(result: SearchResult, row: int, exclude: int) -> dict[int, float]:
     positions = result.positions[row]
-    return {int(p): 1.0 / (RRF_K + rank) for rank, p in enumerate(positions[positions >= 0], 1)}
+    kept = positions[(positions >= 0) & (positions != exclude)]
+    return {int(p): 1.0 / (RRF_K + rank) for rank, p in enumerate(kept, 1)}
 
 
-def _minmax(result: SearchResult, row: int, weight: float) -> dict[int, float]:
-    valid = result.positions[row] >= 0
+def _minmax(result: SearchResult, row: int, exclude: int, weight: float) -> dict[int, float]:
+    valid = (result.positions[row] >= 0) & (result.positions[row] != exclude)
     positions, scores = result.positions[row][valid], result.scores[row][valid].astype(np.float64)
     if not len(scores):
         return {}

@@ -230,8 +230,13 @@ class Searcher:
         if hybrid:
             lexical = self.lexical_search(self.query_texts(queries), depth, subset)
             weight = fusion.WEIGHT if hybrid_weight is None else hybrid_weight
-            result = fusion.fuse(hybrid, result, lexical, k + 1, weight=weight)
+            result = fusion.fuse(hybrid, result, lexical, k + 1, weight=weight, exclude=self.own_positions(queries))
         return self.hits(result, queries, k, h if explain else None)
+
+    def own_positions(self, queries: list[Query]) -> np.ndarray:
+        """Each ``--id`` query's live position, -1 for a text query (n,)."""
+        found = self.files.docstore.positions([q.doc_id for q in queries if q.doc_id is not None])
+        return np.asarray([-1 if q.doc_id is None else found.get(q.doc_id, -1) for q in queries], np.int64)
 
     def lexical_search(self, texts: list[str], k: int, subset: np.ndarray | None = None) -> SearchResult:
         """BM25 top-k positions and scores for ``texts`` over every segment (indexer/lexical.py);

@@ -58,6 +58,19 @@ def test_weighted_fusion_normalises_each_list():
         hybrid.check("rrf", 0.3)
 
 
+def test_the_query_document_leaves_both_lists_before_fusing():
+    """An --id query's own document neither takes a rank nor sets a list's maximum."""
+    dense = result([[(1, 1.0), (2, 0.8), (3, 0.6)]])
+    lexical = result([[(1, 30.0), (3, 10.0), (4, 6.0), (2, 2.0)]])
+    # without 1: dense 2 → 1, 3 → 0; BM25 3 → 1, 4 → 0.5, 2 → 0 (with 1, BM25's 3 would be 8/28)
+    fused = hybrid.fuse("weighted", dense, lexical, 4, weight=0.4, exclude=np.array([1]))
+    assert fused.positions[0].tolist() == [3, 2, 4, -1]
+    np.testing.assert_allclose(fused.scores[0][:3], [0.6, 0.4, 0.3], rtol=1e-6)
+    fused = hybrid.fuse("rrf", dense, lexical, 3, exclude=np.array([1]))
+    assert fused.positions[0].tolist() == [3, 2, 4]
+    np.testing.assert_allclose(fused.scores[0], [1 / 62 + 1 / 61, 1 / 61 + 1 / 63, 1 / 62], rtol=1e-6)
+
+
 def test_rrf_over_score_matrices_matches_the_list_fusion():
     dense = np.array([[0.9, 0.1, 0.5, 0.2]], np.float32)
     lexical = np.array([[0.0, 3.0, 1.0, 0.0]], np.float32)  # 0: no term matches, not a hit
