@@ -62,19 +62,49 @@ def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, wei
     return SearchResult(out_p, out_s)
 
 
-def rrf_matrix(dense: np.ndarray, lexical: np.ndarray, depth: int = HYBRID_DEPTH) -> np.ndarray:
+def rrf_matrix(dense: np.ndarray, lexical: np.ndarray, depth: int = HYBRID_DEPTH,
+               exclude: np.ndarray | None = None) -> np.ndarray:
     """RRF of two (n, m) score matrices over the same m candidates, as :func:`fuse` does for result
     lists: the top ``depth`` of each row of each matrix contribute 1 / (RRF_K + rank); a lexical
     score of 0 (no query term matches) is no hit, as in indexer/lexical.py. Candidates in neither
-    top ``depth`` score 0. Used by the benchmarks, which score every candidate."""
+    top ``depth`` score 0; so do those ``exclude`` (n, m) marks (the query itself), which leave both
+    lists before ranking as the query document does in :func:`fuse`. Used by the benchmarks, which
+    score every candidate."""
     out = np.zeros(dense.shape, np.float64)
-    rows = np.arange(len(dense))[:, None]
     contribution = 1.0 / (RRF_K + np.arange(1, min(depth, dense.shape[1]) + 1))
     for scores, must_match in ((dense, False), (lexical, True)):
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
-        valid = scores[rows, order] > 0 if must_match else np.ones(order.shape, bool)
+        rows, order, valid, _ = _top(scores, depth, must_match, exclude)
         out[rows, order] += contribution[None, :order.shape[1]] * valid
     return out.astype(np.float32)
+
+
+def weighted_matrix(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIGHT, depth: int = HYBRID_DEPTH,
+                    exclude: np.ndarray | None = None) -> np.ndarray:
+    """Weighted fusion of two (n, m) score matrices, as :func:`fuse` does for result lists: each
+    row's top ``depth`` of each matrix (BM25: scores above 0 only), min-max normalised over
+    themselves, ``weight`` · dense + (1 − ``weight``) · lexical, 0 outside a list; ``exclude`` as
+    in :func:`rrf_matrix`."""
+    check("weighted", weight)
+    out = np.zeros(dense.shape, np.float64)
+    for scores, must_match, share in ((dense, False, weight), (lexical, True, 1.0 - weight)):
+        rows, order, valid, top = _top(scores, depth, must_match, exclude)
+        lo = np.where(valid, top, np.inf).min(axis=1, keepdims=True)
+        span = np.where(valid, top, -np.inf).max(axis=1, keepdims=True) - lo
+        with np.errstate(invalid="ignore", over="ignore"):  # rows without candidates: masked below
+            normalised = np.where(span > 0, (top - lo) / np.where(span > 0, span, 1.0), 1.0)
+        out[rows, order] += share * np.where(valid, normalised, 0.0)
+    return out.astype(np.float32)
+
+
+def _top(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None):
+    """(rows, order, valid, top scores) of each row's ``depth`` best candidates, best first; valid
+    drops the excluded ones and, with ``must_match``, scores of 0 (no BM25 term matched)."""
+    if exclude is not None:
+        scores = np.where(exclude, -np.inf, scores)
+    rows = np.arange(len(scores))[:, None]
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+    top = scores[rows, order].astype(np.float64)
+    return rows, order, top > 0 if must_match else top > -np.inf, top
 
 
 def _rrf(result: SearchResult, row: int, exclude: int) -> dict[int, float]:

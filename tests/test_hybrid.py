@@ -78,6 +78,14 @@ def test_rrf_over_score_matrices_matches_the_list_fusion():
     np.testing.assert_allclose(fused[0], [1 / 61, 1 / 61, 2 / 62, 0.0], rtol=1e-6)
     lists = hybrid.fuse("rrf", result([[(0, 0.9), (2, 0.5)]]), result([[(1, 3.0), (2, 1.0)]]), 3)
     np.testing.assert_allclose(sorted(fused[0][lists.positions[0]], reverse=True), lists.scores[0], rtol=1e-6)
+    weighted = hybrid.weighted_matrix(dense, lexical, weight=0.25, depth=2)
+    # dense top 2: 0 → 1, 2 → 0; BM25 top 2 (scores > 0): 1 → 1, 2 → 0
+    np.testing.assert_allclose(weighted[0], [0.25, 0.75, 0.0, 0.0], rtol=1e-6)
+    lists = hybrid.fuse("weighted", result([[(0, 0.9), (2, 0.5)]]), result([[(1, 3.0), (2, 1.0)]]), 3, weight=0.25)
+    np.testing.assert_allclose(weighted[0][lists.positions[0]], lists.scores[0], rtol=1e-6)
+    # candidate 2 excluded (the query itself): it leaves both lists and the others move up
+    fused = hybrid.rrf_matrix(dense, lexical, depth=2, exclude=np.array([[False, False, True, False]]))
+    np.testing.assert_allclose(fused[0], [1 / 61, 1 / 61, 0.0, 1 / 62], rtol=1e-6)
 
 
 WORDS = ["oil", "gas", "bank", "loan", "chip", "cloud", "drug", "trial"]
