@@ -35,9 +35,9 @@ def check(method: str | None, weight: float | None) -> None:
     if weight is None:
         return
     if method != "weighted":
-        raise ValueError("a hybrid weight needs the weighted fusion (rrf uses ranks only)")
+        raise ValueError("a hybrid weight needs the weighted fusion" + (" (rrf uses ranks only)" if method else ""))
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
-        raise ValueError(f"the hybrid weight must be a number between 0 and 1, got {str(weight)[:40]}")
+        raise ValueError(f"the hybrid weight must be a number between 0 and 1, got {repr(weight)[:40]}")
 
 
 def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = WEIGHT,
