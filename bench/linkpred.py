@@ -7,7 +7,10 @@ exact text — never only among test tails. Each triple is scored by
 - ``bm25``: BM25 of the query text over the candidate texts (lexical baseline);
 - ``identity``: cos(h, t), plain semantic similarity;
 - ``relation``: cos(op_r(h), t) with the operator named by the triple's ``relation`` field, or
-  each operator given with ``--relation`` (then applied to every triple).
+  each operator given with ``--relation`` (then applied to every triple);
+- ``hybrid``: that own operator's ranking fused with BM25's by RRF (retrieval/hybrid.py, as
+  ``relsearch query --hybrid``), and ``hybrid-w<W>`` for each ``--hybrid-weight W``: their
+  weighted fusion (``--hybrid weighted --hybrid-weight W``). Choose W on a dev split, not on test.
 
 Two settings side by side. *Filtered*: every other known true answer of (h, r) — from the
 ``--known`` files and the test file — is removed, and ranks are *realistic* (expectation under
@@ -32,7 +35,8 @@ import numpy as np
 
 from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.relations import Operator, lookup, normalize
-from ..retrieval.hybrid import rrf_matrix
+from ..retrieval.hybrid import check as check_fusion
+from ..retrieval.hybrid import rrf_matrix, weighted_matrix
 from .lexical import BM25
 from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
 from ..files import sha256_file
@@ -41,6 +45,7 @@ from .report import BenchInputError, BenchResult, Table, file_fingerprint, finis
 BASELINES = ("bm25", "identity")
 OWN = "relation"  # method label: each triple's own relation operator
 HYBRID = "hybrid"  # each triple's own operator fused with BM25 by RRF, as `relsearch query --hybrid` does
+WEIGHTED = "hybrid-w"  # + W: the same two fused by weighted scores, `--hybrid weighted --hybrid-weight W`
 DIRECTIONS = ("tail", "head")
 PROTOCOL = {
     "filtered": "other known true answers of (query, relation) from --known files and the test file removed; "
@@ -68,6 +73,7 @@ class LinkPredJob:
     precision: str = "auto"  # encoder precision: auto | fp32 | bf16 | fp16
     progress: bool = False
     chunk: int = 256  # queries per score matrix
+    hybrid_weights: tuple[float, ...] = ()  # also report weighted fusion with each of these relational weights
 
 
 # ---------------------------------------------------------------- shared by the benchmark runners
@@ -210,20 +216,32 @@ def _masks(items: list[_Item], columns: dict[str, list[int]], n_c: int):
     return gold, exclude, filt
 
 
-def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: Operator | None) -> np.ndarray:
+def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: Operator | None,
+            exclude: np.ndarray) -> np.ndarray:
     if method == "bm25":
         return bm25.scores([it.query for it in items])
     h = np.stack([cands.raw[it.query] for it in items])
     dense = op.apply(h, [it.query for it in items]) @ op.documents(cands.unit).T
-    return rrf_matrix(dense, bm25.scores([it.query for it in items])) if method == HYBRID else dense
+    # the excluded candidates leave both lists, as `query --id` leaves out its own document
+    if method == HYBRID:
+        return rrf_matrix(dense, bm25.scores([it.query for it in items]), exclude=exclude)
+    if method.startswith(WEIGHTED):
+        return weighted_matrix(dense, bm25.scores([it.query for it in items]), float(method[len(WEIGHTED):]),
+                               exclude=exclude)
+    return dense
+
+
+def _own(method: str) -> bool:
+    """Whether ``method`` scores each triple with its own relation's operator."""
+    return method in (OWN, HYBRID) or method.startswith(WEIGHTED)
 
 
 def _rank(method, items, cands, bm25, op, columns, chunk) -> tuple[Ranks, Ranks]:
     filtered, raw = [], []
     for start in range(0, len(items), chunk):
         part = items[start:start + chunk]
-        scores = _scores(method, part, cands, bm25, op)
         gold, exclude, filt = _masks(part, columns, len(cands.texts))
+        scores = _scores(method, part, cands, bm25, op, exclude)
         filtered.append(rank_gold(scores, gold, filter_mask=filt, exclude=exclude))
         raw.append(rank_gold(scores, gold, exclude=exclude))
     return Ranks.concat(filtered), Ranks.concat(raw)
@@ -260,7 +278,7 @@ def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: li
             collected = []
             for rel in relations:
                 group = [it for it in items if it.relation == rel]
-                op_name = rel if method in (OWN, HYBRID) else method
+                op_name = rel if _own(method) else method
                 op = None if method == "bm25" else operator_for(cands.bundle.operators, op_name, direction)
                 row = {"direction": direction, "relation": rel, "method": method,
                        "operator": None if method == "bm25" else op_name,
@@ -276,7 +294,7 @@ def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: li
                 if collected is not None:
                     collected.append(pair)
             overall = {"direction": direction, "relation": "overall", "method": method,
-                       "operator": None if method in (OWN, HYBRID) else method,
+                       "operator": None if _own(method) else method,
                        "queries": len(items), "missing": sum(missing[direction].values())}
             if collected is None:
                 rows.append(dict(overall, available=False, reason="unavailable for some relation"))
@@ -326,16 +344,23 @@ def table(rows: list[dict], title: str) -> Table:
 
 def methods_for(job: LinkPredJob, bundle: Bundle, test: list[dict]) -> list[str]:
     """bm25, identity, then each --relation, or the triples' own operators (checked to exist) and their
-    fusion with BM25."""
+    fusion with BM25 (RRF, then weighted with each of ``job.hybrid_weights``)."""
     for name in job.relations:
         lookup(bundle.operators, name)
+    for weight in job.hybrid_weights:
+        try:
+            check_fusion("weighted", weight)
+        except ValueError as e:
+            raise BenchInputError(str(e)) from None
+    if job.relations and job.hybrid_weights:
+        raise BenchInputError("--hybrid-weight fuses the triples' own operators with BM25; leave out --relation")
     if job.relations:
         return list(dict.fromkeys([*BASELINES, *job.relations]))
     absent = sorted({t["relation"] for t in test} - set(bundle.operators))
     if absent:
         raise BenchInputError(f"the triples use relation(s) the bundle lacks: {', '.join(absent)}; available: "
                               f"{', '.join(sorted(bundle.operators))}; pick operators with --relation NAME")
-    return [*BASELINES, OWN, HYBRID]
+    return [*BASELINES, OWN, HYBRID, *dict.fromkeys(f"{WEIGHTED}{w:g}" for w in job.hybrid_weights)]
 
 
 def run_linkpred(job: LinkPredJob, *, json_out: str | None = None, plot_out: str | None = None,

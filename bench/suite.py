@@ -79,8 +79,8 @@ def _texts(rows, *keys) -> list[dict]:
 def prepare_inputs(data: Path, inputs: Path) -> dict[str, str]:
     """Candidate lists and triples the datasets do not ship as such; returns name → path."""
     inputs.mkdir(parents=True, exist_ok=True)
-    def pair_texts(name, *keys):
-        return _texts(_read(data / name / "pairs/test.jsonl"), *keys)
+    def pair_texts(name, *keys, split="test"):
+        return _texts(_read(data / name / f"pairs/{split}.jsonl"), *keys)
 
     flickr_test = [r for r in _read(data / "flickr8k_captions/corpus.jsonl") if r["split"] == "test"]
     out = {
@@ -92,15 +92,19 @@ def prepare_inputs(data: Path, inputs: Path) -> dict[str, str]:
             {"head": q["query"], "relation": "same_sent", "tail": q["positive"]}
             for q in _read(data / "evalrank/queries/test.jsonl"))),
     }
-    companies = [c for c in _read(data / "russell3000_companies/corpus.jsonl")
-                 if c["split"] == "test" and c.get("text") and c.get("gics_sub_industry_code")]
-    groups = defaultdict(list)
-    for c in companies:
-        groups[c["gics_sub_industry_code"]].append(c["text"])
-    out["company_triples"] = _write(inputs / "russell3000_similar_company_test.jsonl", (
-        {"head": a, "relation": "similar-company", "tail": b} for texts in groups.values()
-        for a in texts for b in texts if a != b))
-    out["company_candidates"] = _write(inputs / "russell3000_test_companies.jsonl", _texts(companies, "text"))
+    # dev splits: for choosing a setting (the weighted hybrid's weight) without looking at test
+    out["trecqa_dev_candidates"] = _write(inputs / "trecqa_dev_sentences.jsonl", pair_texts("trecqa", "b", split="dev"))
+    for split, suffix in (("test", ""), ("dev", "_dev")):
+        companies = [c for c in _read(data / "russell3000_companies/corpus.jsonl")
+                     if c["split"] == split and c.get("text") and c.get("gics_sub_industry_code")]
+        groups = defaultdict(list)
+        for c in companies:
+            groups[c["gics_sub_industry_code"]].append(c["text"])
+        out[f"company_triples{suffix}"] = _write(inputs / f"russell3000_similar_company_{split}.jsonl", (
+            {"head": a, "relation": "similar-company", "tail": b} for texts in groups.values()
+            for a in texts for b in texts if a != b))
+        out[f"company_candidates{suffix}"] = _write(inputs / f"russell3000_{split}_companies.jsonl",
+                                                    _texts(companies, "text"))
     return out
 
 

@@ -43,10 +43,11 @@ def write(path: Path, positions: np.ndarray, texts: list[str]) -> None:
     """BM25 over ``texts`` (rows at global ``positions``) into ``path`` (one .npz, no pickles)."""
     retriever = bm25s_module().BM25(k1=K1, b=B)
     tokens = tokenize(texts)
-    if tokens:
+    if any(tokens):
         retriever.index(tokens, show_progress=False)
         scores, vocab = retriever.scores, retriever.vocab_dict
-    else:  # an empty segment (every document of a merge deleted)
+    else:  # no document with a term: an empty segment (every document of a merge deleted), or
+        # texts of stop words and single letters only ("it", "x"), which bm25s cannot index
         scores, vocab = {"data": np.zeros(0, np.float32), "indices": np.zeros(0, np.int32),
                          "indptr": np.zeros(1, np.int64)}, {}
     with open(path, "wb") as f:

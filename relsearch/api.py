@@ -31,6 +31,7 @@ from .indexer import mutations
 from .indexer import records as rec
 from .indexer import snapshots
 from .retrieval.hybrid import METHODS as HYBRID_METHODS
+from .retrieval.hybrid import check as check_fusion
 from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_filters, check_weights, is_utf8
 from .retrieval.paging import page, search_collapsed
 from .retrieval.search import Hit, Query, QueryError, Searcher
@@ -54,7 +55,8 @@ class SearchRequest:
     ``offset``…``offset + k`` after keeping the best hit per value of metadata field ``collapse``
     (retrieval/paging.py), hits below ``min_score`` dropped, ``explain`` (every operator's own
     score), ``rerank`` (a re-ranking head of the bundle) over ``rerank_depth`` ANN candidates,
-    ``hybrid`` (``rrf`` | ``weighted``: fused with BM25 on the query text, retrieval/hybrid.py)."""
+    ``hybrid`` (``rrf`` | ``weighted``: fused with BM25 on the query text, retrieval/hybrid.py) and,
+    for ``weighted``, ``hybrid_weight`` (the relational list's share in [0, 1], default 0.5)."""
 
     text: str | None = None
     id: str | None = None
@@ -68,6 +70,7 @@ class SearchRequest:
     rerank: str | None = None
     rerank_depth: int | None = None
     hybrid: str | None = None
+    hybrid_weight: float | None = None
 
     def query(self) -> Query:
         return Query(text=self.text, doc_id=self.id, relations=dict(self.relations), query_id=self.id)
@@ -103,6 +106,8 @@ def check_request(req: SearchRequest) -> None:
         raise RequestError("hybrid", f"hybrid must be one of {', '.join(HYBRID_METHODS)}, got {str(req.hybrid)[:40]!r}")
     if req.hybrid is not None and req.rerank is not None:
         raise RequestError("hybrid", "hybrid and rerank do not combine")
+    with _blame("hybrid_weight"):
+        check_fusion(req.hybrid, req.hybrid_weight)
     if not req.relations:
         raise RequestError("relations", "give at least one relation, e.g. {\"identity\": 1}")
     if any(isinstance(w, bool) or not isinstance(w, (int, float)) for w in req.relations.values()):
@@ -170,11 +175,12 @@ class Index:
     def search(self, text: str | None = None, *, id: str | None = None, relations: dict[str, float] | None = None,
                k: int = 10, offset: int = 0, min_score: float | None = None, collapse: str | None = None,
                filters: dict[str, FilterValue | dict] | None = None, explain: bool = False, rerank: str | None = None,
-               rerank_depth: int | None = None, hybrid: str | None = None) -> list[Hit]:
+               rerank_depth: int | None = None, hybrid: str | None = None,
+               hybrid_weight: float | None = None) -> list[Hit]:
         """Hits for one query (see :class:`SearchRequest`); raises :class:`RequestError`."""
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
                             min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
-                            rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid)
+                            rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight)
         out = self.search_batch([req]).results[0]
         if isinstance(out, Exception):
             raise out
@@ -320,7 +326,7 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
     # JSON text keeps each value's type: True == 1 in Python, but the filters differ
     typed_filters = json.dumps(req.filters, sort_keys=True)
     return (req.k + req.offset, req.collapse, typed_filters, req.explain, req.rerank, req.rerank_depth,
-            projection, req.hybrid)
+            projection, req.hybrid, req.hybrid_weight)
 
 
 def _run(searcher: Searcher, requests: list[SearchRequest]) -> list[list[Hit]]:
@@ -334,7 +340,8 @@ def _run(searcher: Searcher, requests: list[SearchRequest]) -> list[list[Hit]]:
 
             return search_reranked(searcher, queries, head=first.rerank, k=fetch, depth=first.rerank_depth,
                                    filters=first.filters, explain=first.explain)
-        return searcher.search(queries, k=fetch, filters=first.filters, explain=first.explain, hybrid=first.hybrid)
+        return searcher.search(queries, k=fetch, filters=first.filters, explain=first.explain, hybrid=first.hybrid,
+                               hybrid_weight=first.hybrid_weight)
 
     with _blame("query"):
         return search_collapsed(run, need=first.k + first.offset, field=first.collapse, limit=searcher.live_count)

@@ -97,12 +97,16 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
               help="Elasticsearch kNN candidates per shard (default max(100, 2k)).")
 @click.option("--hybrid", type=click.Choice(["rrf", "weighted"]), is_flag=False, flag_value="rrf", default=None,
               help="Fuse BM25 on the query text (the stored text for --id) with the relational search: rrf "
-                   "(reciprocal rank fusion; plain --hybrid) or weighted (min-max scores, half each). Local: the "
-                   "index's BM25 lists; --backend es: the server's BM25, rrf only.")
+                   "(reciprocal rank fusion; plain --hybrid) or weighted (min-max scores, see --hybrid-weight). "
+                   "Local: the index's BM25 lists; --backend es: the server's BM25, rrf only.")
+@click.option("--hybrid-weight", type=click.FloatRange(0, 1), default=None, metavar="W",
+              help="--hybrid weighted: the relational list's share of the normalised scores, BM25 gets 1 - W "
+                   "(default 0.5).")
 @click.option("--fusion", type=click.Choice(["server", "client"]), default="server", show_default=True,
               help="--backend es --hybrid: the server's rrf retriever, or two searches fused here.")
 def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json, explain, model, ef_search, nprobe,
-          rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion):
+          rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion,
+          hybrid_weight):
     """Find documents standing in --relation to TEXT (or to --id, or to each line of --queries)."""
     from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
@@ -128,6 +132,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         _fail("--backend es needs --es-url and --es-index")
     if hybrid and (head is not None or (backend == "es" and hybrid != "rrf")):
         _fail("--hybrid weighted needs the local backend" if head is None else "--hybrid and --rerank HEAD do not combine")
+    if hybrid_weight is not None and hybrid != "weighted":
+        _fail("--hybrid-weight needs --hybrid weighted (rrf uses ranks only)")
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
                         num_candidates=num_candidates, hybrid=bool(hybrid), fusion=fusion) if backend == "es" else None
     try:
@@ -161,7 +167,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
                                        explain=explain)
         else:
             def run(fetch):
-                local = {"hybrid": hybrid} if hybrid and backend != "es" else {}
+                local = {"hybrid": hybrid, "hybrid_weight": hybrid_weight} if hybrid and backend != "es" else {}
                 return searcher.search(queries, k=fetch, filters=filters, explain=explain, **local)
         ranked = search_collapsed(run, need=offset + k, field=collapse_field,
                                   limit=searcher.live_count) if queries else []

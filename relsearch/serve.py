@@ -77,12 +77,14 @@ class QueryOptions(_Body):
     rerank_depth: int | None = Field(None, ge=1, le=MAX_RERANK_DEPTH)
     hybrid: Literal["rrf", "weighted"] | None = Field(None, description="Fuse with BM25 on the query text: "
                                                       "rrf (reciprocal rank fusion) or weighted.")
+    hybrid_weight: FiniteFloat | None = Field(None, ge=0, le=1, description="With hybrid weighted: the relational "
+                                        "list's share of the min-max normalised scores (BM25 gets the rest; 0.5).")
 
     def request(self, text: str | None, doc_id: str | None, relations: dict | None = None) -> SearchRequest:
         return SearchRequest(text=text, id=doc_id, relations=relations or self.relations, k=self.k,
                              offset=self.offset, min_score=self.min_score, collapse=self.collapse,
                              filters=self.filters, explain=self.explain, rerank=self.rerank,
-                             rerank_depth=self.rerank_depth, hybrid=self.hybrid)
+                             rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight)
 
 
 class SearchBody(QueryOptions):

@@ -6,10 +6,14 @@
   scores and inner products mix without calibration.
 - ``weighted``: each list's scores min-max normalised to [0, 1] over its own candidates (a
   document absent from a list gets 0 there), then ``weight`` · dense + (1 − ``weight``) · lexical,
-  ``weight`` = 0.5 by default.
+  ``weight`` in [0, 1], 0.5 by default (``--hybrid-weight``, the API's ``hybrid_weight``): 1 is the
+  relational order alone, 0 BM25's alone (both restricted to the union of the two candidate lists).
 
 Both take the top ``depth`` of each side (Searcher.search: max(HYBRID_DEPTH, k + 1)) and return
-the fused top k; ties go to the smaller position. The fused score replaces the hit's score.
+the fused top k; ties go to the smaller position. The fused score replaces the hit's score. An
+``--id`` query's own document (``exclude``) leaves both lists before fusing: it is never a hit,
+and left in, it would take rank 1 and, as the maximum of each list, squeeze the normalised
+scores of the rest, BM25's far more than the dense ones (a text matches all its own terms).
 """
 from __future__ import annotations
 
@@ -20,16 +24,33 @@ from ..indexer.ann import SearchResult, top_k
 RRF_K = 60
 HYBRID_DEPTH = 100  # candidates taken from each side
 METHODS = ("rrf", "weighted")
+WEIGHT = 0.5  # weighted fusion: the relational list's share
 
 
-def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = 0.5) -> SearchResult:
-    if method not in METHODS:
+def check(method: str | None, weight: float | None) -> None:
+    """ValueError unless ``method`` is None or one of METHODS and ``weight`` is None or, with
+    ``weighted``, a number in [0, 1]."""
+    if method is not None and method not in METHODS:
         raise ValueError(f"unknown hybrid fusion {method!r}; choose {' or '.join(METHODS)}")
-    out_p = np.full((len(dense.positions), k), -1, np.int64)
-    out_s = np.full((len(dense.positions), k), -np.inf, np.float32)
-    for i in range(len(dense.positions)):
-        contributions = [_rrf(dense, i), _rrf(lexical, i)] if method == "rrf" else \
-            [_minmax(dense, i, weight), _minmax(lexical, i, 1.0 - weight)]
+    if weight is None:
+        return
+    if method != "weighted":
+        raise ValueError("a hybrid weight needs the weighted fusion" + (" (rrf uses ranks only)" if method else ""))
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
+        raise ValueError(f"the hybrid weight must be a number between 0 and 1, got {repr(weight)[:40]}")
+
+
+def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = WEIGHT,
+         exclude: np.ndarray | None = None) -> SearchResult:
+    """Fused top k per row; ``exclude`` (n,): a position per row left out of both lists (-1: none)."""
+    check(method, weight if method == "weighted" else None)
+    n = len(dense.positions)
+    exclude = np.full(n, -1, np.int64) if exclude is None else np.asarray(exclude, np.int64)
+    out_p = np.full((n, k), -1, np.int64)
+    out_s = np.full((n, k), -np.inf, np.float32)
+    for i in range(n):
+        contributions = [_rrf(dense, i, exclude[i]), _rrf(lexical, i, exclude[i])] if method == "rrf" else \
+            [_minmax(dense, i, exclude[i], weight), _minmax(lexical, i, exclude[i], 1.0 - weight)]
         fused: dict[int, float] = {}
         for part in contributions:
             for pos, score in part.items():
@@ -41,28 +62,59 @@ def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, wei
     return SearchResult(out_p, out_s)
 
 
-def rrf_matrix(dense: np.ndarray, lexical: np.ndarray, depth: int = HYBRID_DEPTH) -> np.ndarray:
+def rrf_matrix(dense: np.ndarray, lexical: np.ndarray, depth: int = HYBRID_DEPTH,
+               exclude: np.ndarray | None = None) -> np.ndarray:
     """RRF of two (n, m) score matrices over the same m candidates, as :func:`fuse` does for result
     lists: the top ``depth`` of each row of each matrix contribute 1 / (RRF_K + rank); a lexical
     score of 0 (no query term matches) is no hit, as in indexer/lexical.py. Candidates in neither
-    top ``depth`` score 0. Used by the benchmarks, which score every candidate."""
+    top ``depth`` score 0; so do those ``exclude`` (n, m) marks (the query itself), which leave both
+    lists before ranking as the query document does in :func:`fuse`. Used by the benchmarks, which
+    score every candidate."""
     out = np.zeros(dense.shape, np.float64)
-    rows = np.arange(len(dense))[:, None]
     contribution = 1.0 / (RRF_K + np.arange(1, min(depth, dense.shape[1]) + 1))
     for scores, must_match in ((dense, False), (lexical, True)):
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
-        valid = scores[rows, order] > 0 if must_match else np.ones(order.shape, bool)
+        rows, order, valid, _ = _top(scores, depth, must_match, exclude)
         out[rows, order] += contribution[None, :order.shape[1]] * valid
     return out.astype(np.float32)
 
 
-def _rrf(result: SearchResult, row: int) -> dict[int, float]:
+def weighted_matrix(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIGHT, depth: int = HYBRID_DEPTH,
+                    exclude: np.ndarray | None = None) -> np.ndarray:
+    """Weighted fusion of two (n, m) score matrices, as :func:`fuse` does for result lists: each
+    row's top ``depth`` of each matrix (BM25: scores above 0 only), min-max normalised over
+    themselves, ``weight`` · dense + (1 − ``weight``) · lexical, 0 outside a list; ``exclude`` as
+    in :func:`rrf_matrix`."""
+    check("weighted", weight)
+    out = np.zeros(dense.shape, np.float64)
+    for scores, must_match, share in ((dense, False, weight), (lexical, True, 1.0 - weight)):
+        rows, order, valid, top = _top(scores, depth, must_match, exclude)
+        lo = np.where(valid, top, np.inf).min(axis=1, keepdims=True)
+        span = np.where(valid, top, -np.inf).max(axis=1, keepdims=True) - lo
+        with np.errstate(invalid="ignore", over="ignore"):  # rows without candidates: masked below
+            normalised = np.where(span > 0, (top - lo) / np.where(span > 0, span, 1.0), 1.0)
+        out[rows, order] += share * np.where(valid, normalised, 0.0)
+    return out.astype(np.float32)
+
+
+def _top(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None):
+    """(rows, order, valid, top scores) of each row's ``depth`` best candidates, best first; valid
+    drops the excluded ones and, with ``must_match``, scores of 0 (no BM25 term matched)."""
+    if exclude is not None:
+        scores = np.where(exclude, -np.inf, scores)
+    rows = np.arange(len(scores))[:, None]
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+    top = scores[rows, order].astype(np.float64)
+    return rows, order, top > 0 if must_match else top > -np.inf, top
+
+
+def _rrf(result: SearchResult, row: int, exclude: int) -> dict[int, float]:
     positions = result.positions[row]
-    return {int(p): 1.0 / (RRF_K + rank) for rank, p in enumerate(positions[positions >= 0], 1)}
+    kept = positions[(positions >= 0) & (positions != exclude)]
+    return {int(p): 1.0 / (RRF_K + rank) for rank, p in enumerate(kept, 1)}
 
 
-def _minmax(result: SearchResult, row: int, weight: float) -> dict[int, float]:
-    valid = result.positions[row] >= 0
+def _minmax(result: SearchResult, row: int, exclude: int, weight: float) -> dict[int, float]:
+    valid = (result.positions[row] >= 0) & (result.positions[row] != exclude)
     positions, scores = result.positions[row][valid], result.scores[row][valid].astype(np.float64)
     if not len(scores):
         return {}

@@ -204,16 +204,20 @@ class Searcher:
         return mixture_query(self.operators, h, relations, texts)
 
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
-               explain: bool = False, params: dict | None = None, hybrid: str | None = None) -> list[list[Hit]]:
+               explain: bool = False, params: dict | None = None, hybrid: str | None = None,
+               hybrid_weight: float | None = None) -> list[list[Hit]]:
         """Top-k hits per query (never the query document itself). ``params`` overrides the
         index's tuned search parameters for this call (indexer/ann.py). ``filters``: field → value
         a value or ``{operator: value}`` per field, typed (indexer/filters.py). ``hybrid``
         (``rrf`` | ``weighted``): fuse the relational list with BM25 on the query text (or the stored
         text of an ``--id`` query), retrieval/hybrid.py; hit scores are then the fused scores.
+        ``hybrid_weight`` (weighted only, in [0, 1], default 0.5): the relational list's share.
         k above the number of live documents is clipped to it: every result array is (n, k + 1)."""
         k = min(k, self.live_count)
-        if hybrid is not None and hybrid not in fusion.METHODS:
-            raise QueryError(f"unknown hybrid fusion {hybrid!r}; choose {' or '.join(fusion.METHODS)}")
+        try:
+            fusion.check(hybrid, hybrid_weight)
+        except ValueError as e:
+            raise QueryError(str(e)) from None
         projection = self.projection_of(queries)
         h, qv = self.query_vectors(queries, filters)
         subset = self.matching(filters) if filters else None
@@ -225,8 +229,14 @@ class Searcher:
             result = self.ann(qv, depth, subset=subset, params=params)
         if hybrid:
             lexical = self.lexical_search(self.query_texts(queries), depth, subset)
-            result = fusion.fuse(hybrid, result, lexical, k + 1)
+            weight = fusion.WEIGHT if hybrid_weight is None else hybrid_weight
+            result = fusion.fuse(hybrid, result, lexical, k + 1, weight=weight, exclude=self.own_positions(queries))
         return self.hits(result, queries, k, h if explain else None)
+
+    def own_positions(self, queries: list[Query]) -> np.ndarray:
+        """Each ``--id`` query's live position, -1 for a text query (n,)."""
+        found = self.files.docstore.positions([q.doc_id for q in queries if q.doc_id is not None])
+        return np.asarray([-1 if q.doc_id is None else found.get(q.doc_id, -1) for q in queries], np.int64)
 
     def lexical_search(self, texts: list[str], k: int, subset: np.ndarray | None = None) -> SearchResult:
         """BM25 top-k positions and scores for ``texts`` over every segment (indexer/lexical.py);

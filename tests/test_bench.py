@@ -99,6 +99,28 @@ def test_linkpred_excludes_query_and_duplicate_gold_and_filters_known_tails():
     assert out["counts"]["missing"]["tail"] == {"r": 1}
 
 
+def test_linkpred_weighted_hybrid_methods():
+    """hybrid-wW fuses the triple's own operator with BM25 by weight W: at W = 1 it ranks as the
+    operator does (every candidate is within the fused depth); the weights come from the job."""
+    from relsearch.bench.linkpred import LinkPredJob, methods_for
+
+    bundle = Bundle(encoder={"model": "toy", "dim": 2})
+    texts = ["q about oil", "gold gas", "oil well", "x oil oil", "y"]
+    vecs = [[1, 0], [0.8, 0.6], [0.95, 0.3], [0.6, 0.8], [0.9, 0.44]]
+    test = [{"head": "q about oil", "relation": "identity", "tail": "gold gas"}]
+    cands = _candidates(texts, vecs, {"q about oil": [1, 0]}, bundle)
+    rows = {r["method"]: r for r in evaluate(test, [], cands, ["identity", "relation", "hybrid-w1", "hybrid-w0.5"])["rows"]
+            if r["relation"] == "overall"}
+    assert rows["hybrid-w1"]["filtered"] == rows["identity"]["filtered"]
+    assert rows["hybrid-w0.5"]["available"] and rows["hybrid-w0.5"]["operator"] is None
+    job = LinkPredJob(test="t", candidates="c", hybrid_weights=(0.3, 0.7, 0.3))
+    assert methods_for(job, bundle, test) == ["bm25", "identity", "relation", "hybrid", "hybrid-w0.3", "hybrid-w0.7"]
+    with pytest.raises(BenchInputError, match="leave out --relation"):
+        methods_for(LinkPredJob(test="t", candidates="c", relations=("identity",), hybrid_weights=(0.3,)), bundle, test)
+    with pytest.raises(BenchInputError, match="between 0 and 1"):
+        methods_for(LinkPredJob(test="t", candidates="c", hybrid_weights=(1.5,)), bundle, test)
+
+
 def test_linkpred_head_prediction_uses_minus_r_or_an_inverse_operator():
     r = np.array([0.0, 1.0], np.float32)
     ops = {"t": Operator(name="t", kind="translation", params={"r": r}),

@@ -44,10 +44,31 @@ def test_weighted_fusion_normalises_each_list():
     expected = {1: 0.25, 2: 0.25 * 0.5, 3: 0.75, 4: 0.0}
     assert fused.positions[0].tolist() == [3, 1, 2, 4]
     np.testing.assert_allclose(fused.scores[0], [expected[p] for p in (3, 1, 2, 4)], rtol=1e-6)
-    empty = hybrid.fuse("weighted", result([[(1, 0.3)]]), result([[]] if False else [[(-1, 0.0)]]), 2)
+    empty = hybrid.fuse("weighted", result([[(1, 0.3)]]), result([[(-1, 0.0)]]), 2)  # no lexical hit
     assert empty.positions[0].tolist() == [1, -1]
+    # the extremes: the relational order alone, BM25's alone (over the union of both lists)
+    assert hybrid.fuse("weighted", dense, lexical, 2, weight=1.0).positions[0].tolist() == [1, 2]
+    assert hybrid.fuse("weighted", dense, lexical, 1, weight=0.0).positions[0].tolist() == [3]
     with pytest.raises(ValueError, match="rrf or weighted"):
         hybrid.fuse("max", dense, lexical, 2)
+    for weight in (-0.1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            hybrid.fuse("weighted", dense, lexical, 2, weight=weight)
+    with pytest.raises(ValueError, match="needs the weighted fusion"):
+        hybrid.check("rrf", 0.3)
+
+
+def test_the_query_document_leaves_both_lists_before_fusing():
+    """An --id query's own document neither takes a rank nor sets a list's maximum."""
+    dense = result([[(1, 1.0), (2, 0.8), (3, 0.6)]])
+    lexical = result([[(1, 30.0), (3, 10.0), (4, 6.0), (2, 2.0)]])
+    # without 1: dense 2 → 1, 3 → 0; BM25 3 → 1, 4 → 0.5, 2 → 0 (with 1, BM25's 3 would be 8/28)
+    fused = hybrid.fuse("weighted", dense, lexical, 4, weight=0.4, exclude=np.array([1]))
+    assert fused.positions[0].tolist() == [3, 2, 4, -1]
+    np.testing.assert_allclose(fused.scores[0][:3], [0.6, 0.4, 0.3], rtol=1e-6)
+    fused = hybrid.fuse("rrf", dense, lexical, 3, exclude=np.array([1]))
+    assert fused.positions[0].tolist() == [3, 2, 4]
+    np.testing.assert_allclose(fused.scores[0], [1 / 62 + 1 / 61, 1 / 61 + 1 / 63, 1 / 62], rtol=1e-6)
 
 
 def test_rrf_over_score_matrices_matches_the_list_fusion():
@@ -57,6 +78,14 @@ def test_rrf_over_score_matrices_matches_the_list_fusion():
     np.testing.assert_allclose(fused[0], [1 / 61, 1 / 61, 2 / 62, 0.0], rtol=1e-6)
     lists = hybrid.fuse("rrf", result([[(0, 0.9), (2, 0.5)]]), result([[(1, 3.0), (2, 1.0)]]), 3)
     np.testing.assert_allclose(sorted(fused[0][lists.positions[0]], reverse=True), lists.scores[0], rtol=1e-6)
+    weighted = hybrid.weighted_matrix(dense, lexical, weight=0.25, depth=2)
+    # dense top 2: 0 → 1, 2 → 0; BM25 top 2 (scores > 0): 1 → 1, 2 → 0
+    np.testing.assert_allclose(weighted[0], [0.25, 0.75, 0.0, 0.0], rtol=1e-6)
+    lists = hybrid.fuse("weighted", result([[(0, 0.9), (2, 0.5)]]), result([[(1, 3.0), (2, 1.0)]]), 3, weight=0.25)
+    np.testing.assert_allclose(weighted[0][lists.positions[0]], lists.scores[0], rtol=1e-6)
+    # candidate 2 excluded (the query itself): it leaves both lists and the others move up
+    fused = hybrid.rrf_matrix(dense, lexical, depth=2, exclude=np.array([[False, False, True, False]]))
+    np.testing.assert_allclose(fused[0], [1 / 61, 1 / 61, 0.0, 1 / 62], rtol=1e-6)
 
 
 WORDS = ["oil", "gas", "bank", "loan", "chip", "cloud", "drug", "trial"]
@@ -102,6 +131,17 @@ def test_hybrid_over_segments_deletes_and_filters(index):
     assert fused != dense[:10] and set(fused) & set(lexical_ids)
 
 
+def test_a_segment_without_any_bm25_term_is_appended_and_searched(index):
+    """Stop words and single letters give no BM25 term; a segment of only such texts has empty lists."""
+    mutations.append(str(index), [Block([{"id": "it", "text": "it", "metadata": {"group": 0}},
+                                         {"id": "x", "text": "x ?", "metadata": {"group": 0}}], raw_vectors(2, 9))],
+                     n=2, run={"read": 2})
+    searcher = Searcher(str(index))
+    assert searcher.lexical_search(["it x"], 5).positions[0].tolist() == [-1] * 5
+    hits = searcher.search([Query(doc_id="it")], k=5, hybrid="rrf")[0]
+    assert len(hits) == 5 and "it" not in {h.id for h in hits}
+
+
 def test_an_index_without_bm25_lists_is_refused_until_compact(tmp_path):
     target = tmp_path / "idx"
     build_published(str(target), [corpus([f"d{i}" for i in range(50)], 2)], n=50, d=D,
@@ -131,3 +171,17 @@ def test_cli_query_hybrid(index):
     assert [r["id"] for r in rows] == expected
     out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "--hybrid", "max"])
     assert out.exit_code == 2 and "'max' is not one of 'rrf', 'weighted'" in out.output
+    # --hybrid-weight moves the weighted fusion between the relational order (1) and BM25's (0)
+    by_weight = {}
+    for w in ("0", "1"):
+        out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "-k", "5", "--json",
+                                  "--hybrid", "weighted", "--hybrid-weight", w])
+        assert out.exit_code == 0, out.output
+        by_weight[w] = [json.loads(line)["id"] for line in out.output.splitlines()]
+    searcher = Searcher(str(index))
+    assert by_weight["1"] == [h.id for h in searcher.search([Query(doc_id="d5")], k=5)[0]]
+    assert by_weight["0"] != by_weight["1"]
+    out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "--hybrid", "--hybrid-weight", "0.3"])
+    assert out.exit_code != 0 and "--hybrid-weight needs --hybrid weighted" in out.output
+    with pytest.raises(QueryError, match="between 0 and 1"):
+        searcher.search([Query(doc_id="d5")], k=3, hybrid="weighted", hybrid_weight=2.0)

@@ -136,6 +136,8 @@ def test_batch_relations_score(server):
     ('{"text": "x", "filters": {"gics_sector": {"near": "a"}}}', 422, "filters"),
     ('{"text": "x", "collapse": "no-such-field"}', 422, "collapse"),
     ('{"text": "x", "hybrid": "max"}', 422, "hybrid"),
+    ('{"text": "x", "hybrid": "weighted", "hybrid_weight": 1.5}', 422, "hybrid_weight"),
+    ('{"text": "x", "hybrid": "rrf", "hybrid_weight": 0.3}', 422, "hybrid_weight"),
     ('{"text": "x", "surprise": 1}', 422, "surprise"),
     ('{"text": "x", "index": "other"}', 404, "index"),
     ('{"id": "NOT-THERE"}', 404, "id"),
@@ -209,6 +211,11 @@ def test_hybrid_search_over_http_equals_the_python_api(server, index):
     same = index.search("natural gas pipelines", k=5, hybrid="rrf", relations={"similar-company": 1})
     assert [h["id"] for h in hits] == [h.id for h in same] and len(hits) == 5
     assert hits[0]["score"] <= 2 / 61  # a fused RRF score, not a cosine
+    weighted = Client(server).search(text="natural gas pipelines", k=5, hybrid="weighted", hybrid_weight=0.8,
+                                     relations={"similar-company": 1})
+    same = index.search("natural gas pipelines", k=5, hybrid="weighted", hybrid_weight=0.8,
+                        relations={"similar-company": 1})
+    assert [h["id"] for h in weighted] == [h.id for h in same]
 
 
 def test_another_writers_publish_is_picked_up(server, index_dir):
