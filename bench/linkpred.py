@@ -167,9 +167,9 @@ def load_candidates(job: LinkPredJob, query_texts: list[str]) -> Candidates:
         files = searcher.files
         n = files.docstore.count()
         docs = files.docstore.get(list(range(n)))
-        raw = searcher.raw_vectors([Query(text=t) for t in queries]) if queries else np.zeros((0, files.manifest["dim"]))
+        raw = searcher.raw_vectors([Query(text=t) for t in queries]) if queries else np.zeros((0, files.manifest.dim))
         inputs = {"index": {"path": str(files.root), "sha256": sha256_file(files.root / "manifest.json"),
-                            "corpus_sha256": files.manifest.get("input", {}).get("sha256")}}
+                            "corpus_sha256": (files.manifest.input or {}).get("sha256")}}
         return Candidates([docs[p]["text"] for p in range(n)], np.asarray(files.vectors, dtype=np.float32),
                           dict(zip(queries, raw)), searcher.bundle, inputs)
     bundle = load_bundle(job.model)

@@ -189,8 +189,8 @@ def run(args) -> dict:
     filtered_truth = ann.exact_search(searcher.files.vectors, q, k, shard)
     report = {
         "n": args.n, "dim": int(base.shape[1]), "base_sentences": len(base), "noise": args.noise,
-        "queries": len(q), "k": k, "faiss": {key: manifest["faiss"][key] for key in ("factory", "tier", "search_params")},
-        "tuning_validation_recall": manifest["faiss"]["tuning"]["validation_recall"],
+        "queries": len(q), "k": k, "faiss": {key: manifest.faiss[key] for key in ("factory", "tier", "search_params")},
+        "tuning_validation_recall": manifest.faiss["tuning"]["validation_recall"],
         "build_seconds": round(build_s, 1),
         "exact_neighbour_cosine": {"1st": round(float(truth.scores[:, 0].mean()), 3),
                                    f"{k}th": round(float(truth.scores[:, -1].mean()), 3)},

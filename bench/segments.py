@@ -99,7 +99,7 @@ def run(args) -> dict:
         build_s = _build(target, base, identity, args)
         one = Searcher(target)
         qps_one = _qps(one, q, k, args.repeats)
-        report["faiss"] = {key: one.files.manifest["faiss"][key] for key in ("factory", "tier", "search_params")}
+        report["faiss"] = {key: one.files.manifest.faiss[key] for key in ("factory", "tier", "search_params")}
         report["build_seconds"] = round(build_s, 1)
 
         appends = []

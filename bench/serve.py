@@ -198,7 +198,7 @@ def run_txtai_http(job: ServeBenchJob, queries: list[str]) -> list[dict]:
     from ..encoder.model import resolve_model_path
     from ..indexer.store import read_manifest
 
-    model = resolve_model_path(read_manifest(os.path.realpath(job.index))["encoder"]["model"])
+    model = resolve_model_path(read_manifest(os.path.realpath(job.index)).encoder["model"])
     with tempfile.TemporaryDirectory(prefix="relsearch-txtai-") as tmp:
         config = os.path.join(tmp, "config.yml")
         with open(config, "w") as f:  # JSON is YAML

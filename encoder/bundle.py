@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from .heads import TENSOR_PREFIX as HEAD_PREFIX, PairHead
-from .model import DEFAULT_MODEL, _local_or_hub_folder, _read_st_folder, resolve_model_path
+from .model import DEFAULT_MODEL, EncoderConfig, _local_or_hub_folder, _read_st_folder, resolve_model_path
 from .relations import IDENTITY, Operator
 
 FORMAT = "relsearch-bundle/1"
@@ -56,6 +56,13 @@ class Bundle:
         bundle folder, else the plain model's folder (absolute) or id."""
         ref = self.path or self.encoder["model"]
         return os.path.abspath(ref) if os.path.isdir(ref) else ref
+
+    def encoder_config(self, **overrides) -> EncoderConfig:
+        """How to build this bundle's encoder: model, pooling and max_length as recorded, then
+        ``overrides`` (device, precision, threads, ...; a None override keeps the recorded value)."""
+        recorded = {"model": self.encoder["model"], "pooling": self.encoder.get("pooling"),
+                    "max_length": self.encoder.get("max_length")}
+        return EncoderConfig(**{**recorded, **{k: v for k, v in overrides.items() if v is not None}})
 
     @property
     def fingerprint(self) -> str:
@@ -132,11 +139,10 @@ class ModelNotFoundError(ValueError):
     """``--model`` names neither a bundle nor a model that can be loaded."""
 
 
-def recorded_ref(manifest: dict) -> str | None:
-    """The bundle or plain model an index was built with (its manifest's ``bundle``): what
-    commands on the index use without ``--model``. None when that was a folder which is gone
+def recorded_ref(entry: dict) -> str | None:
+    """The bundle or plain model an index was built with (``entry``: its manifest's ``bundle``):
+    what commands on the index use without ``--model``. None when that was a folder which is gone
     (moved or deleted): the caller then uses the default pack."""
-    entry = manifest.get("bundle") or {}
     ref = entry.get("ref") or entry.get("path")  # indexes written before "ref" recorded bundle folders only
     return None if ref and os.path.isabs(ref) and not os.path.isdir(ref) else ref
 

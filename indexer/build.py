@@ -9,7 +9,6 @@ see docs/indexes.md for the numbers.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from .docstore import DocStore
 from .faiss_index import FaissSpec, build_index, trained_empty
 from .segments import TRAINED_FILE
 from .gpu import GpuFacts
+from .manifest import NO_BUNDLE, Counts, Fields, Manifest
 
 
 @dataclass(frozen=True)
@@ -130,14 +130,20 @@ def write_lexical(gen: Path, prefix: str = "") -> None:
     lexical.write(gen / f"{prefix}{lexical.FILE}", np.asarray([p for p, _ in rows], np.int64), [t for _, t in rows])
 
 
-def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec: FaissSpec = FaissSpec(),
-                     facts: GpuFacts | None = None, bm25: bool = True) -> dict:
-    """``vectors.npy`` + ``docstore.sqlite`` + ``index.faiss`` (+ ``bm25.npz`` unless ``bm25`` is
-    False) for exactly ``n`` documents.
+@dataclass(frozen=True)
+class Written:
+    """What :func:`write_generation` wrote, for the manifest."""
 
-    Returns manifest parts: ``counts`` (documents, positions, deleted, tombstones), ``faiss``,
-    ``metadata_fields``, ``dim``.
-    """
+    counts: Counts
+    faiss: dict  # the manifest's faiss section
+    metadata_fields: tuple[str, ...]
+    dim: int
+
+
+def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec: FaissSpec = FaissSpec(),
+                     facts: GpuFacts | None = None, bm25: bool = True) -> Written:
+    """``vectors.npy`` + ``docstore.sqlite`` + ``index.faiss`` (+ ``bm25.npz`` unless ``bm25`` is
+    False) for exactly ``n`` documents."""
     out = open_vectors(gen, n, d)
     docstore = DocStore(str(gen / store.DOCSTORE_FILE), create=True)
     try:
@@ -153,34 +159,27 @@ def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec
     info = write_faiss(gen, vectors, spec, facts)
     if bm25:
         write_lexical(gen)
-    return {"counts": {"documents": n, "positions": n, "deleted": 0, "tombstones": 0}, "faiss": info,
-            "metadata_fields": sorted(fields), "dim": d}
+    return Written(Counts(n, n), info, tuple(sorted(fields)), d)
 
 
 def build_published(target: str, blocks: Iterable[Block], *, n: int, d: int, encoder: dict,
                     bundle: dict | None = None, spec: FaissSpec = FaissSpec(), fields: dict | None = None,
-                    run: dict | None = None, mirrors=(), facts: GpuFacts | None = None, bm25: bool = True) -> dict:
+                    run: dict | None = None, mirrors=(), facts: GpuFacts | None = None, bm25: bool = True) -> Manifest:
     """Build and publish an index at ``target`` from precomputed vectors (no Beam, no encoding).
 
     ``encoder``: the identity of the encoder that produced the vectors (``Encoder.identity``:
     model, weights_sha256, pooling, ...), checked by queries; ``bundle``: the manifest's bundle
-    entry. Returns the manifest written.
+    entry; ``fields``: the id and text field names. Returns the manifest written.
     """
+
+    def fill(gen: Path) -> Manifest:
+        (gen / store.REJECTED_FILE).write_text("")
+        parts = write_generation(gen, blocks, n=n, d=d, spec=spec, facts=facts, bm25=bm25)
+        return Manifest(encoder=encoder, dim=d, counts=parts.counts, faiss=parts.faiss,
+                        fields=Fields(**(fields or {}), metadata=parts.metadata_fields),
+                        bundle=bundle or dict(NO_BUNDLE),
+                        runs=({"op": "build", "read": n, "indexed": n, "rejected": 0, **(run or {}),
+                               "at": store.utc_now()},))
+
     with store.writer_lock(target):
-        gen = store.new_generation(target)
-        try:
-            (gen / store.REJECTED_FILE).write_text("")
-            parts = write_generation(gen, blocks, n=n, d=d, spec=spec, facts=facts, bm25=bm25)
-            manifest = {"encoder": encoder, "bundle": bundle or {"path": None, "fingerprint": None, "operators": []},
-                        "counts": parts["counts"],
-                        "runs": [{"op": "build", "read": n, "indexed": n, "rejected": 0, **(run or {}),
-                                  "at": store.utc_now()}],
-                        "faiss": parts["faiss"],
-                        "fields": {"id": "id", "text": "text", **(fields or {}), "metadata": parts["metadata_fields"]},
-                        "dim": d}
-            manifest["backends"] = store.commit(target, gen, manifest, mirrors)
-        except BaseException as e:
-            shutil.rmtree(gen, ignore_errors=True)
-            store.raise_if_full(e, target)
-            raise
-    return manifest
+        return store.publish_new(target, fill, mirrors)

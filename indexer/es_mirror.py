@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from . import elastic, store
+from .manifest import Manifest
 from .segments import Documents
 
 log = logging.getLogger(__name__)
@@ -65,14 +66,14 @@ class EsMirror:
         self.clock = clock or (lambda: _dt.datetime.now(_dt.timezone.utc))
         self.index_name: str | None = None
 
-    def load(self, gen: Path, manifest: dict) -> dict:
+    def load(self, gen: Path, manifest: Manifest) -> dict:
         """Create a new index and bulk-load ``gen``'s live documents; returns reconciled counts."""
         files = store.open_generation(gen, manifest)
         vectors, docstore = files.vectors, files.docstore
         stamp = self.clock().strftime("%Y%m%dt%H%M%S")
         self.index_name = elastic.check_index_name(f"{self.target.alias}-{stamp}-{uuid.uuid4().hex[:6]}")
-        meta = {"bundle": manifest.get("bundle", {}).get("fingerprint"),
-                "encoder": manifest.get("encoder", {}).get("weights_sha256"), "generation": gen.name}
+        meta = {"bundle": manifest.bundle.get("fingerprint"), "encoder": manifest.encoder.get("weights_sha256"),
+                "generation": gen.name}
         config = elastic.EsIndexConfig(dims=int(vectors.shape[1]), index_type=self.target.index_type)
         try:
             with elastic.reported(f"load {self.index_name} at {elastic.display_url(self.target.url)}"):

@@ -138,15 +138,14 @@ def remember(gen: Path, files: dict[str, dict]) -> None:
         _mark(Path(gen) / name, entry["sha256"])
 
 
-def verify(root: Path, manifest: dict, *, required: tuple[str, ...] = (), mode: str | None = None) -> None:
-    """Raise IndexCorruptError unless every file named by ``manifest["files"]`` is intact.
+def verify(root: Path, files: dict, *, required: tuple[str, ...] = (), mode: str | None = None) -> None:
+    """Raise IndexCorruptError unless every file named by ``files`` (the manifest's) is intact.
 
     ``required``: names that must be listed (the data files a reader opens).
     """
     mode = mode or os.environ.get(ENV_VERIFY) or "cached"
     if mode not in MODES:
         raise ValueError(f"{ENV_VERIFY}={mode!r}: choose one of {', '.join(MODES)}")
-    files = manifest.get("files")
     if not isinstance(files, dict):
         raise IndexCorruptError(f"{root / MANIFEST}: {'no' if files is None else 'malformed'} 'files' checksums "
                                 "section, so the index cannot be verified; rebuild the index")

@@ -17,8 +17,8 @@ Cost per mutation (N = documents, n = documents touched), see docs/indexes.md:
 """
 from __future__ import annotations
 
+import dataclasses
 import json
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -34,6 +34,7 @@ from .docstore import DocStore
 from .faiss_index import FaissSpec
 from .gpu import GpuFacts
 from .lexical import FILE as LEXICAL_FILE
+from .manifest import Counts, Manifest
 from .tuning import AutoPolicy
 
 MAX_RUNS_KEPT = 100
@@ -61,38 +62,37 @@ class MutationReport:
         return f"{parts}; index now holds {self.documents} documents ({self.tombstones} tombstones)"
 
 
-def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[dict, MutationReport]], mirrors) -> MutationReport:
-    """Lock, open the current generation, let ``work`` fill a new one, commit it; clean up on failure."""
+def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[Manifest, MutationReport]], mirrors) -> MutationReport:
+    """Lock, open the current generation, let ``work`` fill a new one, publish it (store.publish_new)."""
     started = time.perf_counter()
+    reports: list[MutationReport] = []
+
+    def fill(gen: Path) -> Manifest:
+        manifest, report = work(src, gen)
+        reports.append(report)
+        return manifest
+
     with store.writer_lock(target):
         src = store.open_index(target)
-        gen = store.new_generation(target)
         try:
-            manifest, report = work(src, gen)
-            report.backends = store.commit(target, gen, manifest, mirrors, previous=(src.root, src.manifest["files"]))
-        except BaseException as e:
-            shutil.rmtree(gen, ignore_errors=True)
-            store.raise_if_full(e, target)
-            raise
+            written = store.publish_new(target, fill, mirrors, previous=(src.root, src.manifest.files))
         finally:
             src.docstore.close()
             src.close_faiss_fd()
-    report.seconds = time.perf_counter() - started
+    report = reports[0]
+    report.backends, report.seconds = written.backends, time.perf_counter() - started
     return report
 
 
-def _manifest(src: store.IndexFiles, *, counts: dict, run: dict, segments: list[seg.SegmentSpec],
-              faiss_info: dict | None = None, fields: Iterable[str] = ()) -> dict:
-    # projected copies (write_projections) are not carried into the new generation: queries derive them
-    manifest = {k: v for k, v in src.manifest.items() if k not in ("format", "version", "created_at", "projections")}
-    manifest["counts"] = counts
-    manifest["segments"] = [s.as_json() for s in segments]
-    manifest["runs"] = (list(src.manifest.get("runs", [])) + [{**run, "at": store.utc_now()}])[-MAX_RUNS_KEPT:]
-    if faiss_info is not None:
-        manifest["faiss"] = faiss_info
-    manifest["fields"] = {**src.manifest["fields"],
-                          "metadata": sorted(set(src.manifest["fields"]["metadata"]) | set(fields))}
-    return manifest
+def _manifest(src: store.IndexFiles, *, counts: Counts, run: dict, segments: list[seg.SegmentSpec],
+              faiss_info: dict | None = None, fields: Iterable[str] = ()) -> Manifest:
+    old = src.manifest
+    return old.replace(
+        counts=counts, segments=tuple(segments),
+        runs=(old.runs + ({**run, "at": store.utc_now()},))[-MAX_RUNS_KEPT:],
+        faiss=old.faiss if faiss_info is None else faiss_info,
+        fields=dataclasses.replace(old.fields, metadata=tuple(sorted(set(old.fields.metadata) | set(fields)))),
+        projections={})  # projected copies (write_projections) are not carried: queries derive them
 
 
 # written anew by every mutation (or, for projections, derived again by queries): never linked
@@ -101,8 +101,8 @@ NOT_CARRIED = {store.MANIFEST, store.REJECTED_FILE, store.DELETED_FILE, store.ES
 
 def _link_unchanged(src: store.IndexFiles, gen: Path) -> None:
     """Hard-link every data file of ``src`` into ``gen`` (free): segments are immutable."""
-    projections = {e.get("file") for e in src.manifest.get("projections", {}).values() if isinstance(e, dict)}
-    for name in src.manifest["files"]:
+    projections = set(src.manifest.projection_files)
+    for name in src.manifest.files:
         if name not in NOT_CARRIED and name not in projections:
             store.link_or_copy(src.root / name, gen / name)
 
@@ -114,7 +114,7 @@ def _write_deleted(gen: Path, deleted: np.ndarray) -> None:
 
 def _has_lexical(src: store.IndexFiles) -> bool:
     """Whether the index keeps BM25 lists (built with them); then every new segment gets its own."""
-    return f"{seg.specs(src.manifest)[0].prefix}{LEXICAL_FILE}" in src.manifest["files"]
+    return f"{src.manifest.segment_specs[0].prefix}{LEXICAL_FILE}" in src.manifest.files
 
 
 def _write_segment_faiss(gen: Path, spec: seg.SegmentSpec, vectors: np.ndarray) -> None:
@@ -143,8 +143,8 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
     """
 
     def work(src: store.IndexFiles, gen: Path):
-        limit = max_segments or src.manifest.get("max_segments", seg.MAX_SEGMENTS)
-        specs, d = seg.specs(src.manifest), src.vectors.shape[1]
+        limit = max_segments or src.manifest.max_segments or seg.MAX_SEGMENTS
+        specs, d = src.manifest.segment_specs, src.vectors.shape[1]
         _link_unchanged(src, gen)
         replaced: list[int] = []
         fields: set = set()
@@ -170,17 +170,15 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
         _write_deleted(gen, deleted)
         specs = _merge(gen, specs, deleted, limit, d, lexical=_has_lexical(src))
         _write_rejected(gen, rejected)
-        documents = src.manifest["counts"]["documents"] + n - len(replaced)
-        tombstones = src.manifest["counts"].get("tombstones", 0) + len(replaced)
-        counts = {"documents": documents, "positions": src.positions + n, "deleted": int(len(deleted)),
-                  "tombstones": int(tombstones)}
+        documents = src.manifest.counts.documents + n - len(replaced)
+        tombstones = src.manifest.counts.tombstones + len(replaced)
+        counts = Counts(documents, src.positions + n, int(len(deleted)), int(tombstones))
         run_record = {"op": "append", **run, "added": n - len(replaced), "replaced": len(replaced),
                       "segments": len(specs)}
         report = MutationReport("append", str(target), documents=documents, positions=src.positions + n,
                                 tombstones=int(tombstones), added=n - len(replaced), replaced=len(replaced))
         manifest = _manifest(src, counts=counts, run=run_record, segments=specs, fields=fields)
-        manifest["max_segments"] = int(limit)
-        return manifest, report
+        return manifest.replace(max_segments=int(limit)), report
 
     return _mutate(target, work, mirrors)
 
@@ -238,14 +236,13 @@ def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
         missing = [i for i in wanted if i not in found]
         _write_rejected(gen, [{"line": n, "reason": UNKNOWN_ID, "detail": "id is not in the index", "raw": i}
                               for n, i in enumerate(ids, 1) if i not in found])
-        documents = src.manifest["counts"]["documents"] - len(gone)
-        tombstones = src.manifest["counts"].get("tombstones", 0) + len(gone)
-        counts = {"documents": documents, "positions": src.positions, "deleted": int(len(deleted)),
-                  "tombstones": int(tombstones)}
+        documents = src.manifest.counts.documents - len(gone)
+        tombstones = src.manifest.counts.tombstones + len(gone)
+        counts = Counts(documents, src.positions, int(len(deleted)), int(tombstones))
         run = {"op": "delete", "read": len(ids), "deleted": len(gone), "not_found": len(missing)}
         report = MutationReport("delete", str(target), documents=documents, positions=src.positions,
                                 tombstones=int(tombstones), deleted=len(gone), not_found=missing)
-        return _manifest(src, counts=counts, run=run, segments=seg.specs(src.manifest)), report
+        return _manifest(src, counts=counts, run=run, segments=src.manifest.segment_specs), report
 
     return _mutate(target, work, mirrors)
 
@@ -256,7 +253,7 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
     the new size)."""
 
     def work(src: store.IndexFiles, gen: Path):
-        recorded = src.manifest["faiss"]
+        recorded = src.manifest.faiss
         use = spec or FaissSpec(factory=recorded.get("requested", recorded["factory"]),
                                 recall_target=recorded.get("spec", {}).get("recall_target", 0.95),
                                 k=recorded.get("spec", {}).get("k", 10), policy=AutoPolicy())
@@ -278,7 +275,7 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
         info = write_faiss(gen, np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False), use, facts)
         write_lexical(gen)
         _write_rejected(gen, [])
-        counts = {"documents": n, "positions": n, "deleted": 0, "tombstones": 0}
+        counts = Counts(n, n)
         run = {"op": "compact", "kept": n, "dropped_positions": src.positions - n}
         report = MutationReport("compact", str(target), documents=n, positions=n, deleted=src.positions - n)
         return _manifest(src, counts=counts, run=run, segments=[seg.SegmentSpec("", 0, n)], faiss_info=info), report

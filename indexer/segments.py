@@ -60,14 +60,6 @@ class SegmentSpec:
         return {"prefix": self.prefix, "start": self.start, "positions": self.positions}
 
 
-def specs(manifest: dict) -> list[SegmentSpec]:
-    """The manifest's segments (a manifest without the field: one segment with the classic names)."""
-    recorded = manifest.get("segments")
-    if recorded is None:
-        return [SegmentSpec("", 0, int(manifest["counts"]["positions"]))]
-    return [SegmentSpec(s["prefix"], int(s["start"]), int(s["positions"])) for s in recorded]
-
-
 def check_specs(segs: list[SegmentSpec], positions: int) -> str | None:
     """What is wrong with a segment list (None when the segments tile 0…positions in order)."""
     at = 0

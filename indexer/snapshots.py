@@ -15,14 +15,14 @@ again. The next mutation with ``--es-url`` re-mirrors, as after any stale entry.
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import faults
-from ..files import replaced_atomically
 from . import integrity, store
+from .manifest import Manifest
+from .manifest import write as write_manifest
 
 
 class SnapshotError(ValueError):
@@ -66,9 +66,9 @@ def list_snapshots(target: str | os.PathLike) -> list[Snapshot]:
         except (OSError, ValueError) as e:  # IndexCorruptError is a ValueError: listed, not hidden
             out.append(Snapshot(gen.name, i == 0, "", "?", 0, *sizes, damaged=str(e)))
             continue
-        runs = manifest.get("runs") or [{}]
-        out.append(Snapshot(gen.name, i == 0, manifest.get("created_at", ""), runs[-1].get("op", "build"),
-                            int(manifest["counts"].get("documents", 0)), *sizes))
+        last = manifest.runs[-1] if manifest.runs else {}
+        out.append(Snapshot(gen.name, i == 0, manifest.created_at, last.get("op", "build"),
+                            manifest.counts.documents, *sizes))
     return out
 
 
@@ -97,7 +97,7 @@ def set_keep(target: str | os.PathLike, keep: int) -> None:
         store.remove_stale_generations(Path(target).absolute())
 
 
-def rollback(target: str | os.PathLike, to: str | None = None) -> tuple[str, dict]:
+def rollback(target: str | os.PathLike, to: str | None = None) -> tuple[str, Manifest]:
     """Publish retained generation ``to`` again (default: the one published before the current
     one); returns (its name, its manifest). Its files are verified first."""
     with store.writer_lock(target):
@@ -123,13 +123,13 @@ def rollback(target: str | os.PathLike, to: str | None = None) -> tuple[str, dic
             raise e.__class__(f"cannot roll back to {to}: {e}. {target} still serves {gens[0].name}; other retained "
                               f"generations: {', '.join(rest) or '(none)'}") from None
         faults.point("rollback.verified")
-        backends = mirrors_after_rollback(manifest.get("backends", {}), _backends_of(gens[0]))
-        if backends != manifest.get("backends", {}):
-            manifest = {**manifest, "backends": backends}
-            _rewrite_manifest(gen, manifest)
+        backends = mirrors_after_rollback(manifest.backends, _backends_of(gens[0]))
+        if backends != manifest.backends:  # the files and their checksums stay
+            manifest = manifest.replace(backends=backends)
+            write_manifest(gen, manifest)
             faults.point("rollback.mirrors-marked")
         store.publish(target, gen, remove_builds=False)  # an interrupted build stays resumable
-        integrity.remember(gen, manifest["files"])
+        integrity.remember(gen, manifest.files)
     return to, manifest
 
 
@@ -162,22 +162,9 @@ def mirrors_after_rollback(restored: dict, current: dict) -> dict:
 
 def _backends_of(gen: Path) -> dict:
     try:
-        return store.read_manifest(gen).get("backends", {})
+        return store.read_manifest(gen).backends
     except (OSError, ValueError):  # a damaged current generation is what a rollback is for
         return {}
-
-
-def _rewrite_manifest(gen: Path, manifest: dict) -> None:
-    """Replace a retained (unpublished) generation's manifest; its files and their checksums stay."""
-    with replaced_atomically(gen / store.MANIFEST) as tmp:
-        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-    fd = os.open(gen, os.O_RDONLY)  # the rename itself (the other files are on disk since their publish)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _files(gen: Path) -> dict[tuple[int, int], int] | None:

@@ -35,6 +35,7 @@ import shutil
 import sqlite3
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,9 +48,11 @@ from . import integrity, lexical
 from . import segments as seg
 from .docstore import DocStore
 from .integrity import IndexCorruptError  # noqa: F401  (re-exported: callers catch it from here)
-
-FORMAT = "relsearch-index/1"
-MANIFEST = "manifest.json"
+from .manifest import FILE as MANIFEST
+from .manifest import FORMAT, Manifest
+from .manifest import parse as parse_manifest
+from .manifest import read as read_manifest  # noqa: F401  (re-exported)
+from .manifest import write as write_manifest
 FAISS_FILE = "index.faiss"
 VECTORS_FILE = "vectors.npy"
 DOCSTORE_FILE = "docstore.sqlite"
@@ -305,93 +308,51 @@ def _unlocked(lock: Path) -> bool:
         return True
 
 
-def write_manifest(gen: Path, manifest: dict, previous: tuple[Path, dict] | None = None) -> dict:
-    """Write ``gen``'s manifest, last: it lists every file of the generation with size and sha256
-    (files hard-linked from ``previous``, (root, files), keep their entries: integrity.checksum_files).
-    Written to a temporary name and renamed, so a manifest is never half-written."""
-    fixed = ("format", "version", "created_at", "files")
-    manifest = {"format": FORMAT, "version": __version__,
-                "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                **{k: v for k, v in manifest.items() if k not in fixed},
-                "files": integrity.checksum_files(gen, previous)}
-    with replaced_atomically(gen / MANIFEST) as tmp:
-        tmp.write_text(json.dumps(manifest, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    return manifest
-
-
 def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def read_manifest(gen: Path) -> dict:
-    """The manifest of generation ``gen``; a damaged one (or a symlink) is an IndexCorruptError naming it."""
-    path = Path(gen) / MANIFEST
-    with os.fdopen(integrity.open_regular(path), "rb") as f:
-        return _parse_manifest(f.read(), path)
-
-
-# What readers and writers take from a manifest without further checks: a field edited by hand
-# into another type is refused here, by name, not as an AttributeError deep in a query.
-MANIFEST_FIELDS = {"format": str, "encoder": dict, "dim": int, "counts": dict, "fields": dict, "faiss": dict,
-                   "files": dict}
-OPTIONAL_FIELDS = {"bundle": dict, "projections": dict, "runs": list, "input": dict, "backends": dict,
-                   "segments": list, "max_segments": int}
-_NESTED = {("encoder", "model"): str, ("fields", "id"): str, ("fields", "text"): str, ("fields", "metadata"): list}
-
-
-def _parse_manifest(data: bytes, path: Path) -> dict:
-    try:
-        manifest = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise IndexCorruptError(f"{path} is not valid JSON ({e.__class__.__name__}); the index is damaged") from None
-    if not isinstance(manifest, dict):
-        raise IndexCorruptError(f"{path} is not a JSON object; the index is damaged")
-    if manifest.get("format") != FORMAT:
-        raise ValueError(f"{path}: unsupported index format {manifest.get('format')!r} (expected {FORMAT})")
-    for name in MANIFEST_FIELDS:
-        if name not in manifest:
-            raise IndexCorruptError(f"{path} has no {name!r} field; the index is damaged")
-    for name, kind in {**MANIFEST_FIELDS, **OPTIONAL_FIELDS}.items():
-        if name in manifest:
-            _check_type(path, name, manifest[name], kind)
-    for (outer, inner), kind in _NESTED.items():
-        _check_type(path, f"{outer}.{inner}", manifest[outer].get(inner), kind)
-    for key, value in manifest["counts"].items():
-        _check_type(path, f"counts.{key}", value, int)
-    return manifest
-
-
-_JSON_KIND = {str: "string", dict: "object", int: "integer", list: "array"}
-
-
-def _check_type(path: Path, name: str, value, kind: type) -> None:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise IndexCorruptError(f"{path}: {name!r} is {value!r:.60}, not a JSON {_JSON_KIND[kind]}; "
-                                "the index is damaged")
-
-
-def commit(target: str | os.PathLike, gen: Path, manifest: dict, mirrors=(),
-           previous: tuple[Path, dict] | None = None) -> dict:
+def commit(target: str | os.PathLike, gen: Path, manifest: Manifest, mirrors=(),
+           previous: tuple[Path, dict] | None = None) -> Manifest:
     """Finish ``gen`` and make it the index: load each mirror (e.g. Elasticsearch) from ``gen``,
     write the manifest with their counts, publish, then let each mirror switch (alias swap).
 
+    The manifest is stamped here (format, version, time, and the size and sha256 of every file;
+    files hard-linked from ``previous``, (root, files), keep their entries: integrity.checksum_files).
     A mirror is any object with ``name``, ``load(gen, manifest) -> dict`` and ``publish()``.
-    Returns the manifest's ``backends``. A backend of the previous generation that is not
-    mirrored again is kept, marked ``"stale": true``: it still holds the older contents.
+    Returns the manifest written. A backend of the previous generation that is not mirrored again
+    is kept, marked ``"stale": true``: it still holds the older contents.
     """
-    backends = {name: {**entry, "stale": True} for name, entry in manifest.get("backends", {}).items()}
+    backends = {name: {**entry, "stale": True} for name, entry in manifest.backends.items()}
     for mirror in mirrors:
         backends[mirror.name] = mirror.load(gen, manifest)
     faults.point("commit.mirrors-loaded")
-    written = write_manifest(gen, {**manifest, "backends": backends}, previous)
+    written = manifest.replace(backends=backends, format=FORMAT, version=__version__, created_at=utc_now(),
+                               files=integrity.checksum_files(gen, previous))
+    write_manifest(gen, written)
     fsync_generation(gen)
     faults.point("commit.manifest-written")
     publish(target, gen)
-    integrity.remember(gen, written["files"])  # after the old generation's links are gone (ctime)
+    integrity.remember(gen, written.files)  # after the old generation's links are gone (ctime)
     faults.point("commit.published")
     for mirror in mirrors:
         mirror.publish()
-    return backends
+    return written
+
+
+def publish_new(target: str | os.PathLike, fill: Callable[[Path], Manifest], mirrors=(),
+                previous: tuple[Path, dict] | None = None) -> Manifest:
+    """The one publish sequence of every writer (build, append, delete, compact): a new generation
+    folder, ``fill(gen)`` writes its data files and returns their manifest, :func:`commit`. On any
+    failure the folder is removed and the published index is untouched. The caller holds
+    :func:`writer_lock`."""
+    gen = new_generation(target)
+    try:
+        return commit(target, gen, fill(gen), mirrors, previous)
+    except BaseException as e:
+        shutil.rmtree(gen, ignore_errors=True)
+        raise_if_full(e, target)
+        raise
 
 
 class Segment:
@@ -451,7 +412,7 @@ class IndexFiles:
     """A published index opened for reading (one consistent generation)."""
 
     root: Path
-    manifest: dict
+    manifest: Manifest
     segments: list[Segment]
     deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted dead positions
     _live = None
@@ -485,7 +446,7 @@ class IndexFiles:
 
             mask = np.ones(self.positions, dtype=bool)
             mask[self.deleted] = False
-            self._live = Selection(mask, use_selector=self.manifest.get("counts", {}).get("tombstones", 1) > 0)
+            self._live = Selection(mask, use_selector=self.manifest.counts.tombstones > 0)
         return self._live
 
 
@@ -515,53 +476,49 @@ def _open(path: Path) -> IndexFiles:
         raise FileNotFoundError(f"{path} is not a relsearch index (no {MANIFEST})")
     with os.fdopen(integrity.open_regular(manifest_path), "rb") as guard:
         fcntl.flock(guard, fcntl.LOCK_SH)  # writers do not remove a generation while a reader opens it
-        return _open_locked(root, _parse_manifest(guard.read(), manifest_path))
+        return _open_locked(root, parse_manifest(guard.read(), manifest_path))
 
 
-def _segment_specs(root: Path, manifest: dict) -> list[seg.SegmentSpec]:
-    try:
-        specs = seg.specs(manifest)
-        problem = seg.check_specs(specs, manifest["counts"].get("positions", 0))
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        problem = f"malformed segments ({e.__class__.__name__})"
+def _segment_specs(root: Path, manifest: Manifest) -> list[seg.SegmentSpec]:
+    specs = manifest.segment_specs
+    problem = seg.check_specs(specs, manifest.counts.positions)
     if problem:
         raise IndexCorruptError(f"{root / MANIFEST}: {problem}; the index is damaged")
     return specs
 
 
-def _open_locked(root: Path, manifest: dict) -> IndexFiles:
+def _open_locked(root: Path, manifest: Manifest) -> IndexFiles:
     verify_generation(root, manifest)
     return open_generation(root, manifest)
 
 
-def verify_generation(root: Path, manifest: dict) -> None:
+def verify_generation(root: Path, manifest: Manifest) -> None:
     """Check every file of generation ``root`` against ``manifest`` (IndexCorruptError naming the first
     that is damaged, missing or not the generation's own)."""
     specs = _segment_specs(root, manifest)
-    integrity.verify(root, manifest, required=tuple(name for s in specs for name in s.files()))
+    integrity.verify(root, manifest.files, required=tuple(name for s in specs for name in s.files()))
     # verify() checked every listed file; any other a reader opens must be listed too, so that none is
     # read through a symlink or from outside the generation
-    projections = [entry.get("file") for entry in manifest.get("projections", {}).values() if isinstance(entry, dict)]
-    for name in projections + ([DELETED_FILE] if os.path.lexists(root / DELETED_FILE) else []):
-        if not (isinstance(name, str) and name in manifest["files"]):
+    for name in manifest.projection_files + ([DELETED_FILE] if os.path.lexists(root / DELETED_FILE) else []):
+        if not (isinstance(name, str) and name in manifest.files):
             raise IndexCorruptError(f"{root / MANIFEST} does not list {name!r}, a file the index opens; "
                                     "the index is damaged")
 
 
-def open_generation(root: Path, manifest: dict) -> IndexFiles:
+def open_generation(root: Path, manifest: Manifest) -> IndexFiles:
     """Open the data files of generation ``root`` as ``manifest`` describes them, without checking
     them: :func:`open_index` verifies first; a writer opens its own unpublished generation."""
     specs = _segment_specs(root, manifest)
-    positions = manifest["counts"].get("positions")
+    positions = manifest.counts.positions
     deleted = np.zeros(0, np.int64)
     if os.path.lexists(root / DELETED_FILE):
         deleted = np.asarray(_load_npy(root / DELETED_FILE), np.int64)
-        if deleted.ndim != 1 or (len(deleted) and (deleted.min() < 0 or deleted.max() >= (positions or 0))):
+        if deleted.ndim != 1 or (len(deleted) and (deleted.min() < 0 or deleted.max() >= positions)):
             raise IndexCorruptError(f"{root / DELETED_FILE} holds positions outside the index")
     opened: list[Segment] = []
     try:
         for spec in specs:
-            opened.append(_open_segment(root, spec, manifest["dim"], spec.file(lexical.FILE) in manifest.get("files", {})))
+            opened.append(_open_segment(root, spec, manifest.dim, spec.file(lexical.FILE) in manifest.files))
     except BaseException:
         for s in opened:
             s.docstore.close()

@@ -87,7 +87,7 @@ def shard_blocks(build: str, chunks, plan: ShardPlan):
 
 def check_same_encoder(index: str, encoder: dict) -> None:
     """Refuse to append vectors from another encoder than the one ``index`` was built with."""
-    have = store.read_manifest(Path(os.path.realpath(index)))["encoder"]
+    have = store.read_manifest(Path(os.path.realpath(index))).encoder
     key = ("weights_sha256", "pooling")
     if tuple(have.get(k) for k in key) != tuple(encoder.get(k) for k in key):
         raise IndexInputError(f"--append: {index} was built with encoder {have.get('model')!r} "

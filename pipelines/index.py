@@ -38,6 +38,7 @@ from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
 from ..indexer.es_mirror import EsTarget, mirrors_for
 from ..indexer.faiss_index import DEFAULT_FACTORY, FaissSpec
+from ..indexer.manifest import Fields, Manifest
 from ..indexer.tuning import AutoPolicy
 from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
 from . import shardfs
@@ -325,7 +326,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     started = time.perf_counter()
     check_input(job.input)
     if bundle is None and job.model is None and job.append and Path(job.index).is_symlink():
-        recorded = recorded_ref(store.read_manifest(Path(os.path.realpath(job.index))))
+        recorded = recorded_ref(store.read_manifest(Path(os.path.realpath(job.index))).bundle)
         bundle = load_bundle(recorded) if recorded else None
     bundle = bundle or load_bundle(job.model)
     options = pipeline_options(list(beam_args))
@@ -409,32 +410,26 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
             done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run,
                                     rejected=plan.rejected, mirrors=mirrors, max_segments=job.max_segments)
             report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends
-            report.faiss = store.read_manifest(Path(os.path.realpath(job.index)))["faiss"]
+            report.faiss = store.read_manifest(Path(os.path.realpath(job.index))).faiss
             return report
-        gen = store.new_generation(job.index)
-        try:
+
+        def fill(gen: Path) -> Manifest:
             with open(gen / store.REJECTED_FILE, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in plan.rejected)
             parts = write_generation(gen, shard_blocks(build, chunks, plan), n=plan.kept, d=plan.dim,
                                      spec=job.faiss_spec())
-            manifest = {
-                "encoder": encoder,
-                "bundle": {"path": os.path.abspath(bundle.path) if bundle.path else None, "ref": bundle.ref,
-                           "fingerprint": bundle.fingerprint, "operators": sorted(bundle.operators)},
-                "counts": parts["counts"],
-                "runs": [{"op": "build", **run, "at": store.utc_now()}],
-                "faiss": parts["faiss"],
-                "fields": {"id": job.id_field, "text": job.text_field, "metadata": parts["metadata_fields"]},
-                "input": run["input"],
-                "dim": parts["dim"],
-            }
+            manifest = Manifest(
+                encoder=encoder, dim=parts.dim, counts=parts.counts, faiss=parts.faiss,
+                fields=Fields(job.id_field, job.text_field, parts.metadata_fields),
+                bundle={"path": os.path.abspath(bundle.path) if bundle.path else None, "ref": bundle.ref,
+                        "fingerprint": bundle.fingerprint, "operators": sorted(bundle.operators)},
+                runs=({"op": "build", **run, "at": store.utc_now()},), input=run["input"])
             projections = {n: op.params["P"] for n, op in bundle.operators.items() if op.both_sides}
             if projections:  # the bundle's both-sides operators get their projected copy of the index
                 vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
-                manifest["projections"] = write_projections(gen, vectors, projections)
-            report.backends = store.commit(job.index, gen, manifest, mirrors)
-        except BaseException:
-            shutil.rmtree(gen, ignore_errors=True)  # the published index, if any, is untouched
-            raise
-    report.documents, report.faiss = plan.kept, parts["faiss"]
+                manifest = manifest.replace(projections=write_projections(gen, vectors, projections))
+            return manifest
+
+        written = store.publish_new(job.index, fill, mirrors)
+    report.documents, report.faiss, report.backends = plan.kept, written.faiss, written.backends
     return report

@@ -168,7 +168,7 @@ class Index:
     @property
     def documents(self) -> int:
         """Live documents of that generation."""
-        return int(self._searcher.files.manifest.get("counts", {}).get("documents", 0))
+        return self._searcher.files.manifest.counts.documents
 
     # ------------------------------------------------------------ reading
 
@@ -299,7 +299,7 @@ def open_index(path: str | os.PathLike, model: str | None = None, *, search_para
 
 
 def _encoder_of(searcher: Searcher) -> tuple:
-    enc = searcher.files.manifest["encoder"]
+    enc = searcher.files.manifest.encoder
     return searcher.bundle.encoder.get("model"), enc.get("weights_sha256"), enc.get("pooling"), enc.get("max_length")
 
 

@@ -52,7 +52,7 @@ def relations(index_dir, model, as_json):
         from relsearch.indexer.store import open_index
 
         try:
-            model = recorded_ref(open_index(index_dir).manifest)
+            model = recorded_ref(open_index(index_dir).manifest.bundle)
         except (ValueError, OSError) as e:  # a missing or damaged index: one line, no traceback
             raise click.ClickException(str(e)) from e
     try:

@@ -260,8 +260,8 @@ def rollback(index_dir, to):
         name, manifest = snaps.rollback(index_dir, to)
     except (OSError, ValueError) as e:
         raise click.ClickException(str(e)) from None
-    click.echo(f"{index_dir} now serves generation {name} ({manifest['counts'].get('documents', 0)} documents)")
-    es = manifest.get("backends", {}).get("elasticsearch")
+    click.echo(f"{index_dir} now serves generation {name} ({manifest.counts.documents} documents)")
+    es = manifest.backends.get("elasticsearch")
     if es and es.get("stale"):
         holds = f"index {es['alias_holds']}" if es.get("alias_holds") else "an index this command does not know"
         click.echo(f"warning: Elasticsearch is not rolled back: alias {es.get('alias')} still holds {holds}, not this "

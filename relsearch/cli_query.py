@@ -16,7 +16,7 @@ from relsearch.retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, merge_filters, p
 def _warn_if_stale_mirror(manifest: dict, alias: str) -> None:
     """The manifest knows when the alias holds other contents than the local generation (a write
     without --es-url, or a rollback): say so before answering from it."""
-    mirror = manifest.get("backends", {}).get("elasticsearch") or {}
+    mirror = manifest.backends.get("elasticsearch") or {}
     if mirror.get("stale") and mirror.get("alias") == alias:
         click.echo(f"warning: the index's manifest marks the Elasticsearch mirror {alias} stale (a later write without "
                    "--es-url, or a rollback): its answers may differ from the local index's", err=True)

@@ -53,7 +53,7 @@ def head_of(searcher, name: str) -> PairHead:
 def document_vectors(searcher, hits: list[Hit]) -> np.ndarray:
     """(n, d) raw vectors of ``hits``: stored t̂ · ‖h‖ from the index, else re-encoded from their text."""
     base = _base(searcher)
-    dim = int(base.files.manifest["dim"])
+    dim = base.files.manifest.dim
     out = np.zeros((len(hits), dim), dtype=np.float32)
     if not hits:
         return out

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
-from ..encoder.model import Encoder, EncoderConfig, resolve_model_path, weights_fingerprint
+from ..encoder.model import Encoder, resolve_model_path, weights_fingerprint
 from ..encoder.relations import lookup, mixture_query
 from ..indexer import ann, gpu
 from ..indexer import lexical as bm25
@@ -74,11 +74,9 @@ class Searcher:
                  gpu_facts: gpu.GpuFacts | None = None):
         self.files: IndexFiles = open_index(index_dir)
         manifest = self.files.manifest
-        model = model or recorded_ref(manifest)
-        self.bundle: Bundle = load_bundle(model, dim=manifest["dim"])
-        index_encoder = manifest["encoder"]
-        if model is not None and not self.bundle.encoder.get("dim"):  # a bare model id: describe it like the index does
-            self.bundle.encoder.update({"dim": manifest["dim"]})
+        model = model or recorded_ref(manifest.bundle)
+        self.bundle: Bundle = load_bundle(model, dim=manifest.dim)
+        index_encoder = manifest.encoder
         if _encoder_key(self.bundle.encoder) != _encoder_key(index_encoder):
             raise QueryError(
                 f"index {index_dir} was built with encoder {index_encoder['model']!r} "
@@ -88,8 +86,8 @@ class Searcher:
             )
         self.precision = precision
         self._encoder: Encoder | None = None
-        self.metadata_fields: list[str] = manifest["fields"]["metadata"]
-        self.tuned_params: dict = dict(manifest.get("faiss", {}).get("search_params", {}))
+        self.metadata_fields: list[str] = list(manifest.fields.metadata)
+        self.tuned_params: dict = dict(manifest.faiss.get("search_params", {}))
         self.params: dict = ann.parse_params(search_params or {})
         if self.params:  # refuse a parameter this index type ignores, naming the valid ones
             ann.parse_params(self.params, self.files.faiss)
@@ -102,9 +100,10 @@ class Searcher:
     @property
     def encoder(self) -> Encoder:
         if self._encoder is None:  # only text queries need the transformer
-            enc = self.files.manifest["encoder"]
-            self._encoder = Encoder(EncoderConfig(model=self.bundle.encoder["model"], pooling=enc.get("pooling"),
-                                                  max_length=enc.get("max_length"), precision=self.precision))
+            enc = self.files.manifest.encoder  # as the index was encoded (the bundle's weights: checked above)
+            self._encoder = Encoder(self.bundle.encoder_config(pooling=enc.get("pooling"),
+                                                               max_length=enc.get("max_length"),
+                                                               precision=self.precision))
         return self._encoder
 
     @property
@@ -137,7 +136,7 @@ class Searcher:
 
     def raw_vectors(self, queries: list[Query]) -> np.ndarray:
         """(n, d) raw query vectors: encoded text, or stored t̂·‖h‖ for doc_id queries."""
-        out = np.zeros((len(queries), self.files.manifest["dim"]), dtype=np.float32)
+        out = np.zeros((len(queries), self.files.manifest.dim), dtype=np.float32)
         by_id = [i for i, q in enumerate(queries) if q.doc_id is not None]
         if by_id:
             positions = self.files.docstore.positions([queries[i].doc_id for i in by_id])
@@ -289,7 +288,7 @@ class Searcher:
     def _projected_vectors(self, name: str) -> np.ndarray:
         """normalize(t̂ Pᵀ) for every stored t̂: the copy `relsearch index` wrote for this P, else built here."""
         op, vectors = lookup(self.operators, name), self.files.vectors
-        stored = self.files.manifest.get("projections", {}).get(name, {})
+        stored = self.files.manifest.projections.get(name, {})
         if stored.get("key") == projection_key(op.params["P"]) and re.fullmatch(r"projection-\d+\.npy",
                                                                                stored.get("file", "")):
             return np.load(self.files.root / stored["file"], mmap_mode="r", allow_pickle=False)

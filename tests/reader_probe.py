@@ -19,11 +19,11 @@ from synthetic_index import searcher_answers  # noqa: E402
 def consistent(files) -> int:
     """The run count of an opened generation, after checking that its parts agree."""
     m = files.manifest
-    assert files.docstore.count() == m["counts"]["documents"], "docstore and manifest disagree"
-    assert files.positions == m["counts"]["positions"], "vectors and manifest disagree"
-    assert files.faiss.ntotal == m["faiss"]["ntotal"], "faiss and manifest disagree"
-    assert len(files.deleted) == m["counts"]["deleted"], "deleted.npy and manifest disagree"
-    return len(m["runs"])
+    assert files.docstore.count() == m.counts.documents, "docstore and manifest disagree"
+    assert files.positions == m.counts.positions, "vectors and manifest disagree"
+    assert files.faiss.ntotal == m.faiss["ntotal"], "faiss and manifest disagree"
+    assert len(files.deleted) == m.counts.deleted, "deleted.npy and manifest disagree"
+    return len(m.runs)
 
 
 def main(target: str, out: str, stop: str) -> int:

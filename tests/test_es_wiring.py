@@ -37,8 +37,8 @@ def run(*args):
 def test_index_mirrors_with_reconciled_counts_and_alias(mirrored, server):
     target, output = mirrored
     manifest = open_index(target).manifest
-    es = manifest["backends"]["elasticsearch"]
-    assert (es["read"], es["indexed"], es["rejected"]) == (120, 119, 1) == (manifest["counts"]["documents"], 119, 1)
+    es = manifest.backends["elasticsearch"]
+    assert (es["read"], es["indexed"], es["rejected"]) == (120, 119, 1) == (manifest.counts.documents, 119, 1)
     rejected = [json.loads(line) for line in (target / "rejected-es.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rejected] == ["ABBV"] and "scripted rejection" in rejected[0]["reason"]
     assert server.aliases["companies"] == {es["index"]} and es["index"].startswith("companies-")
@@ -85,13 +85,13 @@ def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
     ids.write_text("ADBE\n")
     out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids), *es])
     assert out.exit_code == 0, out.output
-    first = open_index(target).manifest["backends"]["elasticsearch"]
+    first = open_index(target).manifest.backends["elasticsearch"]
     assert first["indexed"] == 119 and server.aliases["mirror"] == {first["index"]}
     out = CliRunner().invoke(cli, ["compact", "--index", str(target), *es])
     assert out.exit_code == 0, out.output
-    second = open_index(target).manifest["backends"]["elasticsearch"]
+    second = open_index(target).manifest.backends["elasticsearch"]
     assert server.aliases["mirror"] == {second["index"]} and first["index"] not in server.indices  # old one deleted
     hits = run("query", "--id", "AAPL", "--index", target, "-k", "119", "--json", "--backend", "es", *es)
     assert len(hits) == 118 and "ADBE" not in {h["id"] for h in hits}
     out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])  # no mirror this time
-    assert open_index(target).manifest["backends"]["elasticsearch"]["stale"] is True
+    assert open_index(target).manifest.backends["elasticsearch"]["stale"] is True

@@ -7,6 +7,7 @@ import pytest
 
 from relsearch.indexer import records as rec
 from relsearch.indexer import store
+from relsearch.indexer.manifest import Counts, Fields
 from relsearch.indexer.store import open_index
 from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
 from conftest import DEMO_CORPUS, write_jsonl
@@ -23,11 +24,11 @@ def test_index_matches_direct_encoding(small_index, small_corpus, encoder):
     texts = [json.loads(line)["text"] for line in small_corpus.read_text().splitlines()]
     encoded = encoder.encode(texts)
     h = encoded.vectors
-    assert files.manifest["counts"] == {"documents": 120, "positions": 120, "deleted": 0, "tombstones": 0}
-    run = files.manifest["runs"][-1]
+    assert files.manifest.counts == Counts(120, 120, 0, 0)
+    run = files.manifest.runs[-1]
     assert (run["op"], run["read"], run["indexed"], run["rejected"], run["truncated"]) == (
         "build", 120, 120, 0, encoded.truncated)
-    assert files.manifest["faiss"]["requested"] == "auto" and files.manifest["faiss"]["factory"] == "Flat"
+    assert files.manifest.faiss["requested"] == "auto" and files.manifest.faiss["factory"] == "Flat"
     assert files.faiss.ntotal == 120 and files.vectors.shape == (120, 384)
     # positions follow input order; stored vector · stored norm gives back the raw h
     docs = files.docstore.get(list(range(120)))
@@ -81,8 +82,8 @@ def test_rebuild_replaces_atomically_and_custom_fields(tmp_path):
     run_index(job(write_jsonl(tmp_path / "a.jsonl", rows), target, id_field="ticker", text_field="desc",
                   faiss_factory="HNSW16"))
     files = open_index(target)
-    assert files.manifest["fields"] == {"id": "ticker", "text": "desc", "metadata": ["sector"]}
-    assert files.manifest["faiss"]["factory"] == "HNSW16"
+    assert files.manifest.fields == Fields("ticker", "desc", ("sector",))
+    assert files.manifest.faiss["factory"] == "HNSW16"
     run_index(job(write_jsonl(tmp_path / "b.jsonl", rows[:3]), target, id_field="ticker", text_field="desc"))
     assert open_index(target).docstore.count() == 3
     assert files.docstore.count() == 6  # a reader opened before the swap keeps its generation
@@ -141,8 +142,8 @@ def test_append_adds_replaces_and_reconciles(tmp_path):
                            append=True))
     assert (report.read, report.indexed, report.rejected, report.replaced, report.documents) == (5, 3, 2, 1, 7)
     files = open_index(target)
-    assert files.manifest["counts"] == {"documents": 7, "positions": 8, "deleted": 1, "tombstones": 1}
-    assert [(r["op"], r["read"], r.get("replaced")) for r in files.manifest["runs"]] == [("build", 5, None),
+    assert files.manifest.counts == Counts(7, 8, 1, 1)
+    assert [(r["op"], r["read"], r.get("replaced")) for r in files.manifest.runs] == [("build", 5, None),
                                                                                         ("append", 5, 1)]
     rejected = [json.loads(line) for line in (target / "rejected.jsonl").read_text().splitlines()]
     assert [(r["line"], r["reason"]) for r in rejected] == [(4, rec.DUPLICATE_ID), (5, rec.INVALID_JSON)]

@@ -151,8 +151,8 @@ def test_mirror_killed_between_the_two_switches(base, tmp_path, point):
         out = run_cli(*args)
         assert out.returncode == 0, out.stderr
         manifest = store.open_index(target).manifest
-        assert set(server.aliases["docs"]) == {manifest["backends"]["elasticsearch"]["index"]}
-        assert manifest["counts"]["documents"] == 396 == manifest["backends"]["elasticsearch"]["read"]
+        assert set(server.aliases["docs"]) == {manifest.backends["elasticsearch"]["index"]}
+        assert manifest.counts.documents == 396 == manifest.backends["elasticsearch"]["read"]
 
 
 @kill
@@ -175,7 +175,7 @@ def test_rollback_with_a_mirror_killed_after_marking_it(base, tmp_path):
         assert os.path.realpath(target) == before_gen and answers(target) == before
         assert run_cli("rollback", "--index", target).returncode == 0
         assert answers(target) == restored and set(server.aliases["docs"]) == alias
-        assert store.open_index(target).manifest["backends"]["elasticsearch"]["stale"] is True
+        assert store.open_index(target).manifest.backends["elasticsearch"]["stale"] is True
         assert_clean(target)
 
 

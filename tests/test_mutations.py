@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from relsearch.cli import cli
 from relsearch.encoder.model import resolve_model_path, weights_fingerprint
 from relsearch.indexer import mutations, store
+from relsearch.indexer.manifest import Counts
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.retrieval.search import Query, Searcher
@@ -60,12 +61,12 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     report = mutations.append(str(target), [replacement], n=300, run={"read": 300})
     assert (report.added, report.replaced, report.documents, report.positions) == (200, 100, 3200, 3300)
     files = store.open_index(target)
-    assert files.manifest["counts"] == {"documents": 3200, "positions": 3300, "deleted": 100, "tombstones": 100}
+    assert files.manifest.counts == Counts(3200, 3300, 100, 100)
     # the appended documents are a second segment; the first segment's FAISS file is untouched
     assert [(s.start, len(s.vectors)) for s in files.segments] == [(0, 3000), (3000, 300)]
-    assert files.faiss.ntotal == 3000 == files.manifest["faiss"]["ntotal"]
+    assert files.faiss.ntotal == 3000 == files.manifest.faiss["ntotal"]
     assert os.stat(files.root / store.FAISS_FILE).st_ino == built_faiss
-    assert [r["op"] for r in files.manifest["runs"]] == ["build", "append"]
+    assert [r["op"] for r in files.manifest.runs] == ["build", "append"]
     assert sorted(files.deleted.tolist()) == list(range(100))
 
     searcher = Searcher(str(target))
@@ -85,7 +86,7 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     report = mutations.delete(str(target), ["d3000", "d5", "d200", "nope", "d200"])
     assert (report.deleted, report.not_found, report.documents) == (3, ["nope"], 3197)
     files = store.open_index(target)
-    assert files.manifest["counts"]["deleted"] == 103 and files.docstore.count() == 3197
+    assert files.manifest.counts.deleted == 103 and files.docstore.count() == 3197
     assert json.loads((files.root / "rejected.jsonl").read_text().splitlines()[0])["raw"] == "nope"
     assert files.faiss.ntotal == 3000  # a delete only writes tombstones: segment files are hard links
     gone = Searcher(str(target))
@@ -101,9 +102,9 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
 
     report = mutations.compact(str(target))
     files = store.open_index(target)
-    assert files.manifest["counts"] == {"documents": 3197, "positions": 3197, "deleted": 0, "tombstones": 0}
+    assert files.manifest.counts == Counts(3197, 3197, 0, 0)
     assert not (files.root / store.DELETED_FILE).exists() and files.faiss.ntotal == 3197
-    assert files.manifest["faiss"]["factory"] == factory
+    assert files.manifest.faiss["factory"] == factory
     # the published generation and the two before it are retained (snapshots); older ones are gone
     assert sorted(os.listdir(tmp_path / ".idx.generations")) == sorted(g.name for g in store.retained(target))
     assert len(store.retained(target)) == 3
@@ -128,7 +129,7 @@ def test_concurrent_appends_are_serialised(tmp_path, encoder_identity):
         t.join()
     assert not errors
     files = store.open_index(target)
-    assert files.docstore.count() == 300 == files.manifest["counts"]["documents"]  # no lost update
+    assert files.docstore.count() == 300 == files.manifest.counts.documents  # no lost update
 
 
 def test_cli_delete_and_compact(tmp_path, encoder_identity):
@@ -142,7 +143,7 @@ def test_cli_delete_and_compact(tmp_path, encoder_identity):
     assert "deleted 2, not found 1" in out.output and "missing" in out.output
     out = runner.invoke(cli, ["compact", "--index", str(target)])
     assert out.exit_code == 0 and "kept 298" in out.output, out.output
-    assert store.open_index(target).manifest["counts"]["positions"] == 298
+    assert store.open_index(target).manifest.counts.positions == 298
     bad = runner.invoke(cli, ["delete", "--index", str(tmp_path / "none"), "--ids", str(ids)])
     assert bad.exit_code != 0 and "no index" in bad.output
 

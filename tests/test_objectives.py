@@ -200,8 +200,8 @@ def test_projection_aspect_is_searched_exactly_in_its_projected_index(tmp_path, 
     target = tmp_path / "projected-index"
     run_index(IndexJob(input=str(small_corpus), index=str(target), model=str(path), progress=False))
     indexed = Searcher(str(target), model=str(path))
-    stored = indexed.files.manifest["projections"][op.name]
-    assert (indexed.files.root / stored["file"]).is_file() and stored["file"] in indexed.files.manifest["files"]
+    stored = indexed.files.manifest.projections[op.name]
+    assert (indexed.files.root / stored["file"]).is_file() and stored["file"] in indexed.files.manifest.files
     assert isinstance(indexed._projected_vectors(op.name), np.memmap)
     again = indexed.search([Query(doc_id="MMM", relations={op.name: 1.0})], k=5)[0]
     assert [h.id for h in again] == [h.id for h in hits]

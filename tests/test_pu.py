@@ -2,6 +2,7 @@
 training, the pair head in a bundle and as a query-time re-ranker."""
 import hashlib
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -226,7 +227,7 @@ def _probe_head(d: int, j: int) -> PairHead:
 
 class _FakeFiles:
     def __init__(self, vectors, ids):
-        self.manifest = {"dim": vectors.shape[1]}
+        self.manifest = SimpleNamespace(dim=vectors.shape[1])
         norms = np.linalg.norm(vectors, axis=1)
         self.vectors = vectors / norms[:, None]
         self.positions = len(vectors)

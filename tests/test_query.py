@@ -119,7 +119,7 @@ def graph_index(small_index, tmp_path_factory):
     raw = np.asarray(files.vectors) * np.array([r[4] for r in rows], dtype=np.float32)[:, None]
     block = Block([{"id": r[1], "text": r[2], "metadata": r[3]} for r in rows], raw)
     target = tmp_path_factory.mktemp("graph") / "idx"
-    build_published(str(target), [block], n=len(rows), d=raw.shape[1], encoder=files.manifest["encoder"],
+    build_published(str(target), [block], n=len(rows), d=raw.shape[1], encoder=files.manifest.encoder,
                     spec=FaissSpec(factory="HNSW8", tune_queries=50))
     return target
 

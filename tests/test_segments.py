@@ -1,13 +1,16 @@
 """Segments (indexer/segments.py): an append writes one new segment and links the rest, a delete
 writes only tombstones, merges keep answers, and an index of many segments answers exactly like a
 rebuild of the same documents from scratch."""
+import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from relsearch.indexer import integrity, mutations, store
 from relsearch.indexer import segments as seg
+from relsearch.indexer.manifest import Counts
 from relsearch.indexer.build import build_published
 from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.retrieval.search import Query, Searcher
@@ -66,9 +69,9 @@ def test_a_damaged_segment_list_is_refused(tmp_path, encoder_identity, bad):
     build_published(str(target), [docs([f"d{i}" for i in range(300)], seed=1)], n=300, d=D,
                     encoder=encoder_identity, spec=FaissSpec(factory="Flat"))
     root = os.path.realpath(target)
-    manifest = store.read_manifest(root)
+    manifest = json.loads((Path(root) / store.MANIFEST).read_text())
     manifest["segments"] = [bad]
-    (store.Path(root) / store.MANIFEST).write_text(store.json.dumps(manifest))
+    (Path(root) / store.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(store.IndexCorruptError, match="segment"):
         store.open_index(target)
 
@@ -103,11 +106,11 @@ def test_many_segments_answer_like_a_rebuild_from_scratch(tmp_path, encoder_iden
         if step == 3:
             mutations.delete(str(target), ["d1", "d2050", "d2150", "nope"])
     files = store.open_index(target)
-    assert len(files.segments) == 4 and files.manifest["max_segments"] == 4
+    assert len(files.segments) == 4 and files.manifest.max_segments == 4
     # an IVF build's appended segments fill its trained IVF (no training), sharing one coarse assignment
     kinds = {type(s.faiss).__name__ for s in files.segments[1:]}
     assert kinds == ({"IndexIVFFlat"} if factory.startswith("IVF") else {"IndexFlatIP"})
-    assert files.manifest["counts"]["documents"] == files.docstore.count() == 2600 - 3
+    assert files.manifest.counts.documents == files.docstore.count() == 2600 - 3
     segmented = Searcher(str(target))
     q = unit(raw_vectors(40, seed=77))
     segmented.ann(q[:1], 1)
@@ -131,7 +134,7 @@ def test_an_append_writes_only_its_own_segment_and_a_delete_only_tombstones(tmp_
     build_published(str(target), [docs([f"d{i}" for i in range(3000)], seed=1)], n=3000, d=D,
                     encoder=encoder_identity, spec=FaissSpec(factory="Flat"))
     first = store.open_index(target)
-    inodes = {name: os.stat(first.root / name).st_ino for name in first.manifest["files"]}
+    inodes = {name: os.stat(first.root / name).st_ino for name in first.manifest.files}
     hashed = []
     real = integrity.sha256_file
     monkeypatch.setattr(integrity, "sha256_file", lambda path: hashed.append(path.name) or real(path))
@@ -150,7 +153,7 @@ def test_an_append_writes_only_its_own_segment_and_a_delete_only_tombstones(tmp_
     assert sorted(hashed) == ["deleted.npy", "rejected.jsonl"]
     files = store.open_index(target)
     assert sorted(files.deleted.tolist()) == [5, 7, 3001]
-    assert files.manifest["counts"] == {"documents": 2999, "positions": 3002, "deleted": 3, "tombstones": 3}
+    assert files.manifest.counts == Counts(2999, 3002, 3, 3)
     assert files.docstore.positions(["d5", "d7", "d3000"]) == {"d5": 3000}
 
 
@@ -168,7 +171,7 @@ def test_a_merge_keeps_positions_and_answers(tmp_path, encoder_identity):
 
     mutations.append(str(target), [], n=0, run={"read": 0}, max_segments=3)  # nothing new: only the merge
     files = store.open_index(target)
-    assert [(s.prefix, s.start, s.positions) for s in seg.specs(files.manifest)] == [
+    assert [(s.prefix, s.start, s.positions) for s in files.manifest.segment_specs] == [
         ("", 0, 500), ("s4-", 500, 100), ("s3-", 600, 51)]
     assert not (files.root / "s1-vectors.npy").exists() and not (files.root / "s2-index.faiss").exists()
     # the merged docstore dropped the replaced d520's old row; its live row is the one appended last

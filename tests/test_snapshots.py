@@ -51,14 +51,14 @@ def test_rollback_restores_the_previous_answers_and_can_be_undone(index):
     assert after != before
 
     name, manifest = snapshots.rollback(index, to=first)
-    assert name == first and manifest["counts"]["documents"] == 300
+    assert name == first and manifest.counts.documents == 300
     assert answers(index) == before
     assert names(index)[:2] == [first, latest]  # the generation rolled back from is still retained
     snapshots.rollback(index, to=latest)  # undo
     assert answers(index) == after
     assert snapshots.rollback(index)[0] == first  # default: the previously published one
     mutations.delete(str(index), ["d3"])  # mutations continue from the restored generation
-    assert store.open_index(index).manifest["counts"]["documents"] == 299
+    assert store.open_index(index).manifest.counts.documents == 299
 
 
 def test_sizes_count_shared_hard_links_once(index):
@@ -127,10 +127,10 @@ def test_an_open_api_index_follows_a_rollback(index):
 
     mutations.delete(str(index), ["d1"])
     api = open_index(index)
-    assert api.searcher().files.manifest["counts"]["documents"] == 299
+    assert api.searcher().files.manifest.counts.documents == 299
     restored = api.rollback()
     assert api.searcher().files.root.name == restored
-    assert api.searcher().files.manifest["counts"]["documents"] == 300
+    assert api.searcher().files.manifest.counts.documents == 300
     assert [s.name for s in api.snapshots()][0] == restored
 
 
@@ -178,26 +178,26 @@ def test_a_rollback_marks_the_elasticsearch_mirror_stale_and_its_undo_fresh(inde
         first = os.path.basename(os.path.realpath(index))
         assert runner.invoke(cli, ["delete", "--index", str(index), "--ids", str(ids), *es]).exit_code == 0
         latest = os.path.basename(os.path.realpath(index))
-        newer = store.open_index(index).manifest["backends"]["elasticsearch"]["index"]
+        newer = store.open_index(index).manifest.backends["elasticsearch"]["index"]
         assert server.aliases["docs"] == {newer}
 
         out = runner.invoke(cli, ["rollback", "--index", str(index)])
         assert out.exit_code == 0, out.output
         assert f"alias docs still holds index {newer}, not this generation's contents" in out.output
         restored = store.open_index(index).manifest  # verified: the rewritten manifest lists the same files
-        assert restored["backends"]["elasticsearch"]["stale"] is True
-        assert restored["backends"]["elasticsearch"]["alias_holds"] == newer
+        assert restored.backends["elasticsearch"]["stale"] is True
+        assert restored.backends["elasticsearch"]["alias_holds"] == newer
         assert server.aliases["docs"] == {newer}  # Elasticsearch itself is not touched
         out = runner.invoke(cli, ["query", "--id", "d2", "--index", str(index), "--json", "--backend", "es", *es[:4]])
         assert out.exit_code == 0 and "marks the Elasticsearch mirror docs stale" in out.output
 
         out = runner.invoke(cli, ["rollback", "--index", str(index), "--to", latest])  # undo: the alias holds it
         assert out.exit_code == 0 and f"alias docs still holds this generation's mirror ({newer})" in out.output
-        assert "stale" not in store.open_index(index).manifest["backends"]["elasticsearch"]
+        assert "stale" not in store.open_index(index).manifest.backends["elasticsearch"]
 
         snapshots.rollback(index, to=first)  # a later mutation with --es-url mirrors again
         assert runner.invoke(cli, ["delete", "--index", str(index), "--ids", str(ids), *es]).exit_code == 0
-        mirror = store.open_index(index).manifest["backends"]["elasticsearch"]
+        mirror = store.open_index(index).manifest.backends["elasticsearch"]
         assert "stale" not in mirror and server.aliases["docs"] == {mirror["index"]} and mirror["read"] == 299
 
 

@@ -1,0 +1,163 @@
+"""An index generation's ``manifest.json`` as one typed, frozen record, parsed and written only here.
+
+Readers take attributes (``manifest.dim``, ``manifest.counts.documents``, ``manifest.fields.metadata``);
+writers build a new record with :meth:`Manifest.replace` and hand it to ``store.commit``, the one
+place that stamps format, version, time and file checksums and writes it (:func:`write`).
+
+The open-ended sections — ``encoder`` (the encoder's identity), ``bundle``, ``faiss`` (spec,
+tuning), ``input``, ``backends``, ``projections``, ``files``, ``runs`` — stay JSON objects: they
+are recorded and compared whole, and their keys grow with features. Treat them as read-only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..files import replaced_atomically
+from .integrity import IndexCorruptError, open_regular
+from .segments import SegmentSpec
+
+FORMAT = "relsearch-index/1"
+FILE = "manifest.json"
+NO_BUNDLE = {"path": None, "fingerprint": None, "operators": []}
+
+
+@dataclass(frozen=True)
+class Counts:
+    documents: int  # live documents
+    positions: int  # rows of the vectors (live and deleted)
+    deleted: int = 0  # dead positions
+    tombstones: int = 0  # dead positions still held by a FAISS index (excluded by a selector)
+
+
+@dataclass(frozen=True)
+class Fields:
+    id: str = "id"
+    text: str = "text"
+    metadata: tuple[str, ...] = ()  # metadata fields seen in the documents, sorted
+
+
+@dataclass(frozen=True)
+class Manifest:
+    encoder: dict[str, Any]  # the identity of the encoder that wrote the vectors (Encoder.identity)
+    dim: int
+    counts: Counts
+    fields: Fields
+    faiss: dict[str, Any]
+    bundle: dict[str, Any] = field(default_factory=lambda: dict(NO_BUNDLE))
+    runs: tuple[dict, ...] = ()  # the latest writes, oldest first
+    input: dict | None = None  # path and sha256 of the build's input
+    segments: tuple[SegmentSpec, ...] | None = None  # None: one segment with the classic file names
+    max_segments: int | None = None
+    projections: dict[str, Any] = field(default_factory=dict)
+    backends: dict[str, Any] = field(default_factory=dict)
+    files: dict[str, dict] = field(default_factory=dict)  # name → {"size", "sha256"}, stamped by store.commit
+    format: str = FORMAT
+    version: str = __version__
+    created_at: str = ""
+
+    @property
+    def segment_specs(self) -> list[SegmentSpec]:
+        if self.segments is None:
+            return [SegmentSpec("", 0, self.counts.positions)]
+        return list(self.segments)
+
+    @property
+    def projection_files(self) -> list:
+        return [entry.get("file") for entry in self.projections.values() if isinstance(entry, dict)]
+
+    def replace(self, **changes) -> "Manifest":
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict:
+        out = {"format": self.format, "version": self.version, "created_at": self.created_at,
+               "encoder": self.encoder, "bundle": self.bundle, "counts": dataclasses.asdict(self.counts),
+               "runs": list(self.runs), "faiss": self.faiss,
+               "fields": {"id": self.fields.id, "text": self.fields.text, "metadata": list(self.fields.metadata)},
+               "dim": self.dim, "backends": self.backends}
+        optional = {"input": self.input, "projections": self.projections or None, "max_segments": self.max_segments,
+                    "segments": None if self.segments is None else [s.as_json() for s in self.segments]}
+        out.update({k: v for k, v in optional.items() if v is not None})
+        out["files"] = self.files
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any, path: Path | str = FILE) -> "Manifest":
+        """Check types by name (a field edited by hand into another type is refused here, not as an
+        AttributeError deep in a query) and build the record."""
+        if not isinstance(data, dict):
+            raise IndexCorruptError(f"{path} is not a JSON object; the index is damaged")
+        if data.get("format") != FORMAT:
+            raise ValueError(f"{path}: unsupported index format {data.get('format')!r} (expected {FORMAT})")
+        for name in REQUIRED:
+            if name not in data:
+                raise IndexCorruptError(f"{path} has no {name!r} field; the index is damaged")
+        for name, kind in {**REQUIRED, **OPTIONAL}.items():
+            if name in data:
+                _check_type(path, name, data[name], kind)
+        for (outer, inner), kind in NESTED.items():
+            _check_type(path, f"{outer}.{inner}", data[outer].get(inner), kind)
+        for key, value in data["counts"].items():
+            _check_type(path, f"counts.{key}", value, int)
+        try:
+            counts = Counts(**data["counts"])
+            segments = None if "segments" not in data else tuple(
+                SegmentSpec(s["prefix"], int(s["start"]), int(s["positions"])) for s in data["segments"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise IndexCorruptError(f"{path}: malformed counts or segments ({e.__class__.__name__}); "
+                                    "the index is damaged") from None
+        f = data["fields"]
+        return cls(encoder=data["encoder"], dim=data["dim"], counts=counts,
+                   fields=Fields(f["id"], f["text"], tuple(f["metadata"])), faiss=data["faiss"],
+                   bundle=data.get("bundle", dict(NO_BUNDLE)), runs=tuple(data.get("runs", ())),
+                   input=data.get("input"), segments=segments, max_segments=data.get("max_segments"),
+                   projections=data.get("projections", {}), backends=data.get("backends", {}),
+                   files=data["files"], format=data["format"], version=data.get("version", ""),
+                   created_at=data.get("created_at", ""))
+
+
+REQUIRED = {"format": str, "encoder": dict, "dim": int, "counts": dict, "fields": dict, "faiss": dict, "files": dict}
+OPTIONAL = {"bundle": dict, "projections": dict, "runs": list, "input": dict, "backends": dict, "segments": list,
+            "max_segments": int}
+NESTED = {("encoder", "model"): str, ("fields", "id"): str, ("fields", "text"): str, ("fields", "metadata"): list}
+_JSON_KIND = {str: "string", dict: "object", int: "integer", list: "array"}
+
+
+def _check_type(path, name: str, value, kind: type) -> None:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise IndexCorruptError(f"{path}: {name!r} is {value!r:.60}, not a JSON {_JSON_KIND[kind]}; "
+                                "the index is damaged")
+
+
+def parse(data: bytes, path: Path | str = FILE) -> Manifest:
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise IndexCorruptError(f"{path} is not valid JSON ({e.__class__.__name__}); the index is damaged") from None
+    return Manifest.from_json(raw, path)
+
+
+def read(gen: str | os.PathLike) -> Manifest:
+    """The manifest of generation ``gen``; a damaged one (or a symlink) is an IndexCorruptError naming it."""
+    path = Path(gen) / FILE
+    with os.fdopen(open_regular(path), "rb") as f:
+        return parse(f.read(), path)
+
+
+def write(gen: Path, manifest: Manifest) -> None:
+    """Write ``gen``'s manifest under a temporary name, fsync it and rename it: never half-written,
+    and on disk once this returns (the rename included)."""
+    with replaced_atomically(Path(gen) / FILE) as tmp:
+        tmp.write_text(json.dumps(manifest.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+    fd = os.open(gen, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
