@@ -19,9 +19,8 @@ running them side by side).
 """
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import json
-import math
 import os
 import threading
 from collections.abc import Iterable, Sequence
@@ -30,20 +29,11 @@ from dataclasses import dataclass, field
 from .indexer import mutations
 from .indexer import records as rec
 from .indexer import snapshots
-from .retrieval.hybrid import METHODS as HYBRID_METHODS
-from .retrieval.hybrid import check as check_fusion
-from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_filters, check_weights, is_utf8
-from .retrieval.paging import page, search_collapsed
-from .retrieval.search import Hit, Query, QueryError, Searcher
-
-
-class RequestError(ValueError):
-    """A request that cannot be answered as asked; ``field`` names the part at fault, ``status``
-    is the HTTP status the server answers with (422 invalid, 404 unknown document)."""
-
-    def __init__(self, field: str, message: str, status: int = 422):
-        super().__init__(message)
-        self.field, self.message, self.status = field, message, status
+from .retrieval import request as search_request
+from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_weights, is_utf8  # noqa: F401  (MAX_*: re-exported)
+from .retrieval.paging import page
+from .retrieval.request import RequestError, SearchOptions, blame
+from .retrieval.search import Hit, Query, Searcher
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,6 +65,11 @@ class SearchRequest:
     def query(self) -> Query:
         return Query(text=self.text, doc_id=self.id, relations=dict(self.relations), query_id=self.id)
 
+    def options(self) -> SearchOptions:
+        return SearchOptions(k=self.k, offset=self.offset, min_score=self.min_score, collapse=self.collapse,
+                             filters=self.filters, explain=self.explain, rerank=self.rerank,
+                             rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight)
+
 
 @dataclass(frozen=True)
 class BatchAnswer:
@@ -86,38 +81,21 @@ class BatchAnswer:
 
 
 def check_request(req: SearchRequest) -> None:
-    """Checks that need no index: exactly one of text / id, bounds on k and offset, weights and
-    filter values as ``relsearch query`` checks them (retrieval/inputs.py)."""
+    """Checks that need no index: exactly one of text / id, the options (retrieval/request.py),
+    weights as ``relsearch query`` checks them (retrieval/inputs.py)."""
     if (req.text is None) == (req.id is None):
         raise RequestError("text", "give exactly one of 'text' or 'id'")
     if req.text is not None and not req.text.strip():
         raise RequestError("text", "'text' is empty")
     if req.text is not None and not is_utf8(req.text):
         raise RequestError("text", "'text' is not valid UTF-8")
-    if not 1 <= req.k <= MAX_K:
-        raise RequestError("k", f"k must be between 1 and {MAX_K:,}, got {req.k:,}")
-    if not 0 <= req.offset <= MAX_K - req.k:
-        raise RequestError("offset", f"offset + k must be at most {MAX_K:,}, got {req.offset:,} + {req.k:,}")
-    if req.rerank_depth is not None and not 1 <= req.rerank_depth <= MAX_RERANK_DEPTH:
-        raise RequestError("rerank_depth", f"rerank_depth must be between 1 and {MAX_RERANK_DEPTH:,}")
-    if req.rerank_depth is not None and req.rerank is None:
-        raise RequestError("rerank_depth", "rerank_depth needs rerank (a head name)")
-    if req.hybrid is not None and req.hybrid not in HYBRID_METHODS:
-        raise RequestError("hybrid", f"hybrid must be one of {', '.join(HYBRID_METHODS)}, got {str(req.hybrid)[:40]!r}")
-    if req.hybrid is not None and req.rerank is not None:
-        raise RequestError("hybrid", "hybrid and rerank do not combine")
-    with _blame("hybrid_weight"):
-        check_fusion(req.hybrid, req.hybrid_weight)
+    req.options().check()
     if not req.relations:
         raise RequestError("relations", "give at least one relation, e.g. {\"identity\": 1}")
     if any(isinstance(w, bool) or not isinstance(w, (int, float)) for w in req.relations.values()):
         raise RequestError("relations", "relation weights must be numbers")
-    with _blame("relations"):
+    with blame("relations"):
         check_weights(req.relations)
-    with _blame("filters"):
-        check_filters(req.filters)
-    if req.min_score is not None and not math.isfinite(req.min_score):
-        raise RequestError("min_score", "min_score must be a finite number")
 
 
 class Index:
@@ -212,7 +190,7 @@ class Index:
                         except RequestError as e:
                             results.append(e)
                 for i, hits in zip(rows, results):
-                    out[i] = hits if isinstance(hits, Exception) else _page(hits, requests[i])
+                    out[i] = hits
             return BatchAnswer(searcher.files.root.name, out)
 
     def relations(self) -> list[dict]:
@@ -306,21 +284,13 @@ def _encoder_of(searcher: Searcher) -> tuple:
 def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
     """Validate ``req`` against the index; the key of the requests it can share a search with."""
     from .encoder.relations import lookup
-    from .retrieval.rerank import head_of
 
     check_request(req)
-    with _blame("relations"):
+    with blame("relations"):
         for name in req.relations:
             lookup(searcher.operators, name)
         projection = searcher.projection_of([req.query()])
-    with _blame("filters"):
-        searcher.check({}, req.filters)
-    if req.collapse is not None and req.collapse not in searcher.metadata_fields:
-        raise RequestError("collapse", f"unknown collapse field {req.collapse!r}; metadata fields: "
-                                       f"{', '.join(searcher.metadata_fields) or '(none)'}")
-    if req.rerank is not None:
-        with _blame("rerank"):
-            head_of(searcher, req.rerank)
+    req.options().check_against(searcher)
     if req.id is not None and searcher.unknown_ids([req.query()]):
         raise RequestError("id", f"document id {req.id[:80]!r} is not in the index", 404)
     # JSON text keeps each value's type: True == 1 in Python, but the filters differ
@@ -330,35 +300,13 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
 
 
 def _run(searcher: Searcher, requests: list[SearchRequest]) -> list[list[Hit]]:
-    """One search call (more with ``collapse``: retrieval/paging.py) for requests sharing a group key."""
-    first = requests[0]
-    queries = [r.query() for r in requests]
-
-    def run(fetch: int) -> list[list[Hit]]:
-        if first.rerank is not None:
-            from .retrieval.rerank import search_reranked
-
-            return search_reranked(searcher, queries, head=first.rerank, k=fetch, depth=first.rerank_depth,
-                                   filters=first.filters, explain=first.explain)
-        return searcher.search(queries, k=fetch, filters=first.filters, explain=first.explain, hybrid=first.hybrid,
-                               hybrid_weight=first.hybrid_weight)
-
-    with _blame("query"):
-        return search_collapsed(run, need=first.k + first.offset, field=first.collapse, limit=searcher.live_count)
-
-
-@contextlib.contextmanager
-def _blame(field_name: str):
-    """Turn the retrieval layer's errors (QueryError, a KeyError listing valid names) into a
-    RequestError naming the request field at fault."""
-    try:
-        yield
-    except (QueryError, KeyError, ValueError) as e:
-        raise RequestError(field_name, e.args[0] if isinstance(e, KeyError) else str(e)) from None
-
-
-def _page(hits: list[Hit], req: SearchRequest) -> list[Hit]:
-    return page(hits, offset=req.offset, k=req.k, min_score=req.min_score)
+    """One search for requests sharing a group key: each gets the group's top ``k + offset``,
+    then its own page (min_score may differ)."""
+    first = requests[0].options()
+    shared = dataclasses.replace(first, k=first.k + first.offset, offset=0, min_score=None)
+    with blame("query"):
+        ranked = search_request.run(searcher, [r.query() for r in requests], shared)
+    return [page(hits, offset=r.offset, k=r.k, min_score=r.min_score) for r, hits in zip(requests, ranked)]
 
 
 def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits) -> rec.Record:

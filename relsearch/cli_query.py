@@ -5,7 +5,6 @@ Registered in :mod:`relsearch.cli`; kept free of imports from it so either modul
 from __future__ import annotations
 
 import json
-import math
 import sys
 
 import click
@@ -13,7 +12,7 @@ import click
 from relsearch.retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, merge_filters, parse_filter
 
 
-def _warn_if_stale_mirror(manifest: dict, alias: str) -> None:
+def _warn_if_stale_mirror(manifest, alias: str) -> None:
     """The manifest knows when the alias holds other contents than the local generation (a write
     without --es-url, or a rollback): say so before answering from it."""
     mirror = manifest.backends.get("elasticsearch") or {}
@@ -109,71 +108,40 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
           hybrid_weight):
     """Find documents standing in --relation to TEXT (or to --id, or to each line of --queries)."""
     from relsearch.encoder.relations import parse_relation_args
+    from relsearch.retrieval import request
     from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
-    from relsearch.retrieval.paging import page, search_collapsed
     from relsearch.retrieval.search import Query, QueryError
 
     if sum(x is not None for x in (text, doc_id, queries_file)) != 1:
         _fail("give exactly one of TEXT, --id or --queries")
-    head = None
-    if rerank is not None and not rerank.strip().lstrip("+").isdigit():
-        if rerank.strip().startswith("-"):
-            _fail(f"--rerank expects a number ≥ 0 or a head name, got {rerank!r}")
-        head, rerank = rerank.strip(), None
-    elif rerank is not None:
-        rerank = int(rerank)
-    if rerank_depth is not None and head is None:
-        _fail("--rerank-depth needs --rerank HEAD")
-    if offset + k > MAX_K:
-        _fail(f"--offset + -k must be at most {MAX_K:,}, got {offset:,} + {k:,}")
-    if min_score is not None and not math.isfinite(min_score):
-        _fail(f"--min-score must be a finite number, got {min_score}")
+    head, rerank = _parse_rerank(rerank)
     if backend == "es" and not (es_url and es_index):
         _fail("--backend es needs --es-url and --es-index")
-    if hybrid and (head is not None or (backend == "es" and hybrid != "rrf")):
-        _fail("--hybrid weighted needs the local backend" if head is None else "--hybrid and --rerank HEAD do not combine")
-    if hybrid_weight is not None and hybrid != "weighted":
-        _fail("--hybrid-weight needs --hybrid weighted (rrf uses ranks only)")
+    if backend == "es" and hybrid not in (None, "rrf"):
+        _fail("--hybrid weighted needs the local backend")
+    options = request.SearchOptions(k=k, offset=offset, min_score=min_score, collapse=collapse_field, filters=filters,
+                                    explain=explain, rerank=head, rerank_depth=rerank_depth,
+                                    hybrid=hybrid if backend != "es" else None, hybrid_weight=hybrid_weight)
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
                         num_candidates=num_candidates, hybrid=bool(hybrid), fusion=fusion) if backend == "es" else None
     try:
+        options.check()
         weights = parse_relation_args(relations)
         searcher = open_searcher(index_dir, model, backend=backend, es=es,
                                  search_params=_search_params(ef_search, nprobe, rerank, search_param))
         if backend == "es":
             _warn_if_stale_mirror(searcher.searcher.files.manifest, es_index)
-        searcher.check(weights, filters)
+        searcher.check(weights, {})
+        options.check_against(searcher)
         if queries_file:
-            from relsearch.retrieval.queries import read_queries
-
-            queries, errors = read_queries(queries_file, weights, known_relations=searcher.operators)
-            unknown = searcher.unknown_ids(queries)
-            errors += [{"line": q.line, "error": f"doc_id {q.doc_id!r} is not in the index"}
-                       for q in queries if q.doc_id in unknown]
-            errors.sort(key=lambda err: err["line"])
-            queries = [q for q in queries if q.doc_id not in unknown]
+            queries, errors = _read_queries(queries_file, weights, searcher)
         else:
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
-        if collapse_field is not None and collapse_field not in searcher.metadata_fields:
-            raise QueryError(f"unknown --collapse field {collapse_field!r}; metadata fields: "
-                             f"{', '.join(searcher.metadata_fields) or '(none)'}")
-        if head is not None:
-            from relsearch.retrieval.rerank import head_of, search_reranked
-
-            head_of(searcher, head)  # an unknown head fails before any query runs
-
-            def run(fetch):
-                return search_reranked(searcher, queries, head=head, k=fetch, depth=rerank_depth, filters=filters,
-                                       explain=explain)
-        else:
-            def run(fetch):
-                local = {"hybrid": hybrid, "hybrid_weight": hybrid_weight} if hybrid and backend != "es" else {}
-                return searcher.search(queries, k=fetch, filters=filters, explain=explain, **local)
-        ranked = search_collapsed(run, need=offset + k, field=collapse_field,
-                                  limit=searcher.live_count) if queries else []
-        results = [page(hits, offset=offset, k=k, min_score=min_score) for hits in ranked]
+        results = request.run(searcher, queries, options)
         if filters and queries and not any(results) and not len(searcher.matching(filters)):
             click.echo(f"no document matches the filter {json.dumps(filters, ensure_ascii=False)}", err=True)
+    except request.RequestError as e:
+        _fail(f"{OPTION_FLAGS.get(e.field, e.field)}: {e.message}")
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         _fail(e.args[0] if isinstance(e, KeyError) else str(e))
     if queries_file:
@@ -194,9 +162,34 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         click.echo(_table(hits, first=offset + 1))
 
 
+# the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
+OPTION_FLAGS = {"k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
+                "filters": "--filter", "rerank": "--rerank", "rerank_depth": "--rerank-depth", "hybrid": "--hybrid",
+                "hybrid_weight": "--hybrid-weight"}
+
+
+def _parse_rerank(rerank: str | None) -> tuple[str | None, int | None]:
+    """--rerank N|HEAD → (head name, None) or (None, N): a number is FAISS's exact re-scoring depth."""
+    if rerank is None or rerank.strip().lstrip("+").isdigit():
+        return None, None if rerank is None else int(rerank)
+    if rerank.strip().startswith("-"):
+        _fail(f"--rerank expects a number ≥ 0 or a head name, got {rerank!r}")
+    return rerank.strip(), None
+
+
+def _read_queries(path: str, weights: dict, searcher) -> tuple[list, list[dict]]:
+    """The --queries file's queries (ids the index lacks left out) and its errors by line."""
+    from relsearch.retrieval.queries import read_queries
+
+    queries, errors = read_queries(path, weights, known_relations=searcher.operators)
+    unknown = searcher.unknown_ids(queries)
+    errors += [{"line": q.line, "error": f"doc_id {q.doc_id!r} is not in the index"} for q in queries if q.doc_id in unknown]
+    return [q for q in queries if q.doc_id not in unknown], sorted(errors, key=lambda err: err["line"])
+
+
 def _table(hits, title: str | None = None, first: int = 1) -> str:
     lines = [title] if title else []
-    reranked = bool(hits) and hasattr(hits[0], "ann_score")
+    reranked = bool(hits) and hits[0].reranker is not None
     if reranked:  # --rerank HEAD: the head's P(positive), then the ANN score and rank it came with
         lines.append(f"{'rank':>4}  {hits[0].reranker[:7]:>7}  {'ann':>7}  {'ann#':>4}  {'id':<16}  text")
     else:

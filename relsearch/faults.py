@@ -4,6 +4,8 @@
 process send itself SIGKILL there: no ``finally`` block, no ``atexit``, no flush, exactly what a
 kill -9, an OOM kill or a power cut does to the process. tests/test_kill_points.py uses it to
 prove that every write either happens completely or leaves the previous index answering.
+``POINT:N:stop`` stops the process there (SIGSTOP) instead, so that a test can wait for that
+moment (``waitpid`` with ``WUNTRACED``) and kill it from outside, with no guess at timing.
 
 Never set it in production. Unset (the normal case), :func:`point` costs one dictionary lookup.
 The points are listed in :data:`POINTS` (documented in docs/guarantees.md).
@@ -45,11 +47,12 @@ def point(name: str) -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    wanted, _, nth = spec.partition(":")
+    wanted, _, rest = spec.partition(":")
     if wanted != name:
         return
+    nth, _, action = rest.partition(":")
     with _lock:
         _hits[name] += 1
         arrived = _hits[name]
     if arrived >= int(nth or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGSTOP if action == "stop" else signal.SIGKILL)

@@ -17,7 +17,7 @@ import numpy as np
 
 from .elastic import MAX_NUM_CANDIDATES, knn_search
 from .inputs import Filters
-from .search import Hit, Query, QueryError, Searcher
+from .search import Hit, Query, QueryError, Searcher, drop_own
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,8 +80,7 @@ class EsSearcher:
                              hybrid_text=texts, fusion=self.options.fusion)
         scale = np.linalg.norm(qv, axis=1)
         results = []
-        for i, (q, hits) in enumerate(zip(queries, raw)):
-            kept = [h for h in hits if h.id != q.doc_id][:k]
+        for i, kept in enumerate(drop_own(raw, [q.doc_id for q in queries], k, key=lambda hit: hit.id)):
             factor = 1.0 if texts is not None else float(scale[i])
             results.append([Hit(h.id, np.float32(h.score * factor), h.text, h.metadata) for h in kept])
         return results

@@ -11,7 +11,7 @@ Elasticsearch mirror that holds more than the local generation) is re-encoded fr
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
 
 import numpy as np
 
@@ -20,20 +20,6 @@ from .inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_at_most
 from .search import Hit, Query, QueryError
 
 DEFAULT_DEPTH = 50  # ANN candidates fetched per query before re-ranking (at least k)
-
-
-@dataclass(frozen=True)
-class RerankedHit(Hit):
-    """A hit whose ``score`` is the head's P(positive); ``ann_score`` is the ANN score it came with."""
-
-    ann_score: float = float("nan")
-    ann_rank: int = 0
-    reranker: str = ""
-
-    def to_json(self, rank: int | None = None) -> dict:
-        out = super().to_json(rank)
-        out.update(ann_score=round(float(self.ann_score), 6), ann_rank=self.ann_rank, reranker=self.reranker)
-        return out
 
 
 def _base(searcher):
@@ -72,17 +58,17 @@ def document_vectors(searcher, hits: list[Hit]) -> np.ndarray:
     return out
 
 
-def rerank_hits(head: PairHead, h_query: np.ndarray, hits: list[Hit], doc_vectors: np.ndarray, k: int) -> list[RerankedHit]:
+def rerank_hits(head: PairHead, h_query: np.ndarray, hits: list[Hit], doc_vectors: np.ndarray, k: int) -> list[Hit]:
     """Sort ``hits`` of one query by the head's score (stable: ANN order breaks ties); keep ``k``."""
     if not hits:
         return []
     scores = head.score(np.asarray(h_query, np.float32)[None], doc_vectors)
     order = np.argsort(-scores, kind="stable")[:k]
-    return [RerankedHit(hits[j].id, float(scores[j]), hits[j].text, hits[j].metadata, hits[j].explain,
-                        ann_score=float(hits[j].score), ann_rank=int(j) + 1, reranker=head.name) for j in order]
+    return [dataclasses.replace(hits[j], score=float(scores[j]), reranker=head.name, ann_score=float(hits[j].score),
+                                ann_rank=int(j) + 1) for j in order]
 
 
-def rerank(searcher, head: PairHead | str, h: np.ndarray, results: list[list[Hit]], k: int) -> list[list[RerankedHit]]:
+def rerank(searcher, head: PairHead | str, h: np.ndarray, results: list[list[Hit]], k: int) -> list[list[Hit]]:
     """Re-rank each query's ANN ``results`` with ``head``; ``h`` (n_queries, d) raw query vectors."""
     if isinstance(head, str):
         head = head_of(searcher, head)
@@ -98,7 +84,7 @@ def rerank(searcher, head: PairHead | str, h: np.ndarray, results: list[list[Hit
 
 
 def search_reranked(searcher, queries: list[Query], *, head: str, k: int = 10, depth: int | None = None,
-                    filters: dict[str, FilterValue] | None = None, explain: bool = False) -> list[list[RerankedHit]]:
+                    filters: dict[str, FilterValue] | None = None, explain: bool = False) -> list[list[Hit]]:
     """``searcher.search`` for k' = max(k, depth) candidates, then :func:`rerank` to the top ``k``.
     k and depth above their maxima (retrieval/inputs.py) are refused."""
     try:

@@ -9,7 +9,9 @@ excluded by an id selector and never come back.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -24,7 +26,15 @@ from ..indexer.store import IndexFiles, open_index
 from . import hybrid as fusion
 from .inputs import Filters, check_filters, check_weights, is_utf8
 
+T = TypeVar("T")
 EXACT_SUBSET_MAX = 10_000  # a filter matching at most this many documents is searched exactly
+
+
+def drop_own(rows: Iterable[Sequence[T]], own: Sequence, k: int, key: Callable[[T], Any] = lambda x: x) -> list[list[T]]:
+    """Self-exclusion, the one way: each row's first ``k`` candidates whose ``key`` is not that
+    query's own document (``own[i]``: its id or position; None or -1 for a text query). Searches ask
+    for ``k + 1`` candidates so that ``k`` remain."""
+    return [[c for c in row if key(c) != mine][:k] for row, mine in zip(rows, own)]
 
 
 class QueryError(ValueError):
@@ -33,19 +43,29 @@ class QueryError(ValueError):
 
 @dataclass(frozen=True)
 class Hit:
+    """One search result, whatever produced it. Re-ranked by a head (retrieval/rerank.py): ``score``
+    is the head's P(positive), ``reranker`` the head's name, ``ann_score`` and ``ann_rank`` what the
+    ANN search gave it."""
+
     id: str
     score: float
     text: str
     metadata: dict
     explain: dict | None = None  # operator name → cos(op(h), t)
+    reranker: str | None = None
+    ann_score: float | None = None
+    ann_rank: int | None = None
 
     def to_json(self, rank: int | None = None) -> dict:
-        """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?}``: the document's own
-        fields stay nested under "metadata", so none of them (an "id", a "score") can pose as the hit's."""
+        """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?, "ann_score"?, "ann_rank"?,
+        "reranker"?}``: the document's own fields stay nested under "metadata", so none of them (an
+        "id", a "score") can pose as the hit's."""
         out = {} if rank is None else {"rank": rank}
         out.update({"id": self.id, "score": round(float(self.score), 6), "text": self.text, "metadata": self.metadata})
         if self.explain is not None:
             out["explain"] = {k: round(float(v), 6) for k, v in self.explain.items()}
+        if self.reranker is not None:
+            out.update(ann_score=round(float(self.ann_score), 6), ann_rank=self.ann_rank, reranker=self.reranker)
         return out
 
 
@@ -226,11 +246,12 @@ class Searcher:
             result = self.projected_search(projection, qv, depth, subset)
         else:
             result = self.ann(qv, depth, subset=subset, params=params)
+        own = self.own_positions(queries)
         if hybrid:
             lexical = self.lexical_search(self.query_texts(queries), depth, subset)
             weight = fusion.WEIGHT if hybrid_weight is None else hybrid_weight
-            result = fusion.fuse(hybrid, result, lexical, k + 1, weight=weight, exclude=self.own_positions(queries))
-        return self.hits(result, queries, k, h if explain else None)
+            result = fusion.fuse(hybrid, result, lexical, k + 1, weight=weight, exclude=own)
+        return self.hits(result, queries, k, h if explain else None, own=own)
 
     def own_positions(self, queries: list[Query]) -> np.ndarray:
         """Each ``--id`` query's live position, -1 for a text query (n,)."""
@@ -295,23 +316,22 @@ class Searcher:
         return np.concatenate([op.documents(np.asarray(vectors[i:i + 65536])) for i in range(0, len(vectors), 65536)]
                               or [np.zeros((0, op.dim), np.float32)])
 
-    def hits(self, result: SearchResult, queries: list[Query], k: int, h: np.ndarray | None = None) -> list[list[Hit]]:
+    def hits(self, result: SearchResult, queries: list[Query], k: int, h: np.ndarray | None = None, *,
+             own: np.ndarray | None = None) -> list[list[Hit]]:
         """Attach docstore fields to ``result`` (one fetch per batch); drop each query's own
-        document; keep k. ``h`` given: add every operator's score (``--explain``)."""
-        positions, scores = result.positions, result.scores
-        docs = self.files.docstore.get(np.unique(positions[positions >= 0]).tolist())
+        document (``own``: its position per query, :meth:`own_positions`); keep k. ``h`` given: add
+        every operator's score (``--explain``)."""
+        own = self.own_positions(queries) if own is None else own
+        # plain Python ints and floats: per hit, numpy scalars cost more than the dict lookup itself
+        rows = [[(p, s) for p, s in zip(row, row_scores) if p >= 0]
+                for row, row_scores in zip(result.positions.tolist(), result.scores.tolist())]
+        rows = drop_own(rows, own.tolist(), k, key=lambda pair: pair[0])
+        docs = self.files.docstore.get(sorted({p for row in rows for p, _ in row}))
         texts = self.query_texts(queries) if h is not None and self.reads_text(self.operators) else None
         results = []
-        # plain Python ints and floats: per hit, numpy scalars cost more than the dict lookup itself
-        for i, (q, row, row_scores) in enumerate(zip(queries, positions.tolist(), scores.tolist())):
-            hits, kept = [], []
-            for p, s in zip(row, row_scores):
-                if len(hits) >= k:
-                    break
-                if p < 0 or (doc := docs[p])["id"] == q.doc_id:
-                    continue
-                hits.append(Hit(doc["id"], s, doc["text"], doc["metadata"]))
-                kept.append(p)
+        for i, row in enumerate(rows):
+            hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in row]
+            kept = [p for p, _ in row]
             if h is not None:
                 hits = self._explain(h[i], hits, kept, None if texts is None else texts[i])
             results.append(hits)

@@ -5,7 +5,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 
@@ -49,15 +48,15 @@ def test_sigkill_mid_run_keeps_previous_index_and_rerun_resumes(tmp_path, small_
     corpus = tmp_path / "captions.jsonl"
     corpus.write_text("\n".join(captions) + "\n")
     args = ["index", corpus, "--index", target, "--chunk-lines", "100", "--quiet"]
-    proc = subprocess.Popen([RELSEARCH, *map(str, args)], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    gens = tmp_path / ".idx.generations"
-    deadline = time.time() + 300
-    while time.time() < deadline and len(list(gens.glob("build-*/*.npz"))) < 2:
-        time.sleep(0.1)  # wait until it has really encoded something
-    assert proc.poll() is None, "indexing finished before it could be killed"
+    # the run stops itself once its second shard is written (relsearch/faults.py); then the kill comes from outside
+    proc = subprocess.Popen([RELSEARCH, *map(str, args)], env={**ENV, "RELSEARCH_FAULT": "index.shard-written:2:stop"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status = os.waitpid(proc.pid, os.WUNTRACED)
+    assert os.WIFSTOPPED(status), f"indexing ended (status {status}) before its second shard"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    finished = len(list(gens.glob("build-*/*.npz")))
+    finished = len(list((tmp_path / ".idx.generations").glob("build-*/*.npz")))
+    assert finished >= 2
     assert run("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").stdout == before
     assert os.path.realpath(target) == str(tmp_path / "gen-old")
     out = run(*args).stdout

@@ -182,6 +182,6 @@ def test_cli_query_hybrid(index):
     assert by_weight["1"] == [h.id for h in searcher.search([Query(doc_id="d5")], k=5)[0]]
     assert by_weight["0"] != by_weight["1"]
     out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "--hybrid", "--hybrid-weight", "0.3"])
-    assert out.exit_code != 0 and "--hybrid-weight needs --hybrid weighted" in out.output
+    assert out.exit_code != 0 and "--hybrid-weight: a hybrid weight needs the weighted fusion" in out.output
     with pytest.raises(QueryError, match="between 0 and 1"):
         searcher.search([Query(doc_id="d5")], k=3, hybrid="weighted", hybrid_weight=2.0)

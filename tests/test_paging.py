@@ -91,4 +91,4 @@ def test_cli_offset_collapse_and_an_empty_filter(small_index):
     result, ranged = query("--filter", "gics_sector in [Energy,Utilities]", "--filter", "not gics_sector=Energy")
     assert ranged and {h["metadata"]["gics_sector"] for h in ranged} == {"Utilities"}
     result, _ = query("--collapse", "colour")
-    assert result.exit_code != 0 and "unknown --collapse field 'colour'" in result.stderr
+    assert result.exit_code != 0 and "--collapse: unknown collapse field 'colour'" in result.stderr

@@ -16,7 +16,7 @@ from relsearch.encoder.training import loop
 from relsearch.encoder.training.data import Pair
 from relsearch.encoder.training.pu import (PUConfig, class_priors, nnpu_risk, pu_term, pu_weight_at,
                                            subsample_labels, train_pu)
-from relsearch.retrieval.rerank import RerankedHit, rerank
+from relsearch.retrieval.rerank import rerank
 from relsearch.retrieval.search import Hit, Query, QueryError, Searcher
 
 from conftest import shared, write_jsonl
@@ -258,7 +258,7 @@ def test_rerank_orders_hits_by_head_score_from_stored_raw_vectors():
     order = np.argsort(-expected)[:4]
     assert [x.id for x in out] == [ids[i] for i in order]
     assert [x.score for x in out] == pytest.approx(expected[order].tolist(), rel=1e-5)
-    assert all(isinstance(x, RerankedHit) and x.ann_score == hits[x.ann_rank - 1].score for x in out)
+    assert all(x.reranker is not None and x.ann_score == hits[x.ann_rank - 1].score for x in out)
     assert out[0].to_json(1)["ann_rank"] == order[0] + 1
     with pytest.raises(QueryError, match="no re-ranking head 'nope'; heads available: probe"):
         rerank(searcher, "nope", h, [hits], k=4)

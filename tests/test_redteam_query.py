@@ -15,7 +15,7 @@ from relsearch.pipelines.lookup import LookupInputError, LookupJob, run_lookup
 from relsearch.retrieval.elastic import filter_clauses
 from relsearch.retrieval.inputs import MAX_K, MAX_WEIGHT, filter_value
 from relsearch.retrieval.queries import read_queries
-from relsearch.retrieval.rerank import RerankedHit, search_reranked
+from relsearch.retrieval.rerank import search_reranked
 from relsearch.retrieval.search import Hit, Query, QueryError, Searcher
 from synthetic_index import D, raw_vectors
 
@@ -45,7 +45,7 @@ def test_hit_json_nests_metadata_so_it_cannot_forge_the_hit():
     hit = Hit("d1", 0.25, "t", dict(FORGED), {"identity": 0.25})
     assert hit.to_json(rank=3) == {"rank": 3, "id": "d1", "score": 0.25, "text": "t", "metadata": FORGED,
                                    "explain": {"identity": 0.25}}
-    reranked = RerankedHit("d1", 0.9, "t", dict(FORGED), ann_score=0.25, ann_rank=2, reranker="h").to_json(1)
+    reranked = Hit("d1", 0.9, "t", dict(FORGED), ann_score=0.25, ann_rank=2, reranker="h").to_json(1)
     assert (reranked["id"], reranked["score"], reranked["ann_rank"], reranked["metadata"]) == ("d1", 0.9, 2, FORGED)
 
 

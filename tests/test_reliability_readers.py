@@ -28,11 +28,12 @@ def test_queries_in_other_processes_see_whole_generations(tmp_path):
     readers = [subprocess.Popen([sys.executable, str(PROBE), str(target), str(log), str(stop)]) for log in logs]
 
     def wait_until_seen(state: int) -> None:
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            seen = [{o.get("state") for o in observations(log)} for log in logs]
-            if any("error" in o for log in logs for o in observations(log)) or all(state in s for s in seen):
-                return
+        """Until every reader has answered from generation ``state``, or one failed or exited."""
+        hang_guard = time.monotonic() + 600
+        while not all(state in {o.get("state") for o in observations(log)} for log in logs):
+            if any("error" in o for log in logs for o in observations(log)) or any(r.poll() is not None for r in readers):
+                return  # the assertions below say what went wrong
+            assert time.monotonic() < hang_guard, f"the readers never answered from generation {state}"
             time.sleep(0.05)
 
     try:

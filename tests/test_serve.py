@@ -9,7 +9,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -37,16 +36,22 @@ def _start(app):
     """Serve ``app`` on a free loopback port in a thread; returns (url, server)."""
     import uvicorn
 
+    class Server(uvicorn.Server):
+        ready = threading.Event()
+
+        async def startup(self, sockets=None):
+            await super().startup(sockets)
+            self.ready.set()
+
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
-    threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True).start()
-    url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    for _ in range(200):
-        if server.started:
-            return url, server
-        time.sleep(0.02)
-    raise RuntimeError("server did not start")
+    server = Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not server.ready.wait(0.5):  # started, or its thread died trying
+        if not thread.is_alive():
+            raise RuntimeError("server did not start")
+    return f"http://127.0.0.1:{sock.getsockname()[1]}", server
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,120 @@
+"""One search, the one way: the path every caller takes from queries to a page of hits.
+
+``relsearch query``, the Python API (relsearch/api.py) and through it the server build the same
+:class:`SearchOptions` and call :func:`run`: the relational search (fused with BM25 when
+``hybrid``, re-scored by a pair head when ``rerank``), collapsed on a metadata field, then the page
+``offset…offset + k`` and the ``min_score`` cut. The result is one list of
+:class:`~.search.Hit` per query, re-ranked or not.
+
+Errors name the option at fault (:class:`RequestError`), never a command-line flag: the CLI
+and the server say it in their own words.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass, field
+
+from .hybrid import METHODS as HYBRID_METHODS
+from .hybrid import check as check_fusion
+from .inputs import MAX_K, MAX_RERANK_DEPTH, Filters, check_filters
+from .paging import page, search_collapsed
+from .search import Hit, Query, QueryError
+
+
+class RequestError(ValueError):
+    """A request that cannot be answered as asked; ``field`` names the part at fault, ``status``
+    is the HTTP status a server answers with (422 invalid, 404 unknown document)."""
+
+    def __init__(self, field: str, message: str, status: int = 422):
+        super().__init__(message)
+        self.field, self.message, self.status = field, message, status
+
+
+@contextlib.contextmanager
+def blame(field_name: str):
+    """Turn the search layer's errors (QueryError, a KeyError listing valid names, ValueError) into
+    a RequestError naming the request field at fault."""
+    try:
+        yield
+    except (QueryError, KeyError, ValueError) as e:
+        if isinstance(e, RequestError):
+            raise
+        raise RequestError(field_name, e.args[0] if isinstance(e, KeyError) else str(e)) from None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchOptions:
+    """How to answer a batch of queries: the page ``offset``…``offset + k`` after keeping the best
+    hit per value of metadata field ``collapse`` (retrieval/paging.py), hits below ``min_score``
+    dropped; metadata ``filters`` (indexer/filters.py: a value or ``{operator: value}`` per field,
+    AND-ed); ``explain`` (every operator's own score); ``rerank`` (a pair head of the bundle) over
+    ``rerank_depth`` ANN candidates; ``hybrid`` (``rrf`` | ``weighted``, fused with BM25 on the
+    query text, retrieval/hybrid.py) with, for ``weighted``, ``hybrid_weight`` (the relational
+    list's share in [0, 1], default 0.5)."""
+
+    k: int = 10
+    offset: int = 0
+    min_score: float | None = None
+    collapse: str | None = None
+    filters: Filters = field(default_factory=dict)
+    explain: bool = False
+    rerank: str | None = None
+    rerank_depth: int | None = None
+    hybrid: str | None = None
+    hybrid_weight: float | None = None
+
+    def check(self) -> None:
+        """The checks that need no index; a :class:`RequestError` naming the option."""
+        if isinstance(self.k, bool) or not 1 <= self.k <= MAX_K:
+            raise RequestError("k", f"k must be between 1 and {MAX_K:,}, got {self.k:,}")
+        if not 0 <= self.offset <= MAX_K - self.k:
+            raise RequestError("offset", f"offset + k must be at most {MAX_K:,}, got {self.offset:,} + {self.k:,}")
+        if self.rerank_depth is not None and not 1 <= self.rerank_depth <= MAX_RERANK_DEPTH:
+            raise RequestError("rerank_depth", f"rerank_depth must be between 1 and {MAX_RERANK_DEPTH:,}")
+        if self.rerank_depth is not None and self.rerank is None:
+            raise RequestError("rerank_depth", "rerank_depth needs rerank (a head name)")
+        if self.hybrid is not None and self.hybrid not in HYBRID_METHODS:
+            raise RequestError("hybrid", f"hybrid must be one of {', '.join(HYBRID_METHODS)}, "
+                                         f"got {str(self.hybrid)[:40]!r}")
+        if self.hybrid is not None and self.rerank is not None:
+            raise RequestError("hybrid", "hybrid and rerank do not combine")
+        with blame("hybrid_weight"):
+            check_fusion(self.hybrid, self.hybrid_weight)
+        with blame("filters"):
+            check_filters(self.filters)
+        if self.min_score is not None and not math.isfinite(self.min_score):
+            raise RequestError("min_score", "min_score must be a finite number")
+
+    def check_against(self, searcher) -> None:
+        """The checks against an opened index (its fields and heads); RequestError naming the option."""
+        from .rerank import head_of
+
+        with blame("filters"):
+            searcher.check({}, self.filters)
+        if self.collapse is not None and self.collapse not in searcher.metadata_fields:
+            raise RequestError("collapse", f"unknown collapse field {self.collapse!r}; metadata fields: "
+                                           f"{', '.join(searcher.metadata_fields) or '(none)'}")
+        if self.rerank is not None:
+            with blame("rerank"):
+                head_of(searcher, self.rerank)
+
+
+def run(searcher, queries: list[Query], options: SearchOptions) -> list[list[Hit]]:
+    """Each query's page of hits (see the module docstring). ``searcher``: a FAISS
+    :class:`~.search.Searcher` or an Elasticsearch one (retrieval/es_backend.py)."""
+    if not queries:
+        return []
+
+    def top(fetch: int) -> list[list[Hit]]:
+        if options.rerank is not None:
+            from .rerank import search_reranked
+
+            return search_reranked(searcher, queries, head=options.rerank, k=fetch, depth=options.rerank_depth,
+                                   filters=options.filters, explain=options.explain)
+        fused = {"hybrid": options.hybrid, "hybrid_weight": options.hybrid_weight} if options.hybrid else {}
+        return searcher.search(queries, k=fetch, filters=options.filters, explain=options.explain, **fused)
+
+    ranked = search_collapsed(top, need=options.offset + options.k, field=options.collapse,
+                              limit=searcher.live_count)
+    return [page(hits, offset=options.offset, k=options.k, min_score=options.min_score) for hits in ranked]
