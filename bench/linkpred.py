@@ -91,17 +91,10 @@ def raw_vectors(bundle: Bundle, texts: list[str], *, cache_dir: str | None = Non
     from ..encoder.model import Encoder
     from ..encoder.training import encode_cached
 
-    config = _encoder_config(bundle, precision)
+    config = bundle.encoder_config(precision=precision)
     if config not in _ENCODERS:  # one model per process: the suite runs many benchmarks on one encoder
         _ENCODERS[config] = Encoder(config)
     return encode_cached(_ENCODERS[config], list(texts), cache_dir=cache_dir, progress=progress)
-
-
-def _encoder_config(bundle: Bundle, precision: str):
-    from ..encoder.model import EncoderConfig
-
-    return EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
-                         max_length=bundle.encoder.get("max_length"), precision=precision)
 
 
 def read_texts(path: str, text_field: str = "text") -> list[str]:
@@ -179,7 +172,7 @@ def load_candidates(job: LinkPredJob, query_texts: list[str]) -> Candidates:
     if any(op.needs_text for op in bundle.operators.values()):
         from ..encoder.tower import attach_towers
 
-        attach_towers(bundle.operators, _ENCODERS[_encoder_config(bundle, job.precision)])
+        attach_towers(bundle.operators, _ENCODERS[bundle.encoder_config(precision=job.precision)])
     by_text = dict(zip(distinct, vecs))
     unit = normalize(np.stack([by_text[t] for t in texts])) if texts else np.zeros((0, vecs.shape[1]), np.float32)
     return Candidates(texts, unit, by_text, bundle, {"candidates": file_fingerprint(job.candidates)})

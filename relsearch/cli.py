@@ -96,14 +96,14 @@ def _format_metrics(metrics: dict) -> str:
 def score(text_a, text_b, model, as_json):
     """Print every relation's score cos(op(h_A), B) for the pair TEXT_A → TEXT_B."""
     from relsearch.encoder.bundle import load_bundle
-    from relsearch.encoder.model import Encoder, EncoderConfig
+    from relsearch.encoder.model import Encoder
     from relsearch.retrieval.search import score_pair
 
     try:
         bundle = load_bundle(model)
     except ValueError as e:  # a model that is not found, a damaged bundle
         raise click.ClickException(str(e)) from None
-    enc = Encoder(EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling")))
+    enc = Encoder(bundle.encoder_config())
     scores = score_pair(bundle, enc, text_a, text_b)
     if as_json:
         click.echo(json.dumps(scores))

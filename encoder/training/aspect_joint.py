@@ -127,9 +127,9 @@ def _bundle(encoder, name, splits, fields, combine, config, base_bundle: Bundle,
         vec["test"] = encoder.embed([d.text for d in splits["test"]])
     op.info = operator_info(op, splits, vec, fields, combine, config, training)
     if "metrics" in op.info and "identity" in op.info["metrics"]:  # identity = the base encoder, unchanged
-        from ..model import Encoder, EncoderConfig
+        from ..model import Encoder
 
-        base = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=encoder.max_length))
+        base = Encoder(base_bundle.encoder_config(max_length=encoder.max_length))
         h = base.encode([d.text for d in splits["test"]]).vectors
         op.info["metrics"]["identity"] = _strip(aspect_metrics(IDENTITY, h, splits["test"], fields, combine))
         op.info["metrics"]["identity_note"] = "identity = the base encoder before fine-tuning"

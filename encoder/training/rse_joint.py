@@ -311,7 +311,7 @@ def _loop(run: _Run, candidates: list[str] | None, checkpoint: Checkpoint | None
 
 def _test_metrics(run: _Run, ops: dict[str, Operator], base_bundle: Bundle, config: JointConfig) -> dict[str, dict]:
     """Per relation: the fine-tuned model vs identity *of the base encoder* on the test triples."""
-    from ..model import Encoder, EncoderConfig
+    from ..model import Encoder
 
     data = run.data
     metrics = {name: {"split": "test", "protocol": PROTOCOL + "; identity = the base encoder before fine-tuning"}
@@ -319,7 +319,7 @@ def _test_metrics(run: _Run, ops: dict[str, Operator], base_bundle: Bundle, conf
     if not data.has("test"):
         return metrics
     tuned = run.evaluate("test", _embed_split(run.encoder, data.text_list, data.splits["test"]), ops)
-    base_encoder = Encoder(EncoderConfig(model=base_bundle.encoder["model"], max_length=run.encoder.max_length))
+    base_encoder = Encoder(base_bundle.encoder_config(max_length=run.encoder.max_length))
     base_vecs = encode_cached(base_encoder, data.text_list, cache_dir=config.cache_dir, progress=False)
     for name in tuned:
         m, metrics[name]["queries"], metrics[name]["candidates"] = tuned[name]
