@@ -61,10 +61,10 @@ class EsSearcher:
         """As :meth:`Searcher.search`; k is clipped to the local index's live documents. Filter values
         go to Elasticsearch typed, where each metadata field has the one type its mapping gave it."""
         if explain:
-            raise QueryError("--explain needs the FAISS backend (it reads the stored vectors)")
+            raise QueryError("explain needs the FAISS backend (it reads the stored vectors)")
         if params:
             raise QueryError(f"search parameters {', '.join(sorted(params))} apply to the FAISS backend; "
-                             "for Elasticsearch use --num-candidates")
+                             "for Elasticsearch set num_candidates")
         if not queries:
             return []
         if self.searcher.projection_of(queries):
@@ -100,8 +100,8 @@ def open_searcher(index_dir: str, model: str | None = None, *, backend: str = "f
     if backend != "es":
         raise QueryError(f"unknown backend {backend!r}; choose faiss or es")
     if es is None:
-        raise QueryError("--backend es needs --es-url and --es-index")
+        raise QueryError("the Elasticsearch backend needs its URL and index (EsQueryOptions)")
     if search_params:
         raise QueryError(f"search parameters {', '.join(sorted(search_params))} apply to the FAISS backend; "
-                         "for Elasticsearch use --num-candidates")
+                         "for Elasticsearch set num_candidates")
     return EsSearcher(Searcher(index_dir, model), es)

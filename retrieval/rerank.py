@@ -89,7 +89,7 @@ def search_reranked(searcher, queries: list[Query], *, head: str, k: int = 10, d
     k and depth above their maxima (retrieval/inputs.py) are refused."""
     try:
         check_at_most("k", k, MAX_K)
-        check_at_most("--rerank-depth", depth or DEFAULT_DEPTH, MAX_RERANK_DEPTH)
+        check_at_most("rerank_depth", depth or DEFAULT_DEPTH, MAX_RERANK_DEPTH)
     except ValueError as e:
         raise QueryError(str(e)) from None
     pair_head = head_of(searcher, head)  # fail before searching

@@ -73,7 +73,7 @@ def test_k_and_depth_are_bounded_and_clipped_to_the_index(forged, tmp_path):
     assert depth.exit_code == 2 and "--rerank-depth" in depth.output
     searcher = Searcher(str(forged))
     assert len(searcher.search([Query(doc_id="d0")], k=3_000_000_000)[0]) == 9  # clipped, not allocated
-    with pytest.raises(QueryError, match="--rerank-depth must be between 1 and 10,000"):
+    with pytest.raises(QueryError, match="rerank_depth must be between 1 and 10,000"):
         search_reranked(searcher, [Query(doc_id="d0")], head="h", depth=10 ** 8)
     with pytest.raises(LookupInputError, match="k must be between 1 and 10,000"):
         LookupJob(input="in.jsonl", index=str(forged), out="o.jsonl", k=3_000_000_000)
