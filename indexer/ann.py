@@ -27,7 +27,7 @@ MAX_EF_SEARCH = 4096  # cap when widening a graph search for a selective id filt
 # A filter passing a fraction f of the vectors widens nprobe / efSearch by about WIDEN / f: 1/f keeps
 # the number of matching vectors met constant, but the filtered top-k sit deeper in the unfiltered
 # ranking (around rank k/f), which needs more lists than the top-k did; 2 was measured to bring
-# recall back near the unfiltered level on clustered data (tests/test_faiss.py). The factor
+# recall back near the unfiltered level on clustered data (tests/indexer/test_faiss.py). The factor
 # fades out as f → 1, so a few tombstones (f ≈ 0.99) cost about 1/f, not twice the work:
 # scale = 1 + (WIDEN/f − 1)·(1 − f).
 WIDEN = 2.0

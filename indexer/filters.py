@@ -11,7 +11,7 @@ object of operators, also AND-ed::
     {"ceo": {"exists": true}}                               the field is present (any value, null too)
     {"country": {"not": {"eq": "US", "in": ["CA"]}}}        each operator inside negated
 
-Matching (tests/test_filters.py holds the full table): values compare only within their JSON type
+Matching (tests/indexer/test_filters.py holds the full table): values compare only within their JSON type
 (``true`` is not ``1``, ``"1"`` is not ``1``; ``1`` equals ``1.0``); strings order by code point.
 A field holding an array matches ``eq``, ``ieq``, ranges and ``in`` when any element does (as in
 Elasticsearch or MongoDB) and ``has`` only when it is an array. ``not`` keeps the documents the

@@ -2,7 +2,7 @@
 
 ``RELSEARCH_FAULT=POINT`` (or ``POINT:N`` for the N-th time the process reaches it) makes the
 process send itself SIGKILL there: no ``finally`` block, no ``atexit``, no flush, exactly what a
-kill -9, an OOM kill or a power cut does to the process. tests/test_kill_points.py uses it to
+kill -9, an OOM kill or a power cut does to the process. tests/indexer/test_kill_points.py uses it to
 prove that every write either happens completely or leaves the previous index answering.
 ``POINT:N:stop`` stops the process there (SIGSTOP) instead, so that a test can wait for that
 moment (``waitpid`` with ``WUNTRACED``) and kill it from outside, with no guess at timing.

@@ -1,6 +1,6 @@
 """File helpers every layer uses: one sha256 of a file, one write-aside-then-rename.
 
-Base layer (tests/test_import_direction.py): imports nothing from relsearch.
+Base layer (tests/cli_api/test_import_direction.py): imports nothing from relsearch.
 """
 from __future__ import annotations
 

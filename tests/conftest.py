@@ -15,6 +15,11 @@ SHARED_DATA = REPO.parent / "shared" / "data"
 DEMO_CORPUS = REPO / "relsearch" / "data" / "sp500_2017.jsonl"
 
 
+def demo_texts(n: int = 40) -> list[str]:
+    """The first ``n`` company descriptions of the demo corpus."""
+    return [json.loads(line)["text"] for line in DEMO_CORPUS.read_text().splitlines()[:n]]
+
+
 def shared(*parts: str) -> Path:
     path = SHARED_DATA.joinpath(*parts)
     if not path.exists():

@@ -1,4 +1,4 @@
-"""A query process for tests/test_reliability_readers.py: `python reader_probe.py INDEX OUT STOP`.
+"""A query process for tests/indexer/test_reliability_readers.py: `python reader_probe.py INDEX OUT STOP`.
 
 Until the file STOP exists it opens INDEX afresh, checks that what it opened is one consistent
 generation, answers fixed queries and appends ``{"state", "answers"}`` to OUT (one JSON line per

@@ -33,7 +33,7 @@ def _operator(kind: str) -> Operator:
                     "layer.0.query.lora_B": rng.normal(0, 0.05, (D, 2))},
     }
     if kind not in params:
-        pytest.fail(f"operator kind {kind!r} has no example in tests/test_operator_contract.py: add one")
+        pytest.fail(f"operator kind {kind!r} has no example in tests/encoder/test_operator_contract.py: add one")
     info = {"tower": {"name": "t", "marker": "relation: {relation}; ", "scale": 2.0, "base": "fake0"}} \
         if kind == "encoder" else {}
     op = Operator(name=f"op-{kind}", kind=kind, description=f"a {kind} operator", info=info,
@@ -46,7 +46,7 @@ def _operator(kind: str) -> Operator:
 def _head(kind: str) -> PairHead:
     rng = np.random.default_rng(11)
     if kind != "pair-classifier":
-        pytest.fail(f"head kind {kind!r} has no example in tests/test_operator_contract.py: add one")
+        pytest.fail(f"head kind {kind!r} has no example in tests/encoder/test_operator_contract.py: add one")
     params = {"P": np.eye(D) + rng.normal(0, 0.1, (D, D)), "W1": rng.normal(0, 0.3, (6, 4 * D)),
               "b1": rng.normal(0, 0.1, 6), "W2": rng.normal(0, 0.3, (3, 6)), "b2": rng.normal(0, 0.1, 3)}
     return PairHead(name=f"head-{kind}", kind=kind, labels=("a", "b", "c"), positive="b", params=params,

@@ -3,7 +3,7 @@ import pytest
 
 from relsearch.bench import speed
 from conftest import SHARED_DATA, shared
-from test_encoder import texts
+from conftest import demo_texts as texts
 
 
 def test_real_sentences_are_distinct_and_seeded():

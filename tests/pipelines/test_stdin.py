@@ -4,7 +4,9 @@ import os
 import subprocess
 
 from conftest import DEMO_CORPUS
-from test_cli import ENV, RELSEARCH
+from synthetic_index import RELSEARCH
+
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
 
 
 def test_index_from_stdin_reconciles_like_a_file(tmp_path):

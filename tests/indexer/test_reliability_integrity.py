@@ -19,7 +19,7 @@ from relsearch.indexer.store import IndexCorruptError, open_index
 
 from synthetic_index import answers, build
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DATA_FILES = [store.FAISS_FILE, store.VECTORS_FILE, store.DOCSTORE_FILE, store.DELETED_FILE]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 # source folder → the installed package it is (setup.cfg package_dir)
 PACKAGES = ("encoder", "indexer", "retrieval", "pipelines", "bench")
 # What each layer may import besides itself. "base" is the package root every layer sits on

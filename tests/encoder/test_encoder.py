@@ -8,11 +8,10 @@ import torch
 
 from relsearch.encoder.model import (Encoder, EncoderConfig, choose_device_and_dtype, default_token_budget,
                                      resolve_model_path)
-from conftest import DEMO_CORPUS
+from conftest import demo_texts
 
 
-def texts(n=40):
-    return [json.loads(line)["text"] for line in DEMO_CORPUS.read_text().splitlines()[:n]]
+texts = demo_texts
 
 
 def cos(a, b):

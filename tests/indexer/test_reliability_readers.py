@@ -12,7 +12,7 @@ from relsearch.indexer import mutations
 
 from synthetic_index import answers, block, build
 
-PROBE = Path(__file__).with_name("reader_probe.py")
+PROBE = Path(__file__).parents[1] / "reader_probe.py"
 
 
 def observations(path: Path) -> list[dict]:
