@@ -37,38 +37,22 @@ from .retrieval.search import Hit, Query, Searcher
 
 
 @dataclass(frozen=True, kw_only=True)
-class SearchRequest:
+class SearchRequest(SearchOptions):
     """One query: ``text`` or ``id`` (an indexed document, never returned itself), the relation
-    mixture ``{name: weight}`` (default identity), metadata ``filters`` (indexer/filters.py: a
-    value or ``{operator: value}`` per field, AND-ed; JSON types match exactly: ``true`` is not
-    ``1``), the page
-    ``offset``…``offset + k`` after keeping the best hit per value of metadata field ``collapse``
-    (retrieval/paging.py), hits below ``min_score`` dropped, ``explain`` (every operator's own
-    score), ``rerank`` (a re-ranking head of the bundle) over ``rerank_depth`` ANN candidates,
-    ``hybrid`` (``rrf`` | ``weighted``: fused with BM25 on the query text, retrieval/hybrid.py) and,
-    for ``weighted``, ``hybrid_weight`` (the relational list's share in [0, 1], default 0.5)."""
+    mixture ``{name: weight}`` (default identity), and how to answer it: the options of
+    :class:`~relsearch.retrieval.request.SearchOptions` (k, offset, min_score, collapse, filters
+    — JSON types match exactly: ``true`` is not ``1`` —, explain, rerank, rerank_depth, hybrid,
+    hybrid_weight)."""
 
     text: str | None = None
     id: str | None = None
     relations: dict[str, float] = field(default_factory=lambda: {"identity": 1.0})
-    k: int = 10
-    offset: int = 0
-    min_score: float | None = None
-    collapse: str | None = None
-    filters: dict[str, FilterValue | dict] = field(default_factory=dict)
-    explain: bool = False
-    rerank: str | None = None
-    rerank_depth: int | None = None
-    hybrid: str | None = None
-    hybrid_weight: float | None = None
 
     def query(self) -> Query:
         return Query(text=self.text, doc_id=self.id, relations=dict(self.relations), query_id=self.id)
 
     def options(self) -> SearchOptions:
-        return SearchOptions(k=self.k, offset=self.offset, min_score=self.min_score, collapse=self.collapse,
-                             filters=self.filters, explain=self.explain, rerank=self.rerank,
-                             rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight)
+        return SearchOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SearchOptions)})
 
 
 @dataclass(frozen=True)
@@ -89,7 +73,7 @@ def check_request(req: SearchRequest) -> None:
         raise RequestError("text", "'text' is empty")
     if req.text is not None and not is_utf8(req.text):
         raise RequestError("text", "'text' is not valid UTF-8")
-    req.options().check()
+    SearchOptions.check(req)
     if not req.relations:
         raise RequestError("relations", "give at least one relation, e.g. {\"identity\": 1}")
     if any(isinstance(w, bool) or not isinstance(w, (int, float)) for w in req.relations.values()):
@@ -290,7 +274,7 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
         for name in req.relations:
             lookup(searcher.operators, name)
         projection = searcher.projection_of([req.query()])
-    req.options().check_against(searcher)
+    SearchOptions.check_against(req, searcher)
     if req.id is not None and searcher.unknown_ids([req.query()]):
         raise RequestError("id", f"document id {req.id[:80]!r} is not in the index", 404)
     # JSON text keeps each value's type: True == 1 in Python, but the filters differ
