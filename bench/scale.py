@@ -136,7 +136,7 @@ class AnonPeak:
 
 
 def run(args) -> dict:
-    from relsearch.indexer import ann
+    from relsearch.indexer import ann, sharded_add
     from relsearch.retrieval.search import Query, Searcher
 
     anon = AnonPeak()
@@ -144,6 +144,9 @@ def run(args) -> dict:
     out = args.out or tempfile.mkdtemp(prefix="relsearch-scale-")
     target = os.path.join(out, "idx")
     manifest, build_s = build(target, base, identity, args)
+    # the build alone, before searches re-rank from the memory-mapped vectors.npy (those pages count too)
+    build_rss = {"peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                 "peak_rss_anon_mib": round(anon.peak_kib / 1024, 1)}
     searcher = Searcher(target)
     index = searcher.files.faiss
     params = dict(searcher.tuned_params)
@@ -208,10 +211,11 @@ def run(args) -> dict:
         # CPU seconds of this process (all threads) per round: insensitive to other jobs' load
         "ratio_cpu_time": round(statistics.median(cpu["faiss"]) / statistics.median(cpu["relsearch"]), 4),
         "ratio_with_docs_vs_faiss": round(qps["relsearch+docs"] / qps["faiss"], 4),
+        "build_peak_rss": build_rss,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_rss_anon_mib": anon.stop(),
-        # the largest FAISS add worker (--add-workers > 1); RSS counts file pages of vectors.npy it touched
-        "peak_rss_add_worker_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
+        # each FAISS add worker's own peak (VmHWM; --add-workers > 1): it reads its rows with pread
+        "peak_rss_add_workers_mib": sharded_add.last_worker_peaks_mib,
         "vectors_npy_gib": round(args.n * base.shape[1] * 4 / 2**30, 2),
         "index_faiss_mib": round(os.path.getsize(os.path.join(target, "index.faiss")) / 2**20, 1),
         "threads": _threads(),

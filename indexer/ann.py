@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import rowfile
+
 INT_PARAMS = ("nprobe", "max_codes", "efSearch", "quantizer_efSearch", "rerank")
 FLOAT_PARAMS = ("k_factor",)
 MAX_EF_SEARCH = 4096  # cap when widening a graph search for a selective id filter
@@ -213,7 +215,8 @@ def top_k(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.n
 def exact_search(vectors: np.ndarray, q: np.ndarray, k: int, subset: np.ndarray | None = None,
                  *, max_block_floats: int = 1 << 24) -> SearchResult:
     """Exact inner-product top-k of ``q`` (n, d) over rows ``subset`` of ``vectors`` (all rows if
-    None), reading ``vectors`` (a memory map is fine) in blocks so memory stays ~max_block_floats."""
+    None), reading ``vectors`` in blocks so memory stays ~max_block_floats; a whole ``.npy`` memory
+    map is read with file reads (indexer/rowfile.py), so the pass leaves no mapped pages behind."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     total = len(vectors) if subset is None else len(subset)
     block = max(1024, max_block_floats // max(len(q), 1))
@@ -222,10 +225,11 @@ def exact_search(vectors: np.ndarray, q: np.ndarray, k: int, subset: np.ndarray 
     for start in range(0, total, block):
         if subset is None:
             ids = np.arange(start, min(start + block, total), dtype=np.int64)
-            rows = np.asarray(vectors[start:start + block], dtype=np.float32)
+            rows = rowfile.read_rows(vectors, start, start + block)
         else:
             ids = np.asarray(subset[start:start + block], dtype=np.int64)
-            rows = np.asarray(vectors[ids], dtype=np.float32)
+            ordered = bool(np.all(ids[1:] > ids[:-1]))
+            rows = rowfile.take(vectors, ids) if ordered else np.asarray(vectors[ids], dtype=np.float32)
         sims = q @ rows.T
         best_s, best_p = top_k(np.hstack([best_s, sims]), np.hstack([best_p, np.broadcast_to(ids, sims.shape)]), k)
     return SearchResult(best_p, best_s)

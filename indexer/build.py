@@ -1,8 +1,9 @@
 """Write a new generation's data files from a stream of document blocks.
 
 Used by the index pipeline (a fresh build), by mutations (append, compact) and by the scale
-benchmark. Blocks go straight to ``vectors.npy`` (a memory map written in place) and to the
-docstore; FAISS is then built from the memory map, block by block. Peak memory is therefore the
+benchmark. Blocks go straight to ``vectors.npy`` (written with file writes, so the rows never sit
+in this process's resident set: indexer/rowfile.py) and to the docstore; FAISS is then built from
+the file, block by block. Peak memory is therefore the
 FAISS index itself plus one block, one training sample and the tuning buffers, not the corpus:
 see docs/indexes.md for the numbers.
 """
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import faults
-from . import lexical, store
+from . import lexical, rowfile, store
 from .docstore import DocStore
 from .faiss_index import FaissSpec, build_index, trained_empty
 from .segments import TRAINED_FILE
@@ -39,9 +40,10 @@ def unit_rows(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return (raw / np.maximum(norms, 1e-12)[:, None]).astype(np.float32), norms
 
 
-def write_rows(vectors_out: np.ndarray, docstore: DocStore, blocks: Iterable[Block],
+def write_rows(vectors_out, docstore: DocStore, blocks: Iterable[Block],
                first_position: int = 0) -> tuple[int, set]:
-    """Write blocks into rows 0… of ``vectors_out`` and into ``docstore`` at positions
+    """Write blocks into rows 0… of ``vectors_out`` (an (n, d) array or memory map, or a
+    :class:`~relsearch.indexer.rowfile.NpyWriter`) and into ``docstore`` at positions
     ``first_position``… (a segment's rows are local, its docstore positions global); returns
     (rows written, metadata field names seen)."""
     row, fields = 0, set()
@@ -144,16 +146,15 @@ def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec
                      facts: GpuFacts | None = None, bm25: bool = True) -> Written:
     """``vectors.npy`` + ``docstore.sqlite`` + ``index.faiss`` (+ ``bm25.npz`` unless ``bm25`` is
     False) for exactly ``n`` documents."""
-    out = open_vectors(gen, n, d)
+    out = rowfile.NpyWriter(gen / store.VECTORS_FILE, n, d)
     docstore = DocStore(str(gen / store.DOCSTORE_FILE), create=True)
     try:
         written, fields = write_rows(out, docstore, blocks)
     finally:
         docstore.close()
+        out.close()
     if written != n:
         raise RuntimeError(f"expected {n} documents, the blocks held {written}")
-    out.flush()
-    del out
     faults.point("build.rows-written")
     vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
     info = write_faiss(gen, vectors, spec, facts)

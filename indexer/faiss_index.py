@@ -1,8 +1,8 @@
 """FAISS inner-product indexes over unit vectors: choose (``auto`` or a factory string), train on a
 sample, add in blocks (GPU when present), tune search parameters, describe it for the manifest.
 
-Memory during a build: the vectors are read block by block from ``vectors.npy`` (a memory map),
-so beyond the index itself a build holds one training sample (≤ ``train_cap`` rows), one add
+Memory during a build: the vectors are read block by block from ``vectors.npy`` with file reads
+(indexer/rowfile.py: no mapped pages stay resident), so beyond the index itself a build holds one training sample (≤ ``train_cap`` rows), one add
 block and the tuning queries' exact search blocks (~64 MiB).
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import gpu, sharded_add
+from . import gpu, rowfile, sharded_add
 from .tuning import AutoPolicy, TuningConfig, choose_factory, exact_scores, tune
 
 DEFAULT_FACTORY = "auto"
@@ -67,14 +67,14 @@ def _sample(vectors: np.ndarray, size: int, seed: int) -> np.ndarray:
     if size >= n:
         return np.ascontiguousarray(vectors, dtype=np.float32)
     rows = np.sort(np.random.default_rng(seed).choice(n, size, replace=False))  # sorted: sequential reads
-    return np.ascontiguousarray(vectors[rows], dtype=np.float32)
+    return rowfile.take(vectors, rows)
 
 
 def blocks_of(vectors: np.ndarray, block: int):
     """A callable yielding contiguous float32 blocks of ``vectors`` (re-iterable, for GPU fallback)."""
     def gen():
-        for start in range(0, len(vectors), block):
-            yield np.ascontiguousarray(vectors[start:start + block], dtype=np.float32)
+        for _, rows in rowfile.blocks(vectors, block):  # file reads for a .npy memory map (rowfile.py)
+            yield rows
     return gen
 
 
