@@ -83,6 +83,7 @@ def synthesise(base: np.ndarray, n: int, noise: float, seed: int, block: int = 2
 
 def build(target: str, base, identity, args) -> tuple[dict, float]:
     from relsearch.indexer.build import Block, build_published
+    from relsearch.indexer import sharded_add
     from relsearch.indexer.faiss_index import FaissSpec
 
     def blocks():
@@ -94,7 +95,8 @@ def build(target: str, base, identity, args) -> tuple[dict, float]:
     started = time.perf_counter()
     manifest = build_published(target, blocks(), n=args.n, d=base.shape[1], encoder=identity,
                                spec=FaissSpec(factory=args.factory, recall_target=args.recall_target,
-                                              add_workers=args.add_workers),
+                                              fill=sharded_add.LocalAdd(args.add_workers)
+                                              if args.add_workers > 1 else None),
                                run={"synthetic": {"base": len(base), "noise": args.noise, "seed": args.seed}},
                                bm25=False)  # synthetic texts: BM25 lists would only cost build time
     return manifest, time.perf_counter() - started

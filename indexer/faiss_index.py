@@ -7,6 +7,7 @@ block and the tuning queries' exact search blocks (~64 MiB).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,7 +31,10 @@ class FaissSpec:
     policy: AutoPolicy = field(default_factory=AutoPolicy)
     add_block: int = 65_536
     train_cap: int = 200_000
-    add_workers: int = 1  # > 1: an IVF index on a vectors.npy file is filled by this many processes (sharded_add.py)
+    # Fills a trained, empty bare IVF index with rows 0..n-1 of the vectors elsewhere than in this
+    # process: fill(index, vectors) → the filled index. sharded_add.LocalAdd (processes over the
+    # vectors.npy file) or pipelines/faiss_add.WorkerAdd (the Beam runner's workers). None: add here.
+    fill: Callable | None = field(default=None, compare=False)
 
     def __post_init__(self):
         if not 0.0 < self.recall_target <= 1.0:
@@ -79,23 +83,25 @@ def blocks_of(vectors: np.ndarray, block: int):
 
 
 def build_faiss(vectors: np.ndarray, factory: str = "Flat", *, seed: int = 0, train_cap: int = 200_000,
-                block: int = 65_536, device: str = "auto", facts: gpu.GpuFacts | None = None, add_workers: int = 1):
+                block: int = 65_536, device: str = "auto", facts: gpu.GpuFacts | None = None,
+                fill: Callable | None = None):
     """(n, d) float32 unit vectors → (trained, filled FAISS index, device used: "gpu"/"cpu").
 
     ``factory`` is any FAISS index-factory string ("Flat", "HNSW32", "IVF1024,Flat", ...);
-    ids are positions 0..n-1. Indexes that need training are trained on a seeded sample. With
-    ``add_workers`` > 1, a CPU-built bare IVF index over a ``.npy`` memory map is trained here and
-    filled by that many processes, shard by shard (indexer/sharded_add.py).
+    ids are positions 0..n-1. Indexes that need training are trained on a seeded sample. With a
+    ``fill`` (:class:`FaissSpec`), a CPU-built bare IVF index is trained here and filled by it,
+    shard by shard; other indexes are added here as usual.
     """
     n, d = vectors.shape
     index = new_index(d, factory)
     sample = None if index.is_trained else _sample(vectors, train_size(index, n, train_cap), seed)
     facts = facts or gpu.detect()
-    path = getattr(vectors, "filename", None)
-    if (add_workers > 1 and path and sharded_add.shardable(index)
-            and gpu.build_device(index, facts, device) == "cpu"):
+    if fill is not None and sharded_add.shardable(index) and gpu.build_device(index, facts, device) == "cpu":
         index.train(sample)
-        return sharded_add.add_sharded(index, str(path), n, workers=add_workers, block=block), "cpu"
+        index = fill(index, vectors)
+        if index.ntotal != n:
+            raise RuntimeError(f"the sharded add filled {index.ntotal} of {n} vectors")
+        return index, "cpu"
     try:
         return gpu.train_and_add(index, sample, blocks_of(vectors, block), facts=facts, device=device)
     except RuntimeError as e:
@@ -147,7 +153,7 @@ def build_index(vectors: np.ndarray, spec: FaissSpec = FaissSpec(), *, facts: gp
     else:
         factory, tier, reason = spec.factory, "explicit", "given with --faiss-index"
     index, device = build_faiss(vectors, factory, seed=spec.seed, train_cap=spec.train_cap, block=spec.add_block,
-                                device=spec.device, facts=facts, add_workers=spec.add_workers)
+                                device=spec.device, facts=facts, fill=spec.fill)
     tuning = tune(index, vectors, TuningConfig(recall_target=spec.recall_target, k=spec.k, queries=spec.tune_queries,
                                                 seed=spec.seed))
     return index, describe(index, spec, factory, tier, reason, tuning.params, tuning.to_json(), device)

@@ -10,8 +10,9 @@ makes.
 serialized shard, no files of its own, so any worker can run it wherever its rows come from. Two
 callers: :func:`add_sharded` here (a local process pool over ranges of a ``vectors.npy``, read
 with file reads by :func:`add_range`; ``spawn``: a forked child of a process that already ran
-OpenMP can hang in libgomp), and the Beam index job's add stage (pipelines/faiss_add.py: the
-runner's workers, rows read from the encoded shards through Beam's FileSystems).
+OpenMP can hang in libgomp; :class:`LocalAdd` is its ``FaissSpec.fill``), and the Beam index
+job's add stage (pipelines/faiss_add.py: the runner's workers, rows read from the encoded shards
+through Beam's FileSystems).
 
 Memory, per worker: the trained empty index (nlist·d floats of centroids + the PQ codebooks), one
 add block (``block``·d·4 bytes) and its shard's codes, (n/shards)·(code_size + 8) bytes, twice
@@ -24,6 +25,7 @@ from __future__ import annotations
 import os
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from multiprocessing import get_context
 from pathlib import Path
 
@@ -117,3 +119,18 @@ def add_sharded(index, vectors_path: str, n: int, *, workers: int, shards: int |
                 Path(path).unlink()
                 last_worker_peaks_mib.append(round(peak / 1024, 1))
     return index
+
+
+@dataclass(frozen=True)
+class LocalAdd:
+    """A ``FaissSpec.fill``: :func:`add_sharded` with ``workers`` processes over the ``.npy`` file
+    that ``vectors`` maps."""
+
+    workers: int
+    block: int = 65_536
+
+    def __call__(self, index, vectors):
+        path = getattr(vectors, "filename", None)
+        if path is None:
+            raise ValueError("a sharded local add reads the vectors from their .npy file; got an array in memory")
+        return add_sharded(index, str(path), len(vectors), workers=self.workers, block=self.block)

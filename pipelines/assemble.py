@@ -73,13 +73,18 @@ def plan_shards(build: str, chunks) -> ShardPlan:
     return plan
 
 
+def kept_vectors(build: str, number: int, keep: np.ndarray) -> np.ndarray:
+    """The raw vectors of chunk ``number``'s kept records (``keep``: its :class:`ShardPlan` mask)."""
+    with _vectors_npz(build, number) as data:
+        return data["vectors"][keep]
+
+
 def shard_blocks(build: str, chunks, plan: ShardPlan):
     """Pass 2: one :class:`~relsearch.indexer.build.Block` of kept documents per shard, in input order."""
     for chunk, keep in zip(chunks, plan.keep):
         if not keep.any():
             continue
-        with _vectors_npz(build, chunk.number) as data:
-            vectors = data["vectors"][keep]
+        vectors = kept_vectors(build, chunk.number, keep)
         docs = [{"id": r["id"], "text": r["text"], "metadata": r["metadata"]}
                 for r, k in zip((r for r in _rows(build, chunk.number) if "rejected" not in r), keep) if k]
         yield Block(docs, vectors)

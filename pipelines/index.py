@@ -6,7 +6,8 @@ model per process, and writes one shard per chunk. Shards live in a build folder
 job's inputs, so a killed run re-run with the same arguments skips the chunks already encoded.
 The driver then assembles the shards in input order (positions are deterministic; a later line
 with an already-seen id is rejected as a duplicate; pipelines/assemble.py), streams them into
-vectors.npy and the docstore, builds and tunes FAISS (indexer/build.py), optionally mirrors the
+vectors.npy and the docstore, builds and tunes FAISS (indexer/build.py; a large IVF index is
+trained here and filled on the workers: pipelines/faiss_add.py), optionally mirrors the
 generation into Elasticsearch, writes the manifest and publishes the generation atomically
 (indexer/store.py). With ``append`` the documents are added to the published index instead
 (indexer/mutations.py): new ids are added, known ids replaced.
@@ -19,7 +20,6 @@ import io
 import json
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -41,8 +41,8 @@ from ..indexer.faiss_index import DEFAULT_FACTORY, FaissSpec
 from ..indexer.manifest import Fields, Manifest
 from ..indexer.tuning import AutoPolicy
 from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
-from . import shardfs
-from .runners import local_workers, pipeline_options, run_to_end
+from . import faiss_add, shardfs
+from .runners import local_workers, new_pipeline, pipeline_options, run_to_end
 
 ENCODER_FILE = "encoder.json"
 PROGRESS_SUFFIX = ".progress"
@@ -59,6 +59,7 @@ class IndexJob:
     recall_target: float = 0.95  # recall@10 against exact search that the tuned parameters must reach
     faiss_device: str = "auto"  # "auto": GPU for FAISS when present; "cpu"
     auto_policy: AutoPolicy = field(default_factory=AutoPolicy)
+    faiss_add_units: int = 0  # an IVF index is filled on the workers in this many units (0: one per 1M docs; 1: driver)
     append: bool = False  # add to / replace in the published index instead of rebuilding it
     max_segments: int | None = None  # append: merge threshold (None: the index's recorded one, default 10)
     es: EsTarget | None = None  # mirror the published corpus into Elasticsearch
@@ -71,9 +72,9 @@ class IndexJob:
     strict: bool = False
     progress: bool = True
 
-    def faiss_spec(self) -> FaissSpec:
+    def faiss_spec(self, fill=None) -> FaissSpec:
         return FaissSpec(factory=self.faiss_factory, recall_target=self.recall_target, device=self.faiss_device,
-                         policy=self.auto_policy)
+                         policy=self.auto_policy, fill=fill)
 
 
 @dataclass
@@ -253,17 +254,6 @@ def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: Encode
     )
 
 
-def _pipeline(options, build: Path):
-    """A Beam pipeline whose scratch folder lies in the build folder: Beam makes it in /tmp, where
-    every killed run would leave one behind; here the next run of the index removes it."""
-    import apache_beam as beam
-
-    p = beam.Pipeline(options=options)
-    shutil.rmtree(p.local_tempdir, ignore_errors=True)
-    p.local_tempdir = tempfile.mkdtemp(prefix="beam-", dir=build)
-    return p
-
-
 # ---------------------------------------------------------------- driver
 
 def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> Path:
@@ -317,6 +307,13 @@ def _watch_progress(shard_dir: str, total: int, already: int, stop: threading.Ev
         bar.update(lines_done(shard_dir) - bar.n)
 
 
+def _threads_per_worker(options) -> int | None:
+    """Local worker processes share the cores instead of oversubscribing them (None: one worker,
+    or remote workers: the library's default)."""
+    workers = local_workers(options)
+    return max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None
+
+
 def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None = None) -> IndexReport:
     """Run the whole index job; publish the new index only if it is complete and valid.
 
@@ -330,12 +327,9 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         bundle = load_bundle(recorded) if recorded else None
     bundle = bundle or load_bundle(job.model)
     options = pipeline_options(list(beam_args))
-    workers = local_workers(options)
     encoder_config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
-                                   precision=job.precision, device=job.device,
-                                   # local worker processes share the cores instead of oversubscribing them
-                                   threads=max(1, (os.cpu_count() or 1) // workers) if workers > 1 else None)
+                                   precision=job.precision, device=job.device, threads=_threads_per_worker(options))
     input_sha = sha256_file(job.input)
     chunks = plan_chunks(job.input, job.chunk_lines, job.chunk_bytes)
     if Path(job.index).exists() and not Path(job.index).is_symlink():
@@ -361,7 +355,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
                 if not shardfs.is_local(shards):  # remote workers read the input from beside the shards
                     staged = shardfs.join(shards, "input.jsonl")
                     shardfs.copy_in(job.input, staged)
-                p = _pipeline(options, build)
+                p = new_pipeline(options, build)
                 build_pipeline(p, job, todo, encoder_config, shards, staged)
                 run_to_end(p)
         except Exception as e:
@@ -371,7 +365,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             stop.set()
             watcher.join()
         try:
-            report = _publish(shards, job, bundle, chunks, input_sha)
+            report = _publish(shards, job, bundle, chunks, input_sha, options=options, scratch=build)
         except IndexInputError:  # the same input would fail the same way: nothing worth resuming
             shardfs.remove([shards])
             shutil.rmtree(build, ignore_errors=True)
@@ -386,8 +380,10 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     return report
 
 
-def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str) -> IndexReport:
-    """Check the shards' counts, then build a new generation (or append) and publish it."""
+def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str, *, options,
+             scratch: Path) -> IndexReport:
+    """Check the shards' counts, then build a new generation (or append) and publish it. A large IVF
+    index is filled on the runner's workers (pipelines/faiss_add.py; ``options``: this job's)."""
     plan = plan_shards(build, chunks)
     report = IndexReport(index=job.index, read=plan.read, indexed=plan.kept, rejected=len(plan.rejected),
                          truncated=plan.truncated, reasons=Counter(r["reason"] for r in plan.rejected))
@@ -416,8 +412,11 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
         def fill(gen: Path) -> Manifest:
             with open(gen / store.REJECTED_FILE, "w", encoding="utf-8") as f:
                 f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in plan.rejected)
+            units = faiss_add.units_for(plan.kept, job.faiss_add_units)
+            fill = faiss_add.WorkerAdd(build, scratch, tuple(faiss_add.plan_units(chunks, plan.keep, units)), options,
+                                       threads=_threads_per_worker(options)) if units > 1 else None
             parts = write_generation(gen, shard_blocks(build, chunks, plan), n=plan.kept, d=plan.dim,
-                                     spec=job.faiss_spec())
+                                     spec=job.faiss_spec(fill))
             manifest = Manifest(
                 encoder=encoder, dim=parts.dim, counts=parts.counts, faiss=parts.faiss,
                 fields=Fields(job.id_field, job.text_field, parts.metadata_fields),

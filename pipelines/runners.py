@@ -13,6 +13,8 @@ fourth, so the chunks spread over the cluster's workers.
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 
 # Runner names Beam does not resolve by itself (create_runner knows a fixed list) → their class path.
 RUNNER_ALIASES = {"DaskRunner": "apache_beam.runners.dask.dask_runner.DaskRunner"}
@@ -74,6 +76,18 @@ def pipeline_options(beam_args: list[str]):
 def local_workers(options) -> int:
     """Local worker processes this run starts (``--direct_num_workers``), 1 for other runners."""
     return options.get_all_options().get("direct_num_workers") or 1
+
+
+def new_pipeline(options, scratch_parent):
+    """A Beam pipeline whose scratch folder lies in ``scratch_parent`` (the job's build folder):
+    Beam makes it in /tmp, where every killed run would leave one behind; there the next run of
+    the job removes it."""
+    import apache_beam as beam
+
+    p = beam.Pipeline(options=options)
+    shutil.rmtree(p.local_tempdir, ignore_errors=True)
+    p.local_tempdir = tempfile.mkdtemp(prefix="beam-", dir=scratch_parent)
+    return p
 
 
 def run_to_end(p) -> None:

@@ -68,6 +68,9 @@ def _echo_backends(backends: dict) -> None:
               help="recall@10 against exact search that the build-time tuned search parameters must reach.")
 @click.option("--faiss-device", type=click.Choice(["auto", "cpu"]), default="auto", show_default=True,
               help="auto: train and add on the GPU when faiss-gpu sees a CUDA device.")
+@click.option("--faiss-add-units", type=click.IntRange(min=0), default=0, show_default=True,
+              help="A CPU-built IVF index is trained once here and filled on the Beam workers in this many units, "
+                   "then merged. 0: one unit per million documents; 1: the driver adds everything.")
 @click.option("--append", is_flag=True, help="Add CORPUS to the published index as a new segment; a known id "
               "replaces its document.")
 @click.option("--max-segments", type=click.IntRange(min=2), default=None,
@@ -90,9 +93,9 @@ def _echo_backends(backends: dict) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @es_options
 @click.pass_context
-def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, recall_target, faiss_device, append,
-          max_segments, chunk_lines, max_length, precision, workers, strict, max_line_bytes, max_text_bytes,
-          max_metadata_bytes, quiet, **es):
+def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, recall_target, faiss_device,
+          faiss_add_units, append, max_segments, chunk_lines, max_length, precision, workers, strict, max_line_bytes,
+          max_text_bytes, max_metadata_bytes, quiet, **es):
     """Encode CORPUS (JSONL; - reads standard input) with a Beam pipeline into a FAISS index + docstore at --index.
 
     Unknown options (--runner, --direct_num_workers, ...) pass through to Apache Beam. The new
@@ -108,7 +111,7 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
         beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     job = IndexJob(input=corpus, index=index_dir, model=model, id_field=id_field, text_field=text_field,
                    faiss_factory=faiss_factory, recall_target=recall_target, faiss_device=faiss_device,
-                   append=append, max_segments=max_segments, es=es_target(**es), chunk_lines=chunk_lines,
+                   faiss_add_units=faiss_add_units, append=append, max_segments=max_segments, es=es_target(**es), chunk_lines=chunk_lines,
                    max_length=max_length, precision=precision, strict=strict, progress=not quiet,
                    limits=Limits(max_line_bytes, max_text_bytes, max_metadata_bytes))
     spool = None

@@ -25,7 +25,7 @@ def test_shard_ranges_cover_every_position_once():
 @pytest.mark.parametrize("factory", ["IVF32,PQ8x4", "IVF32,Flat"])
 def test_sharded_build_equals_a_single_process_build(vectors, factory):
     one, _ = build_faiss(vectors, factory, device="cpu", block=1000)
-    many, device = build_faiss(vectors, factory, device="cpu", block=1000, add_workers=2)
+    many, device = build_faiss(vectors, factory, device="cpu", block=1000, fill=sharded_add.LocalAdd(2))
     assert device == "cpu" and many.ntotal == one.ntotal == len(vectors)
     q = np.asarray(vectors[:50])
     one.nprobe = many.nprobe = 32  # every list: the whole index is compared
@@ -36,7 +36,7 @@ def test_sharded_build_equals_a_single_process_build(vectors, factory):
 
 
 def test_indexes_that_do_not_merge_by_lists_are_built_in_process(vectors):
-    flat, _ = build_faiss(vectors, "Flat", device="cpu", add_workers=2)  # not IVF: the ordinary path
+    flat, _ = build_faiss(vectors, "Flat", device="cpu", fill=sharded_add.LocalAdd(2))  # not IVF: the ordinary path
     assert flat.ntotal == len(vectors) and not sharded_add.shardable(flat)
     with pytest.raises(ValueError, match="trained, empty"):
         sharded_add.add_sharded(flat, vectors.filename, len(vectors), workers=2)

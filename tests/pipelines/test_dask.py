@@ -58,13 +58,15 @@ def _corpus(tmp_path, small_corpus, lines: int) -> Path:
     return write_jsonl(tmp_path / "corpus.jsonl", rows + ['{"id": "no-text"}', "not json", rows[0]])
 
 
-def _same_index_and_lookup(tmp_path, corpus, beam_args, chunk_lines: int) -> None:
-    """Index ``corpus`` and look up QUERIES with the default runner and with ``beam_args``: same output."""
+def _same_index_and_lookup(tmp_path, corpus, beam_args, chunk_lines: int, factory: str = "auto") -> None:
+    """Index ``corpus`` and look up QUERIES with the default runner and with ``beam_args``: same output.
+    With an IVF ``factory``, the Dask run fills the index on the workers in three units
+    (pipelines/faiss_add.py), the local run in the driver."""
     out = {}
-    for name, args in (("local", []), ("dask", beam_args)):
+    for name, args, units in (("local", [], 1), ("dask", beam_args, 3)):
         target = tmp_path / f"idx-{name}"
-        report = run_index(IndexJob(input=str(corpus), index=str(target), chunk_lines=chunk_lines, progress=False),
-                           args)
+        report = run_index(IndexJob(input=str(corpus), index=str(target), chunk_lines=chunk_lines, progress=False,
+                                    faiss_factory=factory, faiss_add_units=units), args)
         assert report.read == report.indexed + report.rejected and report.rejected == 3
         queries = write_jsonl(tmp_path / "queries.jsonl", QUERIES)
         job = LookupJob(input=str(queries), index=str(target), out=str(tmp_path / f"{name}.jsonl"), k=5,
@@ -120,13 +122,15 @@ def dask_cluster(tmp_path):
 
 
 @pytest.mark.dask
-def test_index_and_lookup_on_a_dask_scheduler_with_two_worker_processes(tmp_path, small_corpus, dask_cluster):
+@pytest.mark.parametrize("factory", ["auto", "IVF32,Flat", "IVF8,PQ16x4"])
+def test_index_and_lookup_on_a_dask_scheduler_with_two_worker_processes(tmp_path, small_corpus, dask_cluster,
+                                                                        factory):
     address, client = dask_cluster
     pids = client.run(os.getpid)
     assert len(set(pids.values())) == 2 and os.getpid() not in pids.values()
     started = time.perf_counter()
     _same_index_and_lookup(tmp_path, _corpus(tmp_path, small_corpus, 60), DASK + [
-        "--dask_client_address", address], chunk_lines=6)
+        "--dask_client_address", address], chunk_lines=6, factory=factory)
     loads = client.run(lambda: index_mod.encoders_loaded)
     assert all(n <= 1 for n in loads.values()) and sum(loads.values()) >= 1, loads  # one model per worker process
     print(f"dask run: {time.perf_counter() - started:.1f} s, encoders loaded per worker {loads}")
