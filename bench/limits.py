@@ -67,13 +67,15 @@ def model_only(encoder, texts: list[str]):
 
     from ..encoder.batching import token_batches
 
-    batches = [(torch.from_numpy(b.input_ids).to(encoder.device), torch.from_numpy(b.attention_mask).to(encoder.device))
-               for b in token_batches(encoder.tokenize, list(texts), encoder.token_budget)]
+    batches = []
+    for batch in token_batches(encoder.tokenize, list(texts), encoder.token_budget):
+        _, tensors = encoder.host_tensors(batch)
+        batches.append(({k: v.to(encoder.device) for k, v in tensors.items()}, len(batch.rows)))
 
     def run():
         with torch.inference_mode():
-            for ids, mask in batches:
-                encoder.pool(encoder.model(input_ids=ids, attention_mask=mask).last_hidden_state, mask)
+            for tensors, n in batches:
+                encoder.forward(tensors, n)
         _sync(encoder.device)
 
     run()  # warm

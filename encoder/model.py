@@ -198,13 +198,13 @@ class Encoder:
         out = np.empty((n, self.dim), dtype=np.float32)
         if n == 0:
             return EncodeResult(out, 0)
-        batches = map(self._host_tensors, token_batches(self.tokenize, list(texts), self.token_budget))
+        batches = map(self.host_tensors, token_batches(self.tokenize, list(texts), self.token_budget))
         if n > FIRST_WINDOW:  # one window: nothing to overlap, so no thread (query latency)
             batches = prefetch(batches)
         truncated, pending, pending_rows = 0, [], 0
         with torch.inference_mode():
-            for batch, input_ids, mask in batches:
-                pending.append((batch.rows, self._forward(input_ids, mask)))
+            for batch, tensors in batches:
+                pending.append((batch.rows, self.forward(tensors, len(batch.rows))))
                 truncated += batch.truncated
                 pending_rows += len(batch.rows)
                 if pending_rows >= PENDING_ROWS:  # bounds device memory held by pooled vectors
@@ -215,21 +215,36 @@ class Encoder:
             _collect(out, pending)
         return EncodeResult(out, truncated)
 
-    def _host_tensors(self, batch: TokenBatch) -> tuple[TokenBatch, object, object]:
+    def host_tensors(self, batch: TokenBatch) -> tuple[TokenBatch, dict]:
         """The batch with its token arrays as tensors; pinned on CUDA so the copy to the GPU is
         asynchronous. Runs in the tokenising thread, off the model's thread."""
         import torch
 
-        ids, mask = torch.from_numpy(batch.input_ids), torch.from_numpy(batch.attention_mask)
+        arrays = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+        if batch.segments is not None:
+            arrays.update(segments=batch.segments, position_ids=batch.position_ids)
+        tensors = {k: torch.from_numpy(v) for k, v in arrays.items()}
         if self.device.startswith("cuda"):
-            ids, mask = ids.pin_memory(), mask.pin_memory()
-        return batch, ids, mask
+            tensors = {k: v.pin_memory() for k, v in tensors.items()}
+        return batch, tensors
 
-    def _forward(self, input_ids, mask):
-        """Pooled vectors (b, d), float32, left on the model's device (no synchronisation here)."""
-        input_ids = input_ids.to(self.device, non_blocking=True)
-        mask = mask.to(self.device, non_blocking=True)
-        return self.pool(self.model(input_ids=input_ids, attention_mask=mask).last_hidden_state, mask)
+    def forward(self, tensors: dict, n: int):
+        """Pooled vectors (n, d) of one batch's tensors (:meth:`host_tensors`), float32, left on the
+        model's device (no synchronisation here)."""
+        import torch
+
+        t = {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
+        if "segments" not in t:
+            mask = t["attention_mask"]
+            return self.pool(self.model(input_ids=t["input_ids"], attention_mask=mask).last_hidden_state, mask)
+        # packed (encoder/batching.py): a token attends only to the tokens of its own text
+        seg = t["segments"]
+        alone = (seg[:, :, None] != seg[:, None, :]) | (seg < 0)[:, None, :]
+        bias = torch.zeros(alone.shape, dtype=self.model.dtype, device=seg.device)
+        bias.masked_fill_(alone, torch.finfo(self.model.dtype).min)
+        hidden = self.model(input_ids=t["input_ids"], attention_mask=bias[:, None],
+                            position_ids=t["position_ids"]).last_hidden_state
+        return self.pool_packed(hidden, seg, t["position_ids"], n)
 
     def pool(self, hidden, mask):
         """float32 (b, d) pooled vectors from the last hidden states (b, w, d) and the mask (b, w)."""
@@ -238,6 +253,21 @@ class Encoder:
             return hidden[:, 0]
         m = mask.unsqueeze(-1).to(hidden.dtype)
         return (hidden * m).sum(1) / m.sum(1).clamp(min=1.0)
+
+    def pool_packed(self, hidden, segments, positions, n: int):
+        """:meth:`pool` for a packed batch: (n, d) from hidden states (r, w, d) whose tokens belong
+        to texts ``segments`` (r, w) (-1: padding) at ``positions`` within them."""
+        import torch
+
+        hidden, seg = hidden.float().reshape(-1, hidden.shape[-1]), segments.reshape(-1)
+        if self.pooling == "cls":
+            first = (seg >= 0) & (positions.reshape(-1) == 0)
+            out = torch.empty((n, hidden.shape[1]), device=hidden.device)
+            out[seg[first]] = hidden[first]
+            return out
+        real = seg >= 0
+        sums = torch.zeros((n, hidden.shape[1]), device=hidden.device).index_add_(0, seg[real], hidden[real])
+        return sums / torch.bincount(seg[real], minlength=n).clamp(min=1)[:, None].float()
 
 
 # Pooled vectors stay on the device until this many rows are waiting: one copy back per group of

@@ -49,7 +49,11 @@ class ServeLimits:
     max_text_chars: int = 100_000  # characters of a query text
     timeout_s: float = 30.0  # a search or score request waiting longer gets 503
     micro_batch: int = 64  # queries per encoder pass across concurrent requests
-    batch_wait_ms: float = 0.0  # extra wait for more requests before a pass (0: take what queued up)
+    batch_wait_ms: float = 0.0  # always wait this long for more requests before a pass (tests)
+    # Wait up to this long for as many queries as the previous pass answered: clients that pass
+    # answered are sending their next request, and without the wait the next pass would start with
+    # the first of them alone (passes alternating between a few and many queries).
+    refill_wait_ms: float = 5.0
 
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False)]
@@ -138,17 +142,35 @@ class Batcher:
         """Run ``fn`` on the search thread (it uses the model), after the batch in progress."""
         return await asyncio.get_running_loop().run_in_executor(self.thread, fn, *args)
 
+    async def gather(self, expected: int) -> list:
+        """The queued (requests, future) items of the next pass: whatever queued up, and up to
+        ``refill_wait_ms`` more waiting until ``expected`` queries are there (at most ``micro_batch``)."""
+        loop = asyncio.get_running_loop()
+        items = [await self.queue.get()]
+        if self.limits.batch_wait_ms > 0:
+            await asyncio.sleep(self.limits.batch_wait_ms / 1000)
+        size, deadline = len(items[0][0]), loop.time() + self.limits.refill_wait_ms / 1000
+        while size < self.limits.micro_batch:
+            if not self.queue.empty():
+                item = self.queue.get_nowait()
+            elif size >= expected or loop.time() >= deadline:
+                break
+            else:
+                try:
+                    item = await asyncio.wait_for(self.queue.get(), deadline - loop.time())
+                except asyncio.TimeoutError:
+                    break
+            items.append(item)
+            size += len(item[0])
+        return items
+
     async def run(self) -> None:
         loop = asyncio.get_running_loop()
+        expected = 1
         while True:
-            items = [await self.queue.get()]
-            if self.limits.batch_wait_ms > 0:
-                await asyncio.sleep(self.limits.batch_wait_ms / 1000)
-            size = len(items[0][0])
-            while size < self.limits.micro_batch and not self.queue.empty():
-                items.append(self.queue.get_nowait())
-                size += len(items[-1][0])
+            items = await self.gather(expected)
             flat = [r for requests, _ in items for r in requests]
+            expected = len(flat)
             self.metrics.observe_batch(len(flat))
             try:
                 answer = await loop.run_in_executor(self.thread, self.index.search_batch, flat)

@@ -17,7 +17,7 @@ import pytest
 from relsearch.api import Index
 from relsearch.client import Client, ClientError
 from relsearch.retrieval.search import Query, Searcher
-from relsearch.serve import ServeLimits, create_app
+from relsearch.serve import Batcher, Metrics, ServeLimits, create_app
 
 KEY = "s3cret-key-for-tests"
 
@@ -276,6 +276,33 @@ def test_api_key_and_micro_batching(keyed):
                     .split()[-1])
     assert queries >= 9 and batches < queries  # 8 concurrent queries shared encoder passes
     assert 'relsearch_requests_total{path="/search",status="401"} 2' in metrics
+
+
+def test_a_pass_waits_briefly_for_the_clients_the_previous_pass_answered():
+    """After a pass of N queries, the next one waits up to refill_wait_ms for N (its clients come
+    back one by one); one client alone never waits."""
+    import asyncio
+
+    async def scenario(limits: ServeLimits, expected: int, arrivals: int) -> tuple[int, float]:
+        batcher = Batcher(None, limits, Metrics())
+        loop = asyncio.get_running_loop()
+
+        async def arrive(i):
+            await asyncio.sleep(0.002 * i)
+            await batcher.queue.put(([f"q{i}"], None))
+
+        started = loop.time()
+        for i in range(arrivals):
+            loop.create_task(arrive(i))
+        items = await batcher.gather(expected)
+        return sum(len(r) for r, _ in items), loop.time() - started
+
+    assert asyncio.run(scenario(ServeLimits(refill_wait_ms=5000), 4, 4))[0] == 4  # waited for all four
+    size, waited = asyncio.run(scenario(ServeLimits(refill_wait_ms=5000), 1, 4))
+    assert size == 1 and waited < 1  # one client: no wait
+    size, waited = asyncio.run(scenario(ServeLimits(refill_wait_ms=30), 8, 2))
+    assert size == 2 and waited < 1  # fewer came back: the pass starts after the refill wait
+    assert asyncio.run(scenario(ServeLimits(refill_wait_ms=5000, micro_batch=3), 8, 5))[0] == 3  # never past the cap
 
 
 def test_cli_serve_binds_loopback_with_a_key_file(index_dir, tmp_path):

@@ -106,3 +106,34 @@ def test_prefetch_stops_its_thread_when_the_consumer_stops():
 def test_token_batch_is_what_the_model_reads(encoder):
     batch = next(token_batches(Tokenize(encoder.tokenizer, encoder.max_length), ["a b c"], 64))
     assert isinstance(batch, TokenBatch) and batch.rows.tolist() == [0] and batch.attention_mask.sum() == 5
+
+
+def test_pack_places_every_text_once_within_the_row_width():
+    lengths = np.array([25, 20, 17, 15, 14, 12, 9, 5, 5])
+    for width in (25, 32, 48):
+        layout = batching.pack(lengths, width)
+        assert sorted(i for row in layout for i in row) == list(range(len(lengths)))
+        assert all(lengths[row].sum() <= width for row in layout)
+    assert batching.pack(lengths, 32) == [[0, 8], [1, 7], [2, 6], [3, 5], [4]]
+    layout, width = batching.cheapest_packing(lengths, 32, 256)
+    assert len(layout) * width < len(lengths) * 32  # fewer tokens than padding every text to 32
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_packed_batches_give_the_vectors_of_padded_ones(encoder, monkeypatch, pooling):
+    """Short texts of mixed lengths (a micro-batch of queries) share rows; each attends only to
+    itself, so its vector is the one it gets padded in its own row."""
+    monkeypatch.setattr(encoder, "pooling", pooling)
+    sample = ["a b", "oil and gas exploration and production in texas", "banks", "cloud software for enterprises",
+              "operates hospitals and outpatient surgery centers in the united states", "", "ünïcødé — text"] * 3
+    batches = list(token_batches(encoder.tokenize, sample, encoder.token_budget))
+    assert len(batches) == 1 and batches[0].segments is not None  # packed
+    b = batches[0]
+    assert (b.segments >= 0).sum() == encoder.tokenize(sample)[1].sum()  # every real token once, no padding inside
+    packed = model.Encoder.encode(encoder, sample).vectors
+    monkeypatch.setattr(batching, "PACK_AT_MOST", 0.0)  # never pack
+    assert next(token_batches(encoder.tokenize, sample, encoder.token_budget)).segments is None
+    padded = model.Encoder.encode(encoder, sample).vectors
+    np.testing.assert_allclose(packed, padded, atol=1e-5)
+    one = np.stack([model.Encoder.encode(encoder, [t]).vectors[0] for t in sample[:7]])
+    np.testing.assert_allclose(packed[:7], one, atol=1e-5)
