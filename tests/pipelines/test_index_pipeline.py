@@ -236,11 +236,11 @@ def test_beam_scratch_space_stays_in_the_build_folder(tmp_path, monkeypatch):
     """Beam makes a scratch folder in /tmp for each pipeline; a killed run would leave it there."""
     import tempfile
 
-    from relsearch.pipelines.index import _pipeline, pipeline_options
+    from relsearch.pipelines.runners import new_pipeline, pipeline_options
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
     build = tmp_path / "build"
     build.mkdir()
-    p = _pipeline(pipeline_options([]), build)
+    p = new_pipeline(pipeline_options([]), build)
     assert os.listdir(tmp_path / "tmp") == [] and os.path.dirname(p.local_tempdir) == str(build)
