@@ -189,6 +189,24 @@ def run_in_process(job: ServeBenchJob, queries: list[str]) -> list[dict]:
     return [load(make, queries, c, requests=job.requests, seconds=job.seconds) for c in job.concurrency]
 
 
+def encoder_bound(job: ServeBenchJob, queries: list[str], batch: int = 32, seconds: float = 3.0) -> dict:
+    """The encoder alone, in this process: queries per second encoded one per pass and ``batch``
+    per pass. Their ratio bounds what micro-batching can gain, whatever serves the queries."""
+    from ..api import open_index
+
+    encoder = open_index(job.index).searcher().encoder
+    rates = {}
+    for size in (1, batch):
+        encoder.encode(queries[:size])  # warm
+        done, started = 0, time.perf_counter()
+        while time.perf_counter() - started < seconds:
+            for i in range(0, len(queries) - size + 1, size):
+                encoder.encode(queries[i:i + size])
+                done += size
+        rates[size] = round(done / (time.perf_counter() - started), 1)
+    return {"batch": batch, "one_per_pass": rates[1], "batched": rates[batch], "ratio": round(rates[batch] / rates[1], 2)}
+
+
 def run_txtai_http(job: ServeBenchJob, queries: list[str]) -> list[dict]:
     """txtai's API on the same local model and corpus; raises RuntimeError when it cannot run."""
     try:
@@ -249,6 +267,7 @@ def run(job: ServeBenchJob, echo: Callable[[str], None] = print) -> dict:
         except RuntimeError as e:
             result["skipped"][name] = str(e)
             echo(f"{name}: skipped ({e})")
+    result["encoder_alone"] = encoder_bound(job, queries)
     return result
 
 
@@ -264,6 +283,10 @@ def format_table(result: dict) -> str:
                          f"{_num(r['p99_ms']):>8} {_num(r['qps']):>8} {r['errors']:>6}")
     for name, why in result["skipped"].items():
         lines.append(f"{name}: not measured: {why}")
+    e = result.get("encoder_alone")
+    if e:
+        lines.append(f"encoder alone (in-process, no search, no HTTP): {e['one_per_pass']} queries/s one per pass, "
+                     f"{e['batched']} in passes of {e['batch']} ({e['ratio']} x)")
     return "\n".join(lines)
 
 

@@ -340,6 +340,18 @@ def test_bench_load_is_bounded_and_reports_percentiles():
     assert "relsearch HTTP" in table and "txtai HTTP: not measured: txtai is not installed" in table
 
 
+def test_bench_measures_the_encoders_own_batch_gain(index_dir):
+    from relsearch.bench.serve import ServeBenchJob, encoder_bound, format_table, query_texts
+
+    job = ServeBenchJob(index=str(index_dir))
+    bound = encoder_bound(job, query_texts(str(index_dir), 16), batch=8, seconds=0.2)
+    assert bound["batch"] == 8 and bound["one_per_pass"] > 0 and bound["batched"] > 0
+    assert bound["ratio"] == round(bound["batched"] / bound["one_per_pass"], 2)
+    table = format_table({"machine": {}, "queries": 16, "k": 10, "requests_per_level": 1, "seconds_per_level": 1,
+                          "targets": {}, "skipped": {}, "encoder_alone": bound})
+    assert f"in passes of 8 ({bound['ratio']} x)" in table
+
+
 def test_accepted_connections_send_without_waiting_for_acks():
     """Answers go out whole at once (TCP_NODELAY): a response written as headers then body waited
     ~40 ms for the client's delayed ACK (56 ms per query instead of 16)."""
