@@ -104,12 +104,12 @@ class WorkerAdd:
     threads: int | None = None  # FAISS threads per worker (None: FAISS's default)
 
     def __call__(self, index, vectors):
+        import apache_beam as beam
+
         stale = [p for p in shardfs.names(self.shard_dir, ".index") if p.rsplit("/", 1)[-1].startswith(UNIT_PREFIX)]
         shardfs.remove(stale)  # a killed run's units may come from another training
         trained = shardfs.join(self.shard_dir, TRAINED_FILE)
         shardfs.write(trained, sharded_add.serialize(index))
-        import apache_beam as beam
-
         p = new_pipeline(self.options, self.scratch)
         (p
          | "AddUnits" >> beam.Create(list(self.units))
