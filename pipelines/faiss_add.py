@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import faults
 from ..indexer import sharded_add
 from ..indexer.build import unit_rows
 from . import shardfs
@@ -89,6 +90,7 @@ def _add_units_dofn(shard_dir: str, threads: int | None):
         def process(self, unit: AddUnit):
             filled = sharded_add.add_shard(self._trained, unit_blocks(shard_dir, unit), threads=threads)
             shardfs.write(unit_file(shard_dir, unit.number), filled)
+            faults.point("index.faiss-unit-written")
 
     return AddUnits()
 

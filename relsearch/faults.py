@@ -22,6 +22,7 @@ ENV = "RELSEARCH_FAULT"
 POINTS = (
     "index.shard-written",      # a chunk's shard is complete (use :N for "after N shards")
     "build.rows-written",       # a new build's vectors.npy and docstore.sqlite are written
+    "index.faiss-unit-written",  # the workers' IVF add: a filled unit is written (:N for "after N units")
     "build.faiss-written",      # ... its index.faiss (build, compact)
     "append.faiss-written",     # append: the new generation's data files are written
     "append.segments-merged",   # append: neighbouring segments merged into one in the new generation

@@ -234,6 +234,23 @@ def test_index_killed_at_any_point(small_index, corpora, reference, tmp_path, op
 
 
 @kill
+def test_index_killed_while_the_workers_fill_ivf_units(small_index, corpora, tmp_path):
+    """Killed after the second of three IVF units is written: the old index still answers, and the
+    run again resumes from the encoded shards, fills the units anew and gives the uninterrupted answers."""
+    reference = published_copy(small_index, tmp_path / "reference" / "idx")
+    target = published_copy(small_index, tmp_path / "idx")
+    ivf = ["--faiss-index", "IVF4,Flat", "--faiss-add-units", "3"]
+    assert run_cli(*_index_args(corpora, reference, "index"), *ivf).returncode == 0
+    before, before_gen = answers(target, ids=COMPANIES), os.path.realpath(target)
+    killed(*_index_args(corpora, target, "index"), *ivf, point="index.faiss-unit-written:2")
+    assert os.path.realpath(target) == before_gen and answers(target, ids=COMPANIES) == before
+    out = run_cli(*_index_args(corpora, target, "index"), *ivf)
+    assert out.returncode == 0 and "resumed: 3 chunks" in out.stdout, out.stderr
+    assert answers(target, ids=COMPANIES) == answers(reference, ids=COMPANIES)
+    assert_clean(target)
+
+
+@kill
 def test_append_killed_while_merging_segments(small_index, corpora, tmp_path):
     """A third segment with --max-segments 2 merges the two appended ones inside the new generation."""
     reference = published_copy(small_index, tmp_path / "reference" / "idx")
