@@ -82,8 +82,8 @@ def synthesise(base: np.ndarray, n: int, noise: float, seed: int, block: int = 2
 
 
 def build(target: str, base, identity, args) -> tuple[dict, float]:
-    from relsearch.indexer.build import Block, build_published
     from relsearch.indexer import sharded_add
+    from relsearch.indexer.build import Block, build_published
     from relsearch.indexer.faiss_index import FaissSpec
 
     def blocks():

@@ -37,10 +37,8 @@ def _build(tmp_path, corpus, name: str, factory: str, units: int):
 def test_units_filled_by_the_workers_give_the_index_the_driver_builds(tmp_path, small_corpus, factory, monkeypatch):
     rows = small_corpus.read_text().splitlines()[:40]
     corpus = write_jsonl(tmp_path / "c.jsonl", rows + ["not json", rows[3]])  # a rejection and a duplicate id
-    merged = []
-    monkeypatch.setattr(sharded_add, "merge_shard", lambda index, shard: merged.append(len(shard)) or
-                        faiss.downcast_index(faiss.extract_index_ivf(index)).merge_from(
-                            faiss.deserialize_index(np.frombuffer(shard, dtype=np.uint8)), 0))
+    merged, merge = [], sharded_add.merge_shard
+    monkeypatch.setattr(sharded_add, "merge_shard", lambda index, shard: merged.append(len(shard)) or merge(index, shard))
     one, alone, vectors = _build(tmp_path, corpus, "driver", factory, 1)
     assert merged == []
     many, filled, same_vectors = _build(tmp_path, corpus, "workers", factory, 3)
