@@ -54,22 +54,71 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+# Files of a model folder relsearch reads or hands to transformers: regular files (links followed,
+# as in a Hugging Face cache) of bounded size, so a FIFO or /dev/zero in their place is refused at once.
+MAX_CONFIG_BYTES = 1 << 20  # a JSON config relsearch reads itself (modules.json, pooling, sentence-bert)
+MAX_MODEL_FILE_BYTES = 1 << 30  # tokenizer and config files transformers reads
+MAX_WEIGHTS_BYTES = 1 << 36  # one weights file (64 GiB)
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+def check_model_files(path: str) -> None:
+    """Refuse a model folder whose top-level files are not all regular files of bounded size
+    (:func:`relsearch.files.check_regular_file`): transformers and the weights fingerprint read them."""
+    from ..files import check_regular_file
+
+    for entry in sorted(Path(path).iterdir()):
+        if entry.is_dir():
+            continue
+        limit = MAX_WEIGHTS_BYTES if entry.name.endswith(_WEIGHT_SUFFIXES) else MAX_MODEL_FILE_BYTES
+        try:
+            check_regular_file(entry, limit=limit, what=f"model file {entry}")
+        except FileNotFoundError:
+            raise ValueError(f"model file {entry} is a broken link; refusing to load the model") from None
+
+
+def _read_json_config(root: Path, relative: str, what: str):
+    """The parsed JSON file ``root/relative`` (inside ``root``, regular, bounded); None when absent."""
+    from ..files import inside, read_regular_file
+
+    path = inside(root, relative, what=what)
+    if not os.path.lexists(path):
+        return None
+    try:
+        return json.loads(read_regular_file(path, limit=MAX_CONFIG_BYTES, what=str(path)))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError(f"{path} is not valid JSON ({e.__class__.__name__})") from None
+
+
 def _read_st_folder(path: str) -> tuple[str | None, int | None]:
-    """Pooling mode and max_seq_length of a sentence-transformers folder (None where absent)."""
+    """Pooling mode and max_seq_length of a sentence-transformers folder (None where absent).
+
+    Every file is checked first (:func:`check_model_files`); a pooling path that modules.json
+    names must stay inside the folder; malformed values raise ValueError naming the file."""
     root = Path(path)
+    check_model_files(path)
     pooling = max_len = None
-    modules = root / "modules.json"
-    if modules.is_file():
-        for module in json.loads(modules.read_text()):
-            if module.get("type", "").endswith("Pooling"):
-                cfg = json.loads((root / module["path"] / "config.json").read_text())
-                if cfg.get("pooling_mode_cls_token"):
-                    pooling = "cls"
-                elif cfg.get("pooling_mode_mean_tokens"):
-                    pooling = "mean"
-    sbert = root / "sentence_bert_config.json"
-    if sbert.is_file():
-        max_len = json.loads(sbert.read_text()).get("max_seq_length")
+    modules = _read_json_config(root, "modules.json", "modules.json")
+    if modules is not None and not (isinstance(modules, list) and all(isinstance(m, dict) for m in modules)):
+        raise ValueError(f"{root / 'modules.json'}: expected a list of modules (objects)")
+    for module in modules or []:
+        if str(module.get("type", "")).endswith("Pooling"):
+            where = f"the pooling path of {root / 'modules.json'}"
+            relative = module.get("path", "")
+            if not isinstance(relative, str):
+                raise ValueError(f"{where} must be a string, got {relative!r}")
+            cfg = _read_json_config(root, os.path.join(relative, "config.json"), where)
+            if not isinstance(cfg, dict):
+                raise ValueError(f"{where}: {os.path.join(relative, 'config.json')} is missing or not a JSON object")
+            if cfg.get("pooling_mode_cls_token"):
+                pooling = "cls"
+            elif cfg.get("pooling_mode_mean_tokens"):
+                pooling = "mean"
+    sbert = _read_json_config(root, "sentence_bert_config.json", "sentence_bert_config.json")
+    if sbert is not None:
+        max_len = sbert.get("max_seq_length") if isinstance(sbert, dict) else "?"
+        if max_len is not None and (isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1):
+            raise ValueError(f"{root / 'sentence_bert_config.json'}: max_seq_length must be a positive integer")
     return pooling, max_len
 
 
@@ -332,6 +381,8 @@ _FINGERPRINTS: dict[str, str] = {}
 def weights_fingerprint(path: str) -> str:
     """sha256 of the model's weight file(s); identifies an encoder independently of its name."""
     files = sorted(Path(path).glob("*.safetensors")) + sorted(Path(path).glob("*.bin")) if os.path.isdir(path) else []
+    if files:  # a FIFO or /dev/zero named model.safetensors would hang the hashing below
+        check_model_files(path)
     # keyed by the files' stats too: a folder rewritten in place (a re-trained bundle) is hashed again
     key = json.dumps([path] + [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files])
     if key in _FINGERPRINTS:

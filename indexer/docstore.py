@@ -97,6 +97,18 @@ class DocStore:
         sql, args = flt.matching_sql(flt.clauses(filters))
         return [p for (p,) in self.conn.execute(sql, args)]
 
+    def field_types(self, field: str) -> set[str]:
+        """The side-table types (filters.TYPES) that occur in ``field``, elements of arrays included:
+        one index seek per type, whatever the number of documents."""
+        if not self.has_fields_table():
+            return set(flt.TYPES)  # unknown: never warn
+        q = "SELECT 1 FROM fields WHERE field = ? AND type = ? LIMIT 1"
+        return {t for t in flt.TYPES if self.conn.execute(q, (field, t)).fetchone()}
+
+    def filter_warnings(self, filters: Mapping[str, object]) -> list[str]:
+        """Lines for the operators of ``filters`` that can never match here (filters.warnings)."""
+        return flt.warnings(flt.clauses(filters), self.field_types)
+
     def rows(self, batch: int = 10_000):
         """Yield lists of (pos, id, text, metadata, norm) in position order."""
         cur = self.conn.execute("SELECT pos, id, text, meta, norm FROM docs ORDER BY pos")

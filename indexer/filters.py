@@ -9,13 +9,22 @@ object of operators, also AND-ed::
     {"tags": {"has": "finance"}}                            an array holding the value
     {"name": {"ieq": "apple inc."}}                         case-insensitive string equality
     {"ceo": {"exists": true}}                               the field is present (any value, null too)
+    {"ceo": {"null": true}}                                 the field is missing or null ("null": false: it holds a value)
     {"country": {"not": {"eq": "US", "in": ["CA"]}}}        each operator inside negated
+    {"$any": [{"sector": "Energy"}, {"year": {"lt": 1950}}]}  at least one of the filters (OR, across fields)
+    {"$all": [{"$any": [...]}, {"$any": [...]}]}             every one of the filters (AND; to combine several $any)
 
 Matching (tests/indexer/test_filters.py holds the full table): values compare only within their JSON type
 (``true`` is not ``1``, ``"1"`` is not ``1``; ``1`` equals ``1.0``); strings order by code point.
 A field holding an array matches ``eq``, ``ieq``, ranges and ``in`` when any element does (as in
 Elasticsearch or MongoDB) and ``has`` only when it is an array. ``not`` keeps the documents the
-operator does not match, documents without the field included.
+operator does not match, documents without the field included. ``$any`` and ``$all`` are the only
+reserved keys: a metadata field of either name cannot be filtered in this form.
+
+A filter holds at most :data:`MAX_CLAUSES` operators (each operator of each field, in every ``$any``
+branch, counts once; an ``in`` counts once) and nests ``$any``/``$all`` at most :data:`MAX_DEPTH`
+deep. Below these bounds the SQL never reaches one of SQLite's own limits: compound SELECTs are
+built in groups of at most :data:`SQL_GROUP` terms (SQLite allows 500).
 
 The docstore answers a filter from an indexed side table (one row per field value and array
 element, indexer/docstore.py): each positive operator is an index range scan, so a selective
@@ -30,8 +39,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 RANGE_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
-OPS = ("eq", "ieq", *RANGE_OPS, "in", "has", "exists", "not")
+OPS = ("eq", "ieq", *RANGE_OPS, "in", "has", "exists", "null", "not")
 MAX_IN = 10_000  # values of one ``in``
+MAX_CLAUSES = 1_024  # operators in one filter (Elasticsearch's classic indices.query.bool.max_clause_count)
+MAX_DEPTH = 4  # nesting of $any / $all
+SQL_GROUP = 32  # terms per compound SELECT in the generated SQL (SQLITE_MAX_COMPOUND_SELECT is 500)
+ANY, ALL = "$any", "$all"
+# the largest integer a filter compares as a number: beyond it float() overflows (a build keeps such a
+# metadata number as JSON, see stored(), but no filter can compare it)
+MAX_NUMBER = 2**1024 - 2**970
 
 
 class FilterError(ValueError):
@@ -40,12 +56,27 @@ class FilterError(ValueError):
 
 @dataclass(frozen=True)
 class Clause:
-    """One operator on one field; ``negate``: the documents it does not match."""
+    """One operator on one field; ``negate``: the documents it does not match. ``op`` is one of
+    OPS except "not" and "null", or "notnull" (the field holds a value other than null: ``null``
+    true is a negated "notnull")."""
 
     field: str
-    op: str  # one of OPS except "not"
+    op: str
     value: object = None
     negate: bool = False
+
+
+@dataclass(frozen=True)
+class AnyOf:
+    """``$any``: the documents matching at least one option, each option a list of terms AND-ed."""
+
+    options: tuple[tuple, ...]
+    negate = False
+
+    def clauses(self):
+        for option in self.options:
+            for term in option:
+                yield from term.clauses() if isinstance(term, AnyOf) else (term,)
 
 
 def kind(value) -> str:
@@ -53,6 +84,9 @@ def kind(value) -> str:
     if isinstance(value, bool):
         return "bool"
     if isinstance(value, (int, float)) and (not isinstance(value, float) or math.isfinite(value)):
+        if isinstance(value, int) and abs(value) > MAX_NUMBER:
+            raise FilterError(f"the integer {str(value)[:20]}... ({len(str(abs(value)))} digits) is beyond the "
+                              "numbers a filter compares (about ±1.8e308)")
         return "number"
     if isinstance(value, str):
         if not _utf8(value):
@@ -61,10 +95,47 @@ def kind(value) -> str:
     raise FilterError(f"{value!r} is not a string, boolean or finite number")
 
 
-def clauses(filters: Mapping[str, object] | None) -> list[Clause]:
-    """``filters`` (the JSON form above) → its clauses; FilterError (one line naming the field) if invalid."""
-    out: list[Clause] = []
+def clauses(filters: Mapping[str, object] | None) -> list:
+    """``filters`` (the JSON form above) → its terms: :class:`Clause` and :class:`AnyOf`; FilterError
+    (one line naming the field) if invalid, or if it holds more than MAX_CLAUSES operators."""
+    out = _terms(filters, 0)
+    n = sum(1 if isinstance(t, Clause) else sum(1 for _ in t.clauses()) for t in out)
+    if n > MAX_CLAUSES:
+        raise FilterError(f"the filter has {n:,} operators, at most {MAX_CLAUSES:,} are allowed; "
+                          "give several values of one field as one 'in'")
+    return out
+
+
+def fields_in(filters: Mapping[str, object] | None) -> list[str]:
+    """The metadata fields ``filters`` names, in order, each once ($any / $all branches included)."""
+    return list(dict.fromkeys(c.field for c in iter_clauses(clauses(filters))))
+
+
+def iter_clauses(terms):
+    for t in terms:
+        yield from t.clauses() if isinstance(t, AnyOf) else (t,)
+
+
+def _terms(filters, depth: int) -> list:
+    if filters is not None and not isinstance(filters, Mapping):
+        raise FilterError("a filter is an object of {field: condition}")
+    out: list = []
     for field, cond in (filters or {}).items():
+        if field in (ANY, ALL):
+            if depth >= MAX_DEPTH:
+                raise FilterError(f"{ANY} and {ALL} nest at most {MAX_DEPTH} deep")
+            if not isinstance(cond, (list, tuple)) or not cond or not all(isinstance(f, Mapping) and f for f in cond):
+                raise FilterError(f'"{field}" takes a list of filters, e.g. '
+                                  '{"%s": [{"sector": "Energy"}, {"year": {"lt": 1950}}]}' % field)
+            if _count_guard(cond):
+                raise FilterError(f"the filter has more than {MAX_CLAUSES:,} operators, at most {MAX_CLAUSES:,} "
+                                  "are allowed")
+            options = [_terms(f, depth + 1) for f in cond]
+            if field == ALL:
+                out += [t for option in options for t in option]
+            else:
+                out.append(AnyOf(tuple(tuple(option) for option in options)))
+            continue
         if not isinstance(field, str) or not _utf8(field):
             raise FilterError(f"filter field {field!r} must be a string of valid UTF-8")
         try:
@@ -85,6 +156,12 @@ def clauses(filters: Mapping[str, object] | None) -> list[Clause]:
     return out
 
 
+def _count_guard(options) -> bool:
+    """True when ``options`` (a $any / $all list) plainly holds more than MAX_CLAUSES operators: refused
+    before its terms are built, so a huge request costs no more than reading it."""
+    return len(options) > MAX_CLAUSES
+
+
 def _clause(field: str, op: str, value, negate: bool = False) -> Clause:
     if op not in OPS:
         raise FilterError(f"unknown operator {op!r}; operators: {', '.join(OPS)}")
@@ -92,6 +169,10 @@ def _clause(field: str, op: str, value, negate: bool = False) -> Clause:
         if not isinstance(value, bool):
             raise FilterError('"exists" takes true or false')
         return Clause(field, "exists", None, negate != (not value))
+    if op == "null":  # true: missing or null, the complement of "holds a value"
+        if not isinstance(value, bool):
+            raise FilterError('"null" takes true (missing or null) or false (holds a value other than null)')
+        return Clause(field, "notnull", None, negate != value)
     if op == "in":
         if not isinstance(value, (list, tuple)) or not 1 <= len(value) <= MAX_IN:
             raise FilterError(f'"in" takes a list of 1 to {MAX_IN:,} values')
@@ -122,7 +203,11 @@ def fold(text: str) -> str:
 
 def stored(value) -> tuple[str, object]:
     """(type, value) as the side table holds a scalar: bools as 0/1, integers beyond SQLite's
-    64 bits as floats (JSON numbers: 1 and 1.0 are the same number)."""
+    64 bits as floats (JSON numbers: 1 and 1.0 are the same number). A metadata integer beyond
+    float's range (10**400 is valid JSON) is type "bignum" with no value: it is kept in the
+    document's JSON, the field exists, but no filter compares it as a number."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_NUMBER:
+        return "bignum", ""
     k = kind(value)
     if k == "bool":
         return k, int(value)
@@ -137,6 +222,8 @@ def clause_sql(c: Clause) -> tuple[str, list]:
     head, args = "SELECT pos FROM fields WHERE field = ?", [c.field]
     if c.op == "exists":
         return head + " AND elem = 0", args
+    if c.op == "notnull":
+        return head + " AND elem = 0 AND type <> 'null'", args
     if c.op == "ieq":
         return head + " AND folded = ?", args + [fold(c.value)]
     if c.op == "in":
@@ -153,28 +240,45 @@ def clause_sql(c: Clause) -> tuple[str, list]:
     return sql, args + [k, s]
 
 
-def matching_sql(cs: list[Clause]) -> tuple[str, list]:
-    """One statement for the sorted distinct positions matching every clause: the positive clauses
-    intersected (or all documents when there is none), the negated ones subtracted."""
-    pos = [c for c in cs if not c.negate]
-    neg = [c for c in cs if c.negate]
-    parts, args = [], []
-    for i, c in enumerate(pos or [None]):
-        sql, a = clause_sql(c) if c is not None else ("SELECT pos FROM docs", [])
-        parts.append(("" if i == 0 else " INTERSECT ") + f"SELECT pos FROM ({sql})")
-        args += a
-    for c in neg:
-        sql, a = clause_sql(c)
-        parts.append(f" EXCEPT SELECT pos FROM ({sql})")
-        args += a
-    if len(parts) == 1:  # a compound already yields distinct rows; a single select needs DISTINCT
-        parts[0] = parts[0].replace("SELECT pos", "SELECT DISTINCT pos", 1)
-    return "".join(parts) + " ORDER BY 1", args
+def matching_sql(terms: list) -> tuple[str, list]:
+    """One statement for the sorted distinct positions matching every term: the positive terms
+    intersected (or all documents when there is none), the negated ones subtracted, an
+    :class:`AnyOf` the union of its options. Compound SELECTs hold at most SQL_GROUP terms each
+    (larger ones nest in groups), so no filter within MAX_CLAUSES reaches SQLite's limits."""
+    sql, args = _and_sql(terms)
+    return f"SELECT DISTINCT pos FROM ({sql}) ORDER BY 1", args
+
+
+def _term_sql(t) -> tuple[str, list]:
+    if isinstance(t, AnyOf):
+        return _compound([_and_sql(list(option)) for option in t.options], " UNION ")
+    return clause_sql(t)
+
+
+def _and_sql(terms: list) -> tuple[str, list]:
+    pos = [_term_sql(t) for t in terms if not t.negate] or [("SELECT pos FROM docs", [])]
+    neg = [_term_sql(t) for t in terms if t.negate]
+    sql, args = _compound(pos, " INTERSECT ")
+    if neg:
+        minus, more = _compound(neg, " UNION ")
+        sql, args = f"SELECT pos FROM ({sql}) EXCEPT SELECT pos FROM ({minus})", args + more
+    return sql, args
+
+
+def _compound(parts: list[tuple[str, list]], op: str) -> tuple[str, list]:
+    """``parts`` joined by ``op`` (INTERSECT, UNION), each a ``SELECT pos FROM (...)``; more than
+    SQL_GROUP parts are combined in groups first, so every compound SELECT stays small."""
+    while len(parts) > SQL_GROUP:
+        parts = [_compound(parts[i:i + SQL_GROUP], op) for i in range(0, len(parts), SQL_GROUP)]
+    if len(parts) == 1:
+        return parts[0]
+    return (op.join(f"SELECT pos FROM ({sql})" for sql, _ in parts), [a for _, args in parts for a in args])
 
 
 def fields_of(metadata: Mapping[str, object]):
     """The side-table rows (field, type, value, folded, elem) of one document's metadata: its own
-    value per field (``elem`` 0; arrays, objects and null have type "array", "object", "null") and
+    value per field (``elem`` 0; arrays, objects and null have type "array", "object", "null", an
+    integer beyond float's range "bignum") and
     one row per scalar element of an array (``elem`` 1)."""
     rows = set()
     for field, value in metadata.items():
@@ -189,3 +293,48 @@ def _row(field: str, value, elem: int) -> tuple:
         return field, {type(None): "null", list: "array", dict: "object"}[type(value)], "", None, elem
     k, s = stored(value)
     return field, k, s, fold(s) if k == "text" else None, elem
+
+
+# ---------------------------------------------------------------- filters that can never match
+
+TYPES = ("text", "number", "bool", "null", "array", "object", "bignum")  # the side table's types
+_NAMES = {"text": "strings", "number": "numbers", "bool": "booleans", "null": "nulls", "array": "arrays",
+          "object": "objects", "bignum": "integers beyond ±1.8e308"}
+_CLI_OPS = {"eq": "=", "gt": ">", "gte": ">=", "lt": "<", "lte": "<=", "has": " has "}
+
+
+def warnings(terms: list, types_of) -> list[str]:
+    """One line per operator that can never match because the type of its value never occurs in
+    its field: ``types_of(field)`` → the side-table types present there (:data:`TYPES`). Such an
+    operator matches no document (negated: every document that has the field or not), silently
+    but for this warning; when the field holds strings, it suggests the quoted form of the value.
+    ``exists`` and ``null`` never warn."""
+    out: list[str] = []
+    for c in dict.fromkeys(iter_clauses(terms)):
+        if c.op in ("exists", "notnull"):
+            continue
+        present = set(types_of(c.field))
+        if c.op == "has":
+            wanted, value_types = {"array"}, "arrays"
+        elif c.op == "ieq":
+            wanted, value_types = {"text"}, "strings"
+        else:
+            values = c.value if c.op == "in" else (c.value,)
+            wanted = {kind(v) for v in values}
+            value_types = " or ".join(_NAMES[k] for k in sorted(wanted))
+        if wanted & present:
+            continue
+        holds = ", ".join(_NAMES[t] for t in TYPES if t in present) or "nothing"
+        effect = "matches every document" if c.negate else "matches no document"
+        line = (f"filter {c.field!r}: {'not ' if c.negate else ''}{c.op} {json.dumps(c.value, ensure_ascii=False)} "
+                f"{effect}: {c.field!r} holds no {value_types} (it holds {holds})")
+        if "text" in present and c.op not in ("has", "ieq"):
+            quoted = [v if isinstance(v, str) else json.dumps(v) for v in (c.value if c.op == "in" else (c.value,))]
+            if c.op == "in":
+                line += f'; to match strings, quote the values: {json.dumps(quoted, ensure_ascii=False)}'
+            else:
+                cli = f'{"not " if c.negate and c.op != "eq" else ""}{c.field}{"!=" if c.negate and c.op == "eq" else _CLI_OPS[c.op]}'
+                line += (f"; to match the string, quote it: --filter '{cli}{json.dumps(quoted[0], ensure_ascii=False)}'"
+                         f" (JSON: {json.dumps(quoted[0], ensure_ascii=False)})")
+        out.append(line)
+    return out

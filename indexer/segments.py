@@ -189,6 +189,12 @@ class Documents:
         found = np.concatenate([np.asarray(p.matching(filters), np.int64) for p in self.parts])
         return found[~self._is_dead(found)].tolist()
 
+    def filter_warnings(self, filters) -> list[str]:
+        """Operators of ``filters`` that can never match in any segment (indexer/filters.warnings)."""
+        from . import filters as flt
+
+        return flt.warnings(flt.clauses(filters), lambda f: set().union(*(p.field_types(f) for p in self.parts)))
+
     def rows(self, batch: int = 10_000):
         """Live (pos, id, text, metadata, norm) rows in position order, in lists of at most ``batch``."""
         for part in self.parts:

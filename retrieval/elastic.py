@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from relsearch.indexer.elastic import ID_FIELD, METADATA_FIELD, NORM_FIELD, TEXT_FIELD, VECTOR_FIELD
+from relsearch.indexer.filters import ALL, ANY
 from relsearch.indexer.filters import clauses as typed_clauses
 
 FUSIONS = ("server", "client")
@@ -41,11 +42,19 @@ def filter_clauses(filters: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     A scalar value is an exact ``term`` match (Elasticsearch coerces "2020" to a numeric field's
     type); a list/tuple/set is a ``terms`` match on any of its values; an object of operators
     (indexer/filters.py) maps to ``term`` (eq, has; ieq with ``case_insensitive``), ``range``,
-    ``terms`` (in), ``exists``, and ``bool.must_not`` for ``not``. Elasticsearch cannot tell an
+    ``terms`` (in), ``exists`` (``exists`` and ``null``: Elasticsearch's own ``exists`` skips null,
+    so there ``exists`` also skips it), ``bool.must_not`` for ``not``, ``bool.should`` for ``$any``.
+    Elasticsearch cannot tell an
     array from a scalar, so ``has`` there also matches a field equal to the value.
     """
     clauses: list[dict[str, Any]] = []
     for name, value in sorted((filters or {}).items()):
+        if name in (ANY, ALL):  # typed_clauses checks the shape and the bounds
+            typed_clauses({name: value})
+            subs = [{"bool": {"filter": filter_clauses(f)}} for f in value]
+            clauses += ([{"bool": {"should": subs, "minimum_should_match": 1}}] if name == ANY
+                        else [c for sub in subs for c in sub["bool"]["filter"]])
+            continue
         if not isinstance(name, str) or not name or "." in name:
             raise ValueError(f"filter field {name!r} must be a metadata field name (non-empty, no '.')")
         path = f"{METADATA_FIELD}.{name}"
@@ -67,6 +76,8 @@ def filter_clauses(filters: Mapping[str, Any] | None) -> list[dict[str, Any]]:
 
 def _es_clause(path: str, c) -> dict[str, Any]:
     if c.op == "exists":
+        return {"exists": {"field": path}}
+    if c.op == "notnull":  # Elasticsearch's exists: a value other than null (there, [] is no value either)
         return {"exists": {"field": path}}
     if c.op == "in":
         return {"terms": {path: list(c.value)}}

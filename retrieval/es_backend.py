@@ -53,6 +53,9 @@ class EsSearcher:
         """The local index's matches: the mirror holds the same documents."""
         return self.searcher.matching(filters)
 
+    def filter_warnings(self, filters: Filters | None) -> list[str]:
+        return self.searcher.filter_warnings(filters)
+
     def unknown_ids(self, queries: list[Query]) -> set[str]:
         return self.searcher.unknown_ids(queries)
 

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from ..indexer.filters import clauses
+from ..indexer.filters import ALL, ANY, clauses
 
 # Above these a request is refused; below them k and depth are clipped to the number of live
 # documents (Searcher.search), so a large k costs no more than the index holds.
@@ -78,8 +78,10 @@ def check_filters(filters: Mapping[str, object]) -> None:
     clauses(filters)
 
 
-# --filter grammar: [not ] FIELD OP VALUE, FIELD in|has VALUE, FIELD exists (FIELD has none of = ! < > ~)
-_WORD = re.compile(r"(?P<field>[^\s=!<>~]+)\s+(?:(?P<op>in|has)\s+(?P<value>.*\S)|(?P<exists>exists))\s*", re.S)
+# --filter grammar: [not ] FIELD OP VALUE, FIELD in|has VALUE, FIELD exists, FIELD is [not] null (FIELD has none
+# of = ! < > ~); EXPR or EXPR ...: any of them
+_WORD = re.compile(r"(?P<field>[^\s=!<>~]+)\s+(?:(?P<op>in|has)\s+(?P<value>.*\S)|(?P<exists>exists|is null|is not null))"
+                   r"\s*", re.S)
 _CMP = re.compile(r"(?P<field>[^=!<>~]+?)\s*(?P<op>!=|~=|>=|<=|=|>|<)(?P<value>.*)", re.S)
 _CMP_OPS = {"=": "eq", "!=": "eq", "~=": "ieq", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
 
@@ -90,25 +92,64 @@ def parse_filter(spec: str) -> tuple[str, str, object, bool]:
     ``FIELD=VALUE`` (typed by :func:`filter_value`), ``FIELD!=VALUE``, ``FIELD>=VALUE`` (also ``>``,
     ``<``, ``<=``; numbers or strings), ``FIELD~=TEXT`` (case-insensitive), ``FIELD in [A,B]``
     (a JSON array, or comma-separated values typed one by one), ``FIELD has VALUE`` (an array
-    holding it), ``FIELD exists``; a leading ``not `` negates any of them. ValueError if malformed.
+    holding it), ``FIELD exists``, ``FIELD is null`` (missing or null), ``FIELD is not null``; a
+    leading ``not `` negates any of them. ``EXPR or EXPR ...`` matches when any of them does (also
+    across fields): it parses to ``("$any", "any", [filter, ...], False)``. ValueError if malformed,
+    or for a doubled operator (``==``, ``=>``, ``<>``, ...) naming the right form.
     """
+    alternatives = _split_or(spec)
+    if len(alternatives) > 1:
+        return ANY, "any", [merge_filters([parse_filter(a)]) for a in alternatives], False
     text = spec.strip()
     negate = text.startswith("not ")
     if negate:
         text = text[4:].lstrip()
     if m := _WORD.fullmatch(text):
         field = m["field"]
-        if m["exists"]:
+        if m["exists"] == "exists":
             return field, "exists", True, negate
+        if m["exists"]:
+            return field, "null", m["exists"] == "is null", negate
         if m["op"] == "has":
             return field, "has", filter_value(m["value"]), negate
         return field, "in", _listed(m["value"], spec), negate
     if (m := _CMP.fullmatch(text)) and m["field"].strip():
         op, raw = m["op"], m["value"].strip()
+        _refuse_doubled(spec, m["field"].strip(), op, m["value"])
         value = raw if op == "~=" and not raw.startswith('"') else filter_value(raw)
         return m["field"].strip(), _CMP_OPS[op], value, negate != (op == "!=")
     raise ValueError(f"cannot read filter {spec!r}: expected FIELD=VALUE, FIELD!=VALUE, FIELD>=VALUE (>, <, <=), "
-                     "FIELD~=TEXT, FIELD in [A,B], FIELD has VALUE or FIELD exists, optionally after 'not '")
+                     "FIELD~=TEXT, FIELD in [A,B], FIELD has VALUE, FIELD exists or FIELD is [not] null, optionally "
+                     "after 'not '; several joined by ' or '")
+
+
+_DOUBLED = {"==": "=", "=>": ">=", "=<": "<=", "<>": "!=", "!==": "!=", ">==": ">=", "<==": "<=", "~==": "~=",
+            "=!": "!=", "=~": "~="}
+
+
+def _refuse_doubled(spec: str, field: str, op: str, rest: str) -> None:
+    """``FIELD == VALUE`` would read as the value ``= VALUE``: refuse it (and =>, <>, ...) naming the form meant."""
+    rest = rest.lstrip(" ")
+    if rest[:1] not in ("=", "<", ">", "!", "~"):
+        return
+    written = op + rest[0] + (rest[1] if op + rest[:2] in _DOUBLED else "")
+    meant, value = _DOUBLED.get(written, op), rest[len(written) - len(op):].strip()
+    raise ValueError(f"cannot read filter {spec!r}: {written!r} is not an operator; write {field}{meant}{value} "
+                     f"(a value that starts with {rest[0]!r} goes in double quotes: {field}{op}{json.dumps(rest.strip())})")
+
+
+def _split_or(spec: str) -> list[str]:
+    """``spec`` cut at each `` or `` outside double quotes (one piece when there is none)."""
+    pieces, start, quoted, i = [], 0, False, 0
+    while i < len(spec):
+        if spec[i] == '"' and (i == 0 or spec[i - 1] != "\\"):
+            quoted = not quoted
+        elif not quoted and spec.startswith(" or ", i):
+            pieces.append(spec[start:i])
+            start = i = i + 4
+            continue
+        i += 1
+    return pieces + [spec[start:]]
 
 
 def _listed(text: str, spec: str) -> list:
@@ -128,7 +169,11 @@ def merge_filters(specs: list[tuple[str, str, object, bool]]) -> dict:
     anything else becomes ``{operator: value, "not": {...}}``; the same operator twice on a field
     is a ValueError (two values AND-ed would match nothing; use ``in``)."""
     ops: dict[str, dict] = {}
+    anys: list[list] = []
     for field, op, value, negate in specs:
+        if field == ANY and op == "any":
+            anys.append(value)
+            continue
         target = ops.setdefault(field, {})
         if negate:
             target = target.setdefault("not", {})
@@ -136,4 +181,9 @@ def merge_filters(specs: list[tuple[str, str, object, bool]]) -> dict:
             raise ValueError(f"filter {field!r}: {'not ' if negate else ''}{op} given twice; use "
                              f"'{field} in [A,B]' for any of several values")
         target[op] = value
-    return {f: o["eq"] if list(o) == ["eq"] else o for f, o in ops.items()}
+    out: dict = {f: o["eq"] if list(o) == ["eq"] else o for f, o in ops.items()}
+    if len(anys) == 1:
+        out[ANY] = anys[0]
+    elif anys:
+        out[ALL] = [{ANY: a} for a in anys]
+    return out

@@ -22,6 +22,7 @@ from ..indexer import ann, gpu
 from ..indexer import lexical as bm25
 from ..indexer.ann import SearchResult
 from ..indexer.build import projection_key
+from ..indexer.filters import fields_in
 from ..indexer.store import IndexFiles, open_index
 from . import hybrid as fusion
 from .inputs import Filters, check_filters, check_weights, is_utf8
@@ -140,7 +141,7 @@ class Searcher:
             check_filters(filters)
         except ValueError as e:
             raise QueryError(str(e)) from None
-        for f in filters:
+        for f in fields_in(filters):
             if f not in self.metadata_fields:
                 raise QueryError(f"unknown filter field {f!r}; metadata fields: {', '.join(self.metadata_fields) or '(none)'}")
 
@@ -278,6 +279,18 @@ class Searcher:
         """Sorted live positions whose metadata satisfies ``filters`` (the docstore's indexed filter table)."""
         try:
             return np.asarray(self.files.docstore.matching(filters), dtype=np.int64)
+        except ValueError as e:
+            raise QueryError(str(e)) from None
+
+    def filter_warnings(self, filters: Filters | None) -> list[str]:
+        """One line per operator of ``filters`` that can never match in this index because the type
+        of its value never occurs in its field (e.g. ``founded>=1990`` where ``founded`` holds strings;
+        negated, it keeps every document), with the quoted form to use: for ``relsearch query``'s
+        stderr and the ``warnings`` of API / HTTP answers. Costs a few index seeks per field."""
+        if not filters:
+            return []
+        try:
+            return self.files.docstore.filter_warnings(filters)
         except ValueError as e:
             raise QueryError(str(e)) from None
 

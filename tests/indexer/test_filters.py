@@ -26,6 +26,7 @@ DOCS = {
     "list_v": {"v": [1, "x", True]},
     "object_v": {"v": {"a": 1}},
     "no_v": {"other": 1},
+    "huge": {"v": 10**400, "other": 2},  # valid JSON, beyond float: kept, never compared as a number
     'quote"key': {'we"ird': "ok"},
 }
 
@@ -51,6 +52,16 @@ TABLE = [
     ({"tags": {"ieq": "FINANCE"}}, {"year_2009", "year_2015"}),
     ({"v": {"exists": True}}, set(DOCS) - {"no_v", 'quote"key'}),  # null counts as present
     ({"v": {"exists": False}}, {"no_v", 'quote"key'}),
+    ({"v": {"null": True}}, {"null", "no_v", 'quote"key'}),  # missing or null (Elasticsearch: must_not exists)
+    ({"v": {"null": False}}, set(DOCS) - {"null", "no_v", 'quote"key'}),  # holds a value (Elasticsearch's exists)
+    ({"v": {"not": {"null": True}}}, set(DOCS) - {"null", "no_v", 'quote"key'}),
+    ({"$any": [{"v": "Apple"}, {"other": 1}]}, {"text_apple", "no_v"}),  # OR across fields
+    ({"$any": [{"v": {"gte": 2009}}, {"tags": "finance"}], "v": {"lt": 2010}}, {"year_2009"}),
+    ({"$any": [{"v": 1, "other": 1}, {"$any": [{"v": "Straße"}, {"v": {"null": True}, "other": {"exists": True}}]}]},
+     {"text_strasse", "no_v"}),
+    ({"$all": [{"$any": [{"v": 1}, {"v": "1"}]}, {"$any": [{"v": {"lt": 1.5}}, {"v": {"lt": "5"}}]}]},
+     {"int_one", "float_one", "list_v", "str_one"}),
+    ({"v": {"gte": 10**300}}, set()),  # the huge integer is not a number for filters
     ({"v": {"not": {"eq": 1}}}, set(DOCS) - {"int_one", "float_one", "list_v"}),  # missing fields included
     ({"v": {"not": {"in": [1, "1"]}, "exists": True}}, set(DOCS) - {"int_one", "float_one", "list_v", "str_one",
                                                                     "no_v", 'quote"key'}),
@@ -90,6 +101,8 @@ def test_filter_semantics_table(store, filters, expected):
     ({"v": float("nan")}, "finite"),
     ({"v": None}, "not a string"),
     ({"v": {}}, "at least one operator"),
+    ({"v": 10**400}, "beyond the numbers a filter compares"),
+    ({"v": {"null": "yes"}}, '"null" takes true'),
 ])
 def test_invalid_filters_name_the_field_and_the_fault(store, filters, message):
     with pytest.raises(flt.FilterError, match=message) as e:
@@ -199,3 +212,122 @@ def test_range_filter_search_returns_k_whenever_k_match(tmp_path):
 def _python_match(meta, filters):
     year_ok = all({"gte": meta["year"] >= v, "lt": meta["year"] < v}[op] for op, v in filters["year"].items())
     return year_ok and ("tags" not in filters or filters["tags"]["has"] in meta["tags"])
+
+
+def test_a_huge_metadata_integer_is_stored_and_exists():
+    """10**400 is valid JSON: the side table keeps a row (the field exists) that no number compares."""
+    assert flt.stored(10**400) == ("bignum", "")
+    assert ("v", "bignum", "", None, 0) in flt.fields_of({"v": 10**400})
+
+
+def test_any_must_be_a_list_of_filters(store):
+    for bad in [{"$any": {"v": 1}}, {"$any": []}, {"$any": [1]}, {"$any": [{}]}]:
+        with pytest.raises(flt.FilterError, match=r'"\$any" takes a list of filters'):
+            store.matching(bad)
+    deep = {"v": 1}
+    for _ in range(flt.MAX_DEPTH + 1):
+        deep = {"$any": [deep]}
+    with pytest.raises(flt.FilterError, match="nest at most"):
+        store.matching(deep)
+
+
+def _wide_store(fields: int) -> DocStore:
+    s = DocStore(":memory:", create=True)
+    s.add((i, f"d{i}", "t", {f"f{j}": (j if i % 2 else f"s{j}") for j in range(fields)}, 1.0) for i in range(6))
+    return s
+
+
+def test_the_largest_filters_allowed_never_reach_sqlites_limits():
+    """MAX_CLAUSES operators of every shape (exists on as many fields, an in of three types each,
+    negations, OR branches nested MAX_DEPTH deep) run; SQLite's 500-term compound SELECT limit was
+    hit at about 500 operators before."""
+    n = flt.MAX_CLAUSES
+    s = _wide_store(n)
+    try:
+        assert len(s.matching({f"f{j}": {"exists": True} for j in range(n)})) == 6
+        mixed = {f"f{j}": {"in": [j, f"s{j}", True]} for j in range(n // 2)}
+        mixed.update({f"f{j}": {"not": {"eq": "nothing"}} for j in range(n // 2, n)})
+        assert len(s.matching(mixed)) == 6
+        branches = [{f"f{j}": j} for j in range(n // 2)] + [{f"f{j}": f"s{j}"} for j in range(n // 2, n)]
+        assert len(s.matching({"$any": branches})) == 6
+        nested = {f"f{j}": {"exists": True} for j in range(n - 2 * flt.MAX_DEPTH)}
+        for j in range(flt.MAX_DEPTH):
+            nested = {"$any": [nested, {f"f{j}": {"in": [0, "x"]}}]}
+        assert len(s.matching(nested)) == 6
+    finally:
+        s.close()
+
+
+def test_more_operators_than_the_bound_are_refused_before_any_sql():
+    s = _wide_store(2)
+    try:
+        too_many = {f"f{j}": {"exists": True} for j in range(flt.MAX_CLAUSES + 1)}
+        with pytest.raises(flt.FilterError, match=f"at most {flt.MAX_CLAUSES:,}"):
+            s.matching(too_many)
+        with pytest.raises(flt.FilterError, match=f"at most {flt.MAX_CLAUSES:,}"):
+            s.matching({"$any": [{"f0": i} for i in range(flt.MAX_CLAUSES + 1)]})
+    finally:
+        s.close()
+
+
+def test_too_many_filter_operators_are_a_request_error_naming_filters():
+    from relsearch.retrieval.request import RequestError, SearchOptions
+
+    options = SearchOptions(filters={f"f{j}": {"exists": True} for j in range(flt.MAX_CLAUSES + 1)})
+    with pytest.raises(RequestError) as e:
+        options.check()
+    assert e.value.field == "filters"
+
+
+def test_filters_that_can_never_match_are_named_with_the_quoted_form(store):
+    """The side table knows each field's types: a number against strings matches nothing (or, negated,
+    everything), silently but for this warning."""
+    text = DocStore(":memory:", create=True)
+    text.add([(0, "a", "t", {"founded": "1990", "code": "45301020", "tags": ["x"]}, 1.0),
+              (1, "b", "t", {"founded": "2001", "code": "10101010", "tags": ["y"]}, 1.0)])
+    try:
+        warned = text.filter_warnings({"founded": {"gte": 1990}})
+        assert len(warned) == 1 and "matches no document" in warned[0] and "holds no numbers" in warned[0]
+        assert """--filter 'founded>="1990"'""" in warned[0]
+        warned = text.filter_warnings({"code": {"not": {"eq": 45301020}}})
+        assert "matches every document" in warned[0] and """--filter 'code!="45301020"'""" in warned[0]
+        assert "quote the values" in text.filter_warnings({"code": {"in": [45301020, 1]}})[0]
+        assert "holds no arrays" in text.filter_warnings({"code": {"has": "x"}})[0]
+        assert text.filter_warnings({"$any": [{"founded": "1990"}, {"founded": 1990}]})[0].startswith("filter 'founded'")
+        for fine in [{"founded": "1990"}, {"founded": {"gte": "1990"}}, {"code": {"exists": True}},
+                     {"tags": {"has": "x"}}, {"founded": {"null": True}}, {"code": {"ieq": "x"}}]:
+            assert text.filter_warnings(fine) == [], fine
+    finally:
+        text.close()
+    assert store.filter_warnings({"v": 1}) == [] and store.filter_warnings({"v": {"in": ["x", 2]}}) == []
+    assert "holds no strings" in store.filter_warnings({"other": "1"})[0]
+
+
+@pytest.mark.parametrize(("spec", "meant"), [
+    ("gics_sector == Energy", "gics_sector=Energy"), ("year=>2010", "year>=2010"), ("year=<2010", "year<=2010"),
+    ("x<>1", "x!=1"), ("x!==1", "x!=1"), ("x >== 1", "x>=1"),
+])
+def test_doubled_operators_are_refused_with_the_right_form(spec, meant):
+    with pytest.raises(ValueError, match=f"is not an operator; write {meant}"):
+        parse_filter(spec)
+    assert parse_filter('x="=1"') == ("x", "eq", "=1", False)  # quoted, a value may start with =
+
+
+def test_null_tests_and_or_across_fields_in_the_grammar():
+    assert parse_filter("ceo is null") == ("ceo", "null", True, False)
+    assert parse_filter("ceo is not null") == ("ceo", "null", False, False)
+    assert merge_filters([parse_filter("ceo is null")]) == {"ceo": {"null": True}}
+    assert merge_filters([parse_filter("sector=Energy or founded<1950 or not ceo exists")]) == {
+        "$any": [{"sector": "Energy"}, {"founded": {"lt": 1950}}, {"ceo": {"not": {"exists": True}}}]}
+    assert merge_filters([parse_filter("a=1 or b=2"), parse_filter("c=3 or d=4"), parse_filter("e=5")]) == {
+        "e": 5, "$all": [{"$any": [{"a": 1}, {"b": 2}]}, {"$any": [{"c": 3}, {"d": 4}]}]}
+    assert parse_filter('title="War or Peace"') == ("title", "eq", "War or Peace", False)
+    assert flt.fields_in(merge_filters([parse_filter("a=1 or b=2")])) == ["a", "b"]
+
+
+def test_elasticsearch_receives_any_as_should_and_null_as_exists():
+    assert filter_clauses({"$any": [{"a": 1}, {"b": {"null": False}}], "c": {"null": True}}) == [
+        {"bool": {"should": [{"bool": {"filter": [{"term": {"metadata.a": 1}}]}},
+                             {"bool": {"filter": [{"exists": {"field": "metadata.b"}}]}}], "minimum_should_match": 1}},
+        {"bool": {"must_not": [{"exists": {"field": "metadata.c"}}]}},
+    ]
