@@ -39,6 +39,22 @@ from .tuning import AutoPolicy
 
 MAX_RUNS_KEPT = 100
 UNKNOWN_ID = "unknown-id"
+ENCODER_KEY = ("weights_sha256", "pooling")  # what makes two encoders' vectors comparable
+
+
+class EncoderMismatchError(ValueError):
+    """Vectors from another encoder than the index's: refused, under the writer lock, by every writer."""
+
+
+def check_encoder(target, have: dict, encoder: dict) -> None:
+    """Raise EncoderMismatchError unless ``encoder`` (the identity of the model that encoded the new
+    documents) is the one the index (manifest ``encoder``: ``have``) was built with."""
+    if tuple(have.get(k) for k in ENCODER_KEY) != tuple(encoder.get(k) for k in ENCODER_KEY):
+        raise EncoderMismatchError(
+            f"{target} was built with encoder {have.get('model')!r} (weights {have.get('weights_sha256')}, "
+            f"pooling {have.get('pooling')}) but these documents were encoded with {encoder.get('model')!r} "
+            f"(weights {encoder.get('weights_sha256')}, pooling {encoder.get('pooling')}); append with the "
+            "index's model or rebuild the index")
 
 
 @dataclass
@@ -132,7 +148,7 @@ def _noting_replaced(blocks: Iterable[Block], docs: seg.Documents, d: int, repla
         yield block
 
 
-def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected: list[dict] = (),
+def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, encoder: dict | None = None, rejected: list[dict] = (),
            mirrors=(), facts: GpuFacts | None = None, max_segments: int | None = None) -> MutationReport:
     """Add ``n`` documents (``blocks``: unique ids among themselves) to the index at ``target`` as
     one new segment; a document whose id is already indexed replaces it (the old position is deleted).
@@ -140,9 +156,16 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, rejected:
     ``run``: the input's counts for the manifest's ``runs`` history; ``rejected``: the input
     lines refused (written to the new generation's rejected.jsonl). ``max_segments``: the merge
     threshold (default: the index's recorded one, else segments.MAX_SEGMENTS); it is recorded.
+    ``encoder``: the identity of the model that encoded ``blocks`` (``Encoder.identity``), checked
+    against the generation the append starts from, under the writer lock, so that a rebuild with
+    another model published meanwhile is never mixed with these vectors (EncoderMismatchError).
+    None skips the check: for vectors whose origin the caller vouches for (synthetic ones in tests
+    and benchmarks); every writer of encoded text (API, server, CLI, pipelines) passes it.
     """
 
     def work(src: store.IndexFiles, gen: Path):
+        if encoder is not None:
+            check_encoder(target, src.manifest.encoder, encoder)
         limit = max_segments or src.manifest.max_segments or seg.MAX_SEGMENTS
         specs, d = src.manifest.segment_specs, src.vectors.shape[1]
         _link_unchanged(src, gen)

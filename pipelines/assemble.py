@@ -91,14 +91,14 @@ def shard_blocks(build: str, chunks, plan: ShardPlan):
 
 
 def check_same_encoder(index: str, encoder: dict) -> None:
-    """Refuse to append vectors from another encoder than the one ``index`` was built with."""
-    have = store.read_manifest(Path(os.path.realpath(index))).encoder
-    key = ("weights_sha256", "pooling")
-    if tuple(have.get(k) for k in key) != tuple(encoder.get(k) for k in key):
-        raise IndexInputError(f"--append: {index} was built with encoder {have.get('model')!r} "
-                              f"(weights {have.get('weights_sha256')}) but these documents were encoded with "
-                              f"{encoder.get('model')!r} (weights {encoder.get('weights_sha256')}); "
-                              "append with the index's model (--model) or rebuild the index")
+    """Refuse to append vectors from another encoder than the one ``index`` was built with (the
+    append checks again under the writer lock, indexer/mutations.py; this gives the CLI's wording)."""
+    from ..indexer.mutations import EncoderMismatchError, check_encoder
+
+    try:
+        check_encoder(index, store.read_manifest(Path(os.path.realpath(index))).encoder, encoder)
+    except EncoderMismatchError as e:
+        raise IndexInputError(f"--append: {e}") from None
 
 
 def keep_rejections(rejected: list[dict], target: str) -> str:

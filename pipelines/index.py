@@ -403,7 +403,7 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
     with store.writer_lock(job.index):
         if job.append and Path(job.index).is_symlink():
             check_same_encoder(job.index, encoder)
-            done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run,
+            done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run, encoder=encoder,
                                     rejected=plan.rejected, mirrors=mirrors, max_segments=job.max_segments)
             report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends
             report.faiss = store.read_manifest(Path(os.path.realpath(job.index))).faiss

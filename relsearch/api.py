@@ -205,7 +205,6 @@ class Index:
         appended as one new generation, published atomically (indexer/mutations.py).
         """
         from .indexer.build import Block
-        from .pipelines.assemble import IndexInputError, check_same_encoder
         from .encoder.model import encode_texts
 
         docs, seen = [], set()
@@ -220,13 +219,13 @@ class Index:
         with self._lock:  # encode with this process's model; the writer lock serialises the publish
             encoder = self.searcher().encoder
             vectors, truncated = encode_texts(encoder, [d["text"] for d in docs])
-        try:
-            check_same_encoder(self.path, encoder.identity)
-        except IndexInputError as e:
-            raise RequestError("documents", str(e), 409) from None
         run = {"read": len(docs), "indexed": len(docs), "rejected": 0, "truncated": truncated,
                "input": {"path": "relsearch API"}}
-        return mutations.append(self.path, [Block(docs, vectors)], n=len(docs), run=run)
+        try:  # the encoder is checked under the writer lock, against the generation appended to
+            return mutations.append(self.path, [Block(docs, vectors)], n=len(docs), run=run,
+                                    encoder=encoder.identity)
+        except mutations.EncoderMismatchError as e:
+            raise RequestError("documents", str(e), 409) from None
 
     def delete(self, ids: Iterable[str]) -> mutations.MutationReport:
         """Delete documents by id as one new generation; unknown ids are reported, not an error."""

@@ -202,3 +202,69 @@ def test_a_full_disk_mid_append_is_one_error_and_keeps_the_index(tmp_path, encod
     monkeypatch.undo()
     mutations.append(str(target), [docs([f"d{i}" for i in range(1000, 1050)], seed=3)], n=50, run={"read": 50})
     assert store.open_index(target).docstore.count() == 250
+
+
+_OTHER_ENCODER_BUILD = """
+import sys, numpy as np
+from relsearch.indexer.build import Block, build_published
+from relsearch.indexer.faiss_index import FaissSpec
+vectors = np.random.default_rng(5).standard_normal((50, 384)).astype(np.float32)
+block = Block([{"id": f"o{i}", "text": f"other {i}", "metadata": {}} for i in range(50)], vectors)
+build_published(sys.argv[1], [block], n=50, d=384, spec=FaissSpec(factory="Flat", tune_queries=10),
+                encoder={"model": "another-384d-model", "weights_sha256": "0" * 64, "pooling": "mean", "dim": 384})
+"""
+
+
+def _waiting_for_lock(lock_file) -> bool:
+    """True while some process waits for the flock on ``lock_file`` (a ``->`` line of /proc/locks)."""
+    inode = os.stat(lock_file).st_ino
+    with open("/proc/locks") as f:
+        return any("->" in line and line.split()[6].endswith(f":{inode}") for line in f)
+
+
+def test_an_append_checks_the_encoder_under_the_writer_lock(tmp_path, encoder_identity):
+    """A rebuild with another 384-d model publishes while Index.add (the API and POST /documents) waits
+    for the lock with vectors of the old model: the add is refused (409), never written under a
+    manifest that names the new model. The rebuild is held at the fault point commit.manifest-written
+    (SIGSTOP) with the writer lock taken, so the add is certain to encode and reach the lock first."""
+    import signal
+    import subprocess
+    import sys
+
+    from relsearch import open_index
+    from relsearch.retrieval.request import RequestError
+
+    target = tmp_path / "idx"
+    build(target, encoder_identity, n=100)
+    index = open_index(target)
+    env = {**os.environ, "RELSEARCH_FAULT": "commit.manifest-written:1:stop"}
+    rebuild = subprocess.Popen([sys.executable, "-c", _OTHER_ENCODER_BUILD, str(target)], env=env)
+    try:
+        _, status = os.waitpid(rebuild.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status), status  # complete, unpublished, holding the writer lock
+        outcome = []
+
+        def add():
+            try:
+                outcome.append(index.add([{"id": "late", "text": "a document encoded by the old model"}]))
+            except RequestError as e:
+                outcome.append(e)
+
+        adder = threading.Thread(target=add)
+        adder.start()
+        lock_file = tmp_path / ".idx.lock"
+        for _ in range(600):  # the model loads and encodes, then the add waits for the lock
+            if _waiting_for_lock(lock_file) or not adder.is_alive():
+                break
+            adder.join(0.1)
+        os.kill(rebuild.pid, signal.SIGCONT)
+        assert rebuild.wait(60) == 0
+        adder.join(60)
+    finally:
+        if rebuild.poll() is None:
+            rebuild.kill()
+    assert isinstance(outcome[0], RequestError), outcome
+    assert outcome[0].status == 409 and "another-384d-model" in str(outcome[0])
+    files = store.open_index(target)
+    assert files.manifest.encoder["model"] == "another-384d-model"
+    assert files.docstore.positions(["late"]) == {} and files.manifest.counts.documents == 50
