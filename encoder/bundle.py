@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -21,9 +22,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import check_regular_file, inside, read_regular_file
 from .heads import TENSOR_PREFIX as HEAD_PREFIX, PairHead
-from .model import DEFAULT_MODEL, EncoderConfig, _local_or_hub_folder, _read_st_folder, resolve_model_path
-from .relations import IDENTITY, Operator
+from .model import POOLINGS, DEFAULT_MODEL, EncoderConfig, _local_or_hub_folder, _read_st_folder, resolve_model_path
+from .relations import IDENTITY, KINDS, Operator
+from .tower import marker_parts
 
 FORMAT = "relsearch-bundle/1"
 MANIFEST = "bundle.json"
@@ -116,14 +119,105 @@ def _tensor_prefix(op: Operator) -> str:
     return TOWER_PREFIX + op.info["tower"]["name"] if op.kind == "encoder" else op.name
 
 
+# What a bundle may hold: bundle.json is read whole, operators.safetensors is loaded whole.
+MAX_MANIFEST_BYTES = 16 << 20
+MAX_TENSORS_BYTES = 4 << 30
+MAX_NAME_CHARS = 200
+
+
 def _load_tensors(path: Path) -> dict[str, np.ndarray]:
+    """The tensors of a bundle's operators.safetensors: a regular file of bounded size, never
+    unpickled, every tensor floating point and finite (a NaN weight would rank nothing)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
+    check_regular_file(path, limit=MAX_TENSORS_BYTES)
     try:
-        return load_file(str(path))
+        tensors = load_file(str(path))
     except SafetensorError as e:  # e.g. a pickle put in its place: it is never unpickled
         raise ValueError(f"{path} is not a safetensors file ({e}); refusing to load") from None
+    for key, value in tensors.items():
+        if not np.issubdtype(value.dtype, np.floating):
+            raise ValueError(f"{path}: tensor {key!r} is {value.dtype}, not floating point")
+        if not np.isfinite(value).all():
+            raise ValueError(f"{path}: tensor {key!r} holds NaN or infinite values")
+    return tensors
+
+
+def _check_manifest(manifest: dict, where: Path) -> None:
+    """ValueError naming ``where`` (bundle.json) and the field, for any value load_bundle would
+    misread: every field it uses has its type, names are unique, a tower's marker is a plain template."""
+    def fail(field: str, expected: str, value=None) -> None:
+        shown = repr(value) if value is None or isinstance(value, (bool, int, float)) else type(value).__name__
+        raise ValueError(f"{where}: {field} must be {expected}, got {shown}")
+
+    def text(value, field: str, *, optional: bool = False, name: bool = False) -> None:
+        if optional and value is None:
+            return
+        if not isinstance(value, str) or (name and not 0 < len(value) <= MAX_NAME_CHARS):
+            fail(field, f"a non-empty string of at most {MAX_NAME_CHARS} characters" if name else "a string", value)
+
+    def mapping(value, field: str, *, optional: bool = False) -> None:
+        if not (isinstance(value, dict) or (optional and value is None)):
+            fail(field, "an object", value)
+
+    def positive(value, field: str) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            fail(field, "a positive integer", value)
+
+    encoder = manifest.get("encoder")
+    mapping(encoder, "encoder")
+    text(encoder.get("model"), "encoder.model", name=True)
+    text(encoder.get("path"), "encoder.path", optional=True)
+    if encoder.get("pooling") is not None and encoder["pooling"] not in POOLINGS:
+        fail("encoder.pooling", " or ".join(POOLINGS), encoder["pooling"])
+    positive(encoder.get("dim"), "encoder.dim")
+    positive(encoder.get("max_length"), "encoder.max_length")
+    mapping(manifest.get("info"), "info", optional=True)
+    for key, required in (("operators", True), ("heads", False)):
+        entries = manifest.get(key)
+        if not isinstance(entries, list) and (required or entries is not None):
+            fail(key, "a list of objects", entries)
+        names = set()
+        for i, entry in enumerate(entries or []):
+            field = f"{key}[{i}]"
+            mapping(entry, field)
+            text(entry.get("name"), f"{field}.name", name=True)
+            if entry["name"] in names:
+                raise ValueError(f"{where}: {field}.name {entry['name']!r} is given twice")
+            names.add(entry["name"])
+            for sub in ("description", "info", "metrics", "recipe"):  # when given: of their type
+                if sub in entry:
+                    (text if sub == "description" else mapping)(entry[sub], f"{field}.{sub}")
+            for sub in ("trained", "identity"):
+                mapping((entry.get("metrics") or {}).get(sub), f"{field}.metrics.{sub}", optional=True)
+            if key == "operators":
+                if entry.get("kind") not in KINDS:
+                    fail(f"{field}.kind", "one of " + ", ".join(KINDS), entry.get("kind"))
+                if entry["kind"] == "encoder":
+                    _check_tower(entry.get("tower"), f"{where}: {field}.tower")
+            else:
+                text(entry.get("kind"), f"{field}.kind", optional=True)
+                labels = entry.get("labels")
+                if not (isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels)):
+                    fail(f"{field}.labels", "a non-empty list of strings", labels)
+                text(entry.get("positive"), f"{field}.positive")
+
+
+def _check_tower(tower, where: str) -> None:
+    """An encoder operator's ``tower``: name and base strings, a finite scale, a plain marker template."""
+    if not isinstance(tower, dict):
+        raise ValueError(f"{where} must be an object")
+    for key in ("name", "base"):
+        if not isinstance(tower.get(key), str) or not tower[key]:
+            raise ValueError(f"{where}.{key} must be a non-empty string")
+    scale = tower.get("scale")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(f"{where}.scale must be a finite number")
+    try:
+        marker_parts(tower.get("marker"))
+    except ValueError as e:
+        raise ValueError(f"{where}.marker: {e}") from None
 
 
 def is_bundle(path: str | os.PathLike) -> bool:
@@ -169,28 +263,37 @@ def load_bundle(ref: str | None = None, *, dim: int | None = None) -> Bundle:
         pooling = _read_st_folder(folder)[0]  # what the encoder will use: an index's identity records it
         return Bundle(encoder={"model": ref, "dim": dim, **({"pooling": pooling} if pooling else {})})
     root = Path(ref)
+    where = root / MANIFEST
     try:
-        manifest = json.loads((root / MANIFEST).read_text(encoding="utf-8"))
+        manifest = json.loads(read_regular_file(where, limit=MAX_MANIFEST_BYTES))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise ValueError(f"{root / MANIFEST} is not valid JSON ({e.__class__.__name__})") from None
+        raise ValueError(f"{where} is not valid JSON ({e.__class__.__name__})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         found = manifest.get("format") if isinstance(manifest, dict) else None
         raise ValueError(f"{root}: unsupported bundle format {found!r} (expected {FORMAT})")
-    tensors = _load_tensors(root / TENSORS) if (root / TENSORS).is_file() else {}
-    operators = {}
-    for entry in manifest["operators"]:
-        entry = dict(entry)
-        name, kind, desc = entry.pop("name"), entry.pop("kind"), entry.pop("description", "")
-        tower = entry.get("tower") if kind == "encoder" else None
-        prefix = TOWER_PREFIX + str(tower.get("name")) if isinstance(tower, dict) else name
-        params = {k.split("/", 1)[1]: v for k, v in tensors.items()
-                  if k.split("/", 1)[0] == prefix and not k.startswith(HEAD_PREFIX)}
-        operators[name] = Operator(name=name, kind=kind, description=desc, params=params, info=entry)
+    _check_manifest(manifest, where)
+    tensors = _load_tensors(root / TENSORS) if os.path.lexists(root / TENSORS) else {}
     encoder = dict(manifest["encoder"])
     if encoder.get("path"):  # fine-tuned weights stored inside the bundle (joint training)
-        encoder["model"] = str(root / encoder["path"])
-    heads = {entry["name"]: PairHead.from_manifest(entry, tensors) for entry in manifest.get("heads", [])}
-    bundle = Bundle(encoder=encoder, operators=operators, path=str(root), info=manifest.get("info", {}), heads=heads)
+        folder = inside(root, encoder["path"], what=f"{where}: encoder.path")
+        if not folder.is_dir():
+            raise ValueError(f"{where}: encoder.path {encoder['path']!r} is not a folder of the bundle")
+        encoder["model"] = str(folder)
+    try:
+        operators = {}
+        for entry in manifest["operators"]:
+            entry = dict(entry)
+            name, kind, desc = entry.pop("name"), entry.pop("kind"), entry.pop("description", "")
+            tower = entry.get("tower") if kind == "encoder" else None
+            prefix = TOWER_PREFIX + str(tower.get("name")) if isinstance(tower, dict) else name
+            params = {k.split("/", 1)[1]: v for k, v in tensors.items()
+                      if k.split("/", 1)[0] == prefix and not k.startswith(HEAD_PREFIX)}
+            operators[name] = Operator(name=name, kind=kind, description=desc, params=params, info=entry)
+        heads = {entry["name"]: PairHead.from_manifest(entry, tensors) for entry in manifest.get("heads") or []}
+        bundle = Bundle(encoder=encoder, operators=operators, path=str(root), info=manifest.get("info") or {},
+                        heads=heads)
+    except ValueError as e:  # shapes or parameters that do not fit: one line naming the bundle
+        raise ValueError(f"{where}: {e}") from None
     if dim is not None and encoder.get("dim") not in (None, dim):
         raise ValueError(f"bundle {root} expects a {encoder['dim']}-d encoder, got {dim}-d")
     return bundle

@@ -52,6 +52,12 @@ class Operator:
         missing = needed - set(self.params)
         if missing:
             raise ValueError(f"operator {self.name!r} ({self.kind}) lacks parameters {sorted(missing)}")
+        shapes = {k: np.shape(v) for k, v in self.params.items()}
+        r, w, b, p = (shapes.get(k) for k in ("r", "W", "b", "P"))
+        if ((self.kind == "translation" and len(r) != 1)
+                or (self.kind == "linear" and (len(w) != 2 or w[0] != w[1] or b != (w[0],)))
+                or (self.kind == "projection" and (len(p) != 2 or 0 in p))):
+            raise ValueError(f"operator {self.name!r} ({self.kind}): parameter shapes {shapes} do not fit its kind")
         if self.kind == "encoder":
             tower = self.info.get("tower")
             absent = [k for k in TOWER_KEYS if not isinstance(tower, dict) or k not in tower]
@@ -120,6 +126,8 @@ def parse_relation_args(specs: list[str] | tuple[str, ...]) -> dict[str, float]:
             weights[name] = weights.get(name, 0.0) + (float(w) if sep else 1.0)
         except ValueError as e:
             raise ValueError(f"relation weight in {spec!r} is not a number") from e
+        if not np.isfinite(weights[name]):
+            raise ValueError(f"relation weight in {spec!r} is not a finite number")
     return weights or {"identity": 1.0}
 
 
@@ -131,7 +139,9 @@ def mixture_query(operators: dict[str, Operator], h: np.ndarray, weights: dict[s
     the query texts, which ``encoder`` operators read (their unit vector joins the sum like any other).
     """
     q = np.zeros_like(np.asarray(h, dtype=np.float32))
-    for name in weights:
+    for name, w in weights.items():
+        if not np.isfinite(w):  # a NaN weight would score every document NaN: nothing ranks
+            raise ValueError(f"the weight of relation {name!r} is not a finite number")
         if lookup(operators, name).both_sides and len(weights) > 1:
             raise ValueError(f"{name!r} projects documents too (its own index); query it alone, not in a mixture")
     for name, w in weights.items():

@@ -103,8 +103,10 @@ def score(text_a, text_b, model, as_json):
         bundle = load_bundle(model)
     except ValueError as e:  # a model that is not found, a damaged bundle
         raise click.ClickException(str(e)) from None
-    enc = Encoder(bundle.encoder_config())
-    scores = score_pair(bundle, enc, text_a, text_b)
+    try:
+        scores = score_pair(bundle, Encoder(bundle.encoder_config()), text_a, text_b)
+    except (ValueError, RuntimeError) as e:  # a model folder or query tower that does not fit: one line
+        raise click.ClickException(str(e)) from None
     if as_json:
         click.echo(json.dumps(scores))
         return

@@ -9,6 +9,8 @@ import os
 
 import click
 
+MAX_API_KEY_FILE_BYTES = 64 << 10
+
 
 def _named_indexes(specs: tuple[str, ...]) -> dict[str, str]:
     """``DIR`` or ``NAME=DIR`` → {name: dir}; a bare DIR is named after its folder."""
@@ -63,6 +65,7 @@ def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batc
 
         torch.set_num_threads(threads)
     from relsearch.api import Index
+    from relsearch.files import check_regular_file
     from relsearch.serve import ServeLimits, read_api_key
     from relsearch.serve import serve as run_server
 
@@ -70,6 +73,8 @@ def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batc
              "micro_batch": micro_batch, "refill_wait_ms": refill_wait_ms}
     limits = ServeLimits(**{k: v for k, v in given.items() if v is not None})
     try:
+        if api_key_file:  # a FIFO or device would hang the start-up, a huge file fill memory
+            check_regular_file(api_key_file, limit=MAX_API_KEY_FILE_BYTES, what=f"--api-key-file {api_key_file}")
         api_key = read_api_key(api_key_file)
         indexes = {name: Index(path, model) for name, path in _named_indexes(index_specs).items()}
     except (OSError, ValueError, RuntimeError) as e:
