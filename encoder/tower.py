@@ -118,8 +118,11 @@ def attach_towers(operators: dict[str, Operator], encoder) -> None:
         if tower["base"] != base:
             raise ValueError(f"relation {op.name!r} is a query encoder trained on encoder weights {tower['base']}, "
                              f"but this encoder's are {base}; use an index built with its base encoder")
-        marker_parts(tower["marker"])
-        check_lora(encoder.model, op.params, tower["scale"])
+        try:
+            marker_parts(tower["marker"])
+            check_lora(encoder.model, op.params, tower["scale"])
+        except ValueError as e:
+            raise ValueError(f"relation {op.name!r} (query encoder): {e}") from None
         if tower["name"] not in built:
             built[tower["name"]] = _LazyTower(encoder, op.params, float(tower["scale"]))
         op.query_tower = _encode_marked(built[tower["name"]], tower["marker"], op.name)
