@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,6 +36,8 @@ VECTORS = "vectors.npy"
 FAISS = "index.faiss"
 DOCSTORE = "docstore.sqlite"
 TRAINED_FILE = "trained.faiss"  # the first segment's trained, empty IVF index (faiss_index.trained_empty)
+# s<N>-: ASCII digits only (str.isdigit also takes "²", which int() refuses), at most 9 of them
+PREFIX = re.compile(r"s[0-9]{1,9}-", re.ASCII)
 MAX_SEGMENTS = 10  # default merge threshold: an append leaving more segments merges the smallest neighbours
 
 
@@ -64,9 +67,10 @@ def check_specs(segs: list[SegmentSpec], positions: int) -> str | None:
     """What is wrong with a segment list (None when the segments tile 0…positions in order)."""
     at = 0
     for s in segs:
-        if not isinstance(s.prefix, str) or (s.prefix and not (s.prefix[0] == "s" and s.prefix.endswith("-")
-                                                               and s.prefix[1:-1].isdigit())):
-            return f"segment prefix {s.prefix!r} is not '' or s<N>-"
+        if not isinstance(s.prefix, str) or (s.prefix and not PREFIX.fullmatch(s.prefix)):
+            return f"segment prefix {s.prefix[:40] if isinstance(s.prefix, str) else s.prefix!r} is not '' or s<N>-"
+        if not all(isinstance(x, int) and not isinstance(x, bool) for x in (s.start, s.positions)):
+            return f"segment {s.prefix!r} has a start or size that is not an integer"
         if s.start != at or s.positions < 0:
             return f"segment {s.prefix!r} starts at {s.start}, expected {at}"
         at = s.stop

@@ -33,6 +33,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import threading
 import uuid
 from collections.abc import Callable
@@ -44,7 +45,7 @@ import numpy as np
 from .. import __version__
 from .. import faults
 from ..files import replaced_atomically
-from . import integrity, lexical
+from . import integrity, lexical, spool
 from . import segments as seg
 from .docstore import DocStore
 from .integrity import IndexCorruptError  # noqa: F401  (re-exported: callers catch it from here)
@@ -241,14 +242,31 @@ def writer_lock(target: str | os.PathLike):
         yield
         return
     target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f".{target.name}.lock", "a") as f:
+    with os.fdopen(_open_lock_file(target.parent / f".{target.name}.lock"), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         held.add(target)
         try:
+            spool.sweep(target)  # standard-input copies of killed `relsearch index -` runs
             yield
         finally:
             held.discard(target)
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _open_lock_file(path: Path) -> int:
+    """The writer lock file, opened (created if need be) without following a symlink: a link planted
+    as ``.NAME.lock`` would make every writer create or lock a file outside the index."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise IndexCorruptError(f"{path} is a symbolic link; the writer lock must be a regular file: "
+                                    "remove it") from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise IndexCorruptError(f"{path} is not a regular file; the writer lock must be one: remove it")
+    return fd
 
 
 class NoSpaceError(RuntimeError):
@@ -355,6 +373,22 @@ def publish_new(target: str | os.PathLike, fill: Callable[[Path], Manifest], mir
         raise
 
 
+def check_faiss_header(path, name, *, dim: int, most: int) -> None:
+    """Refuse (IndexCorruptError) a FAISS file whose header claims another dimension, or more vectors
+    than its segment has positions, before FAISS reads it: FAISS sizes its buffers from those
+    claims, so a crafted file (even one whose checksum was recomputed) could make it allocate
+    terabytes. Every FAISS index type relsearch writes starts with a fourcc, d (int32) and
+    ntotal (int64)."""
+    with open(path, "rb") as f:
+        head = f.read(16)
+    if len(head) < 16 or not head[:1] == b"I":
+        raise IndexCorruptError(f"{name} is not a FAISS index file this version writes")
+    d, ntotal = int.from_bytes(head[4:8], "little", signed=True), int.from_bytes(head[8:16], "little", signed=True)
+    if d != dim or not 0 <= ntotal <= most:
+        raise IndexCorruptError(f"{name} claims {ntotal:,} vectors of {d} dimensions; its segment has {most:,} "
+                                f"positions of {dim}: the index is damaged")
+
+
 class Segment:
     """One segment of an opened generation (indexer/segments.py): its vectors and docstore, and
     its FAISS index loaded on first use from a descriptor opened with the rest."""
@@ -389,8 +423,9 @@ class Segment:
             if self._faiss_fd is not None and os.path.exists(f"/proc/self/fd/{self._faiss_fd}"):
                 path = f"/proc/self/fd/{self._faiss_fd}"  # the generation may be gone by now
             try:
+                check_faiss_header(path, name, dim=self.vectors.shape[1], most=self.spec.positions)
                 self._faiss = faiss.read_index(path)
-            except RuntimeError as e:
+            except (RuntimeError, MemoryError) as e:
                 raise IndexCorruptError(f"{name} cannot be read by FAISS: "
                                         f"{str(e).strip().splitlines()[-1][:200]}") from None
             finally:

@@ -33,7 +33,7 @@ from .. import faults
 from ..files import sha256_file
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig, encode_texts
-from ..indexer import mutations, store
+from ..indexer import mutations, spool, store
 from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
 from ..indexer.es_mirror import EsTarget, mirrors_for
@@ -321,6 +321,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     NoSpaceError (nothing published; the encoded shards kept to resume) when the disk fills up.
     """
     started = time.perf_counter()
+    spool.sweep(job.index)  # standard-input copies of killed runs: never let them fill the disk this run needs
     check_input(job.input)
     if bundle is None and job.model is None and job.append and Path(job.index).is_symlink():
         recorded = recorded_ref(store.read_manifest(Path(os.path.realpath(job.index))).bundle)

@@ -4,12 +4,12 @@ Registered in :mod:`relsearch.cli`; kept free of imports from it so either modul
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
 import os
-import shutil
-import tempfile
+import sys
 
 import click
 
@@ -102,6 +102,7 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
     index replaces the old one atomically, and only when the run succeeds.
     """
     from relsearch.indexer.records import Limits
+    from relsearch.indexer.spool import signals_exit, spooled
     from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
 
     # a failing Beam step logs its traceback before the error reaches here; it is reported below in one line
@@ -115,19 +116,18 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
                    max_length=max_length, precision=precision, strict=strict, progress=not quiet,
                    limits=Limits(max_line_bytes, max_text_bytes, max_metadata_bytes))
     spool = None
-    try:
-        if corpus == "-":
-            spool = spool_stdin(index_dir)
-            job = dataclasses.replace(job, input=spool)
-        report = run_index(job, beam_args)
+    try:  # SIGTERM / SIGHUP leave through the finally blocks (the spool, a half-written generation) as Ctrl-C does
+        with signals_exit(), contextlib.ExitStack() as stack:
+            if corpus == "-":
+                spool = stack.enter_context(spooled(sys.stdin.buffer, index_dir))
+                job = dataclasses.replace(job, input=spool)
+            report = run_index(job, beam_args)
     except (IndexInputError, FileExistsError, ValueError, RuntimeError) as e:
         raise click.ClickException(str(e).replace(spool, "stdin") if spool else str(e)) from None
     except OSError as e:  # disk full, permissions: the previous index is untouched
-        raise click.ClickException(f"{e.strerror or e}{f': {e.filename}' if e.filename else ''}; "
+        name = "stdin" if spool and e.filename == spool else e.filename
+        raise click.ClickException(f"{e.strerror or e}{f': {name}' if name else ''}; "
                                    "nothing was published") from None
-    finally:
-        if spool:
-            os.unlink(spool)
     if report.resumed_chunks:
         click.echo(f"resumed: {report.resumed_chunks} chunks were already encoded by an interrupted run")
     click.echo(report.summary() + (f" (replaced {report.replaced})" if append else ""))
@@ -142,19 +142,6 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
                   is not None and not append else ""))
     _echo_backends(report.backends)
     click.echo(f"index: {index_dir} ({report.documents} documents, {report.seconds:.1f} s)")
-
-
-def spool_stdin(index_dir: str, block: int = 1 << 20) -> str:
-    """Copy standard input, block by block (bounded memory), to a file beside the index, and return
-    its path. The index job needs a file: it cuts the input into byte ranges that workers read in
-    parallel and hashes it to resume an interrupted run. The caller removes the file."""
-    target = os.path.abspath(index_dir)
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    fd, path = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.stdin-", suffix=".jsonl",
-                                dir=os.path.dirname(target))
-    with os.fdopen(fd, "wb") as out:
-        shutil.copyfileobj(click.get_binary_stream("stdin"), out, block)
-    return path
 
 
 def read_ids(path: str) -> list[str]:

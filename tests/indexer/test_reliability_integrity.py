@@ -353,3 +353,48 @@ def test_the_installed_transformers_loads_bin_weights_with_weights_only():
     load_state_dict = load_state_dict[:load_state_dict.index("\ndef ")]
     assert re.search(r"weights_only: bool = True", load_state_dict)
     assert "weights_only=weights_only" in load_state_dict
+
+
+def _rehash(m, root, name):
+    m["files"][name] = {"size": (root / name).stat().st_size, "sha256": integrity.sha256_file(root / name)}
+
+
+def test_a_faiss_file_claiming_more_vectors_than_the_manifest_is_refused_before_faiss_reads_it(index):
+    """A recomputed checksum does not help: the header's ntotal (2^37) and d are checked against the
+    segment's positions and the manifest's dim first, in one line (before: a bad_alloc traceback)."""
+    root = Path(os.path.realpath(index))
+    data = bytearray((root / store.FAISS_FILE).read_bytes())
+    data[8:16] = (2**37).to_bytes(8, "little")
+    (root / store.FAISS_FILE).write_bytes(bytes(data))
+    _rewrite_manifest(index, lambda m, root: _rehash(m, root, store.FAISS_FILE))
+    with pytest.raises(IndexCorruptError, match="claims 137,438,953,472 vectors of 384 dimensions"):
+        open_index(index).faiss
+    out = query_cli(index)
+    assert out.exit_code == 1 and out.output.count("\n") == 1 and "claims 137,438,953,472" in out.output, out.output
+
+
+@pytest.mark.parametrize("prefix", ["s²-", "s٣-", "s" + "9" * 5000 + "-", "s-", "x1-"])
+def test_a_segment_prefix_that_is_not_s_digits_is_refused_cleanly(index, prefix):
+    """str.isdigit takes "²" and Arabic-Indic digits, which int() refuses: only ASCII s<N>- is a prefix."""
+    def change(m, root):
+        m["segments"] = [{"prefix": "", "start": 0, "positions": m["counts"]["positions"] - 1},
+                         {"prefix": prefix, "start": m["counts"]["positions"] - 1, "positions": 1}]
+    _rewrite_manifest(index, change)
+    with pytest.raises(IndexCorruptError, match="is not '' or s<N>-"):
+        open_index(index)
+    out = query_cli(index)
+    assert out.exit_code == 1 and out.output.count("\n") == 1 and "is not '' or s<N>-" in out.output, out.output
+
+
+def test_a_symlinked_writer_lock_is_refused_and_nothing_is_created_outside(index, tmp_path):
+    """`.NAME.lock` as a symlink would make `delete` create (and lock) a file anywhere: it is opened
+    with O_NOFOLLOW, so the write is refused in one line and the index is unchanged."""
+    outside = tmp_path / "elsewhere" / "planted"
+    outside.parent.mkdir()
+    os.symlink(outside, tmp_path / ".idx.lock")
+    ids = tmp_path / "ids.txt"
+    ids.write_text("d1\n")
+    before = os.path.realpath(index)
+    out = CliRunner().invoke(cli, ["delete", "--index", str(index), "--ids", str(ids)])
+    assert out.exit_code == 1 and ".idx.lock is a symbolic link" in out.output and out.output.count("\n") == 1
+    assert not outside.exists() and os.path.realpath(index) == before

@@ -25,3 +25,110 @@ def test_index_from_stdin_reconciles_like_a_file(tmp_path):
                            capture_output=True, text=True, env=ENV, timeout=600)
     assert empty.returncode != 0 and "input stdin is empty" in empty.stderr
     assert "Traceback" not in empty.stderr
+
+
+def _spools(folder) -> list[str]:
+    return sorted(f for f in os.listdir(folder) if ".stdin-" in f)
+
+
+def _wait_for_spool(folder, proc, timeout: float = 120) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if [f for f in _spools(folder) if f.endswith(".jsonl")]:  # created, locked, being filled
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"no spool appeared (rc {proc.poll()})")
+
+
+def test_a_signal_while_stdin_is_copied_leaves_no_spool(tmp_path):
+    """SIGINT (Ctrl-C), SIGTERM and SIGHUP while standard input is still being copied: the process
+    ends and its `.NAME.stdin-*.jsonl` goes with it (before, the copy had no owner to remove it)."""
+    import signal
+
+    line = (json.dumps({"id": "a", "text": "some text"}) + "\n").encode()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        proc = subprocess.Popen([RELSEARCH, "index", "-", "--index", tmp_path / "idx", "--quiet"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+        try:
+            proc.stdin.write(line * 1000)
+            proc.stdin.flush()
+            _wait_for_spool(tmp_path, proc)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode != 0, sig
+        assert _spools(tmp_path) == [], (sig, err)
+        assert b"Traceback" not in err, err
+
+
+def test_sigterm_while_encoding_leaves_no_spool(tmp_path):
+    """SIGTERM after the copy, while the job runs (held at a fault point): the spool is removed too."""
+    import signal
+
+    corpus = DEMO_CORPUS.read_bytes()
+    env = {**ENV, "RELSEARCH_FAULT": "index.shard-written:1:stop"}
+    proc = subprocess.Popen([RELSEARCH, "index", "-", "--index", tmp_path / "idx", "--quiet", "--chunk-lines", "100"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        proc.stdin.write(corpus[:corpus.index(b"\n", 60_000) + 1])
+        proc.stdin.close()
+        _, status = os.waitpid(proc.pid, os.WUNTRACED)
+        assert os.WIFSTOPPED(status)
+        assert len(_spools(tmp_path)) == 1
+        os.kill(proc.pid, signal.SIGTERM)
+        os.kill(proc.pid, signal.SIGCONT)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _spools(tmp_path) == []
+
+
+def test_a_killed_runs_spool_is_swept_by_the_next_writer(tmp_path):
+    """SIGKILL cannot be handled: the spool stays, unlocked, and the next writer removes it (a live
+    run's locked spool is left alone)."""
+    import fcntl
+    import signal
+
+    from relsearch.indexer import spool, store
+
+    proc = subprocess.Popen([RELSEARCH, "index", "-", "--index", tmp_path / "idx", "--quiet"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    try:
+        proc.stdin.write(b'{"id": "a", "text": "t"}\n' * 100)
+        proc.stdin.flush()
+        _wait_for_spool(tmp_path, proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    stale = _spools(tmp_path)
+    assert len(stale) == 1
+    with open(tmp_path / ".idx.stdin-live0000.jsonl", "w") as live:  # a running writer's spool
+        fcntl.flock(live, fcntl.LOCK_EX)
+        with store.writer_lock(tmp_path / "idx"):  # delete, compact, the API: every writer
+            pass
+        assert _spools(tmp_path) == [".idx.stdin-live0000.jsonl"]
+    assert spool.sweep(tmp_path / "idx") == [tmp_path / ".idx.stdin-live0000.jsonl"]
+
+
+def test_a_full_disk_while_copying_stdin_is_one_line_and_leaves_no_spool(tmp_path, monkeypatch):
+    import errno
+
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+    from relsearch.indexer import spool
+
+    def fill_up(src, dst, length=0):
+        dst.write(src.read(10))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool.shutil, "copyfileobj", fill_up)
+    out = CliRunner().invoke(cli, ["index", "-", "--index", str(tmp_path / "idx"), "--quiet"],
+                             input=b'{"id": "a", "text": "t"}\n' * 10)
+    assert out.exit_code == 1 and "No space left on device" in out.output and "nothing was published" in out.output
+    assert "Traceback" not in out.output and _spools(tmp_path) == []
