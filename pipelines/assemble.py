@@ -61,10 +61,11 @@ def plan_shards(build: str, chunks) -> ShardPlan:
         keep = []
         for row in (r for r in rows if "rejected" not in r):
             first = seen.setdefault(row["id"], row["line"])
-            keep.append(first == row["line"])
-            if not keep[-1]:
+            if first != row["line"]:
                 plan.rejected.append(rec.Rejection(row["line"], rec.DUPLICATE_ID, f"id {row['id']!r} first seen on "
                                                    f"line {first}", row["text"][:200]).to_json())
+            if "duplicate" not in row:  # a repeat within its chunk has no vector (index.encode_chunk)
+                keep.append(first == row["line"])
         plan.rejected += [r["rejected"] for r in rows if "rejected" in r]
         plan.keep.append(np.asarray(keep, dtype=bool))
         plan.kept += int(sum(keep))
@@ -86,7 +87,8 @@ def shard_blocks(build: str, chunks, plan: ShardPlan):
             continue
         vectors = kept_vectors(build, chunk.number, keep)
         docs = [{"id": r["id"], "text": r["text"], "metadata": r["metadata"]}
-                for r, k in zip((r for r in _rows(build, chunk.number) if "rejected" not in r), keep) if k]
+                for r, k in zip((r for r in _rows(build, chunk.number) if "rejected" not in r and "duplicate" not in r),
+                                keep) if k]
         yield Block(docs, vectors)
 
 

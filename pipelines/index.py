@@ -178,7 +178,18 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
     parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field, limits=job.limits)
               for n, raw in read_numbered_lines(path, chunk.start, chunk.end, chunk.first_line,
                                                 job.limits.max_line_bytes, opener=shardfs.open_binary)]
-    records = [r for r in parsed if isinstance(r, rec.Record)]
+    # an id repeated within the chunk is rejected before encoding (the first line wins): a corpus of
+    # one id repeated costs one encoding per chunk, not per line; repeats across chunks are found by
+    # the driver (assemble.plan_shards), which also words every duplicate's reason
+    firsts: set = set()
+    records, repeats = [], set()
+    for r in parsed:
+        if isinstance(r, rec.Record):
+            if r.id in firsts:
+                repeats.add(r.line)
+            else:
+                firsts.add(r.id)
+                records.append(r)
     progress_file, lines = done[:-len(".npz")] + PROGRESS_SUFFIX, chunk.lines - len(records)  # rejections are done
 
     def progress(encoded: int) -> None:
@@ -188,7 +199,9 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
 
     progress(0)
     vectors, truncated = encode_texts(encoder, [r.text for r in records], progress=progress)
-    rows = [{"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata} for r in records]
+    rows = [{"line": r.line, "id": r.id, "text": r.text[:200], "duplicate": True} if r.line in repeats
+            else {"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata}
+            for r in parsed if isinstance(r, rec.Record)]
     rows += [{"rejected": r.to_json()} for r in parsed if isinstance(r, rec.Rejection)]
     shardfs.write(shardfs.join(shard_dir, f"{chunk.number:06d}.jsonl"),
                   "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode("utf-8"))

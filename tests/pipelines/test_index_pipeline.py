@@ -244,3 +244,36 @@ def test_beam_scratch_space_stays_in_the_build_folder(tmp_path, monkeypatch):
     build.mkdir()
     p = new_pipeline(pipeline_options([]), build)
     assert os.listdir(tmp_path / "tmp") == [] and os.path.dirname(p.local_tempdir) == str(build)
+
+
+def test_repeated_ids_are_rejected_before_encoding_and_a_huge_number_never_ends_a_build(tmp_path, monkeypatch):
+    """A corpus of one id repeated encodes one text per chunk, not one per line (3 MB of one repeated
+    id took 539 s); every repeat is rejected naming the first line, across chunks too. A metadata
+    number beyond float (10**400, valid JSON) is indexed, kept as JSON, and compared by no filter
+    (before: OverflowError after encoding, and the build died)."""
+    from relsearch.pipelines import index as index_job
+
+    encoded = []
+    real = index_job.encode_texts
+
+    def counting(encoder, texts, **kw):
+        encoded.extend(texts)
+        return real(encoder, texts, **kw)
+
+    monkeypatch.setattr(index_job, "encode_texts", counting)
+    lines = [GOOD[0]] + [{**GOOD[0], "text": f"repeat {i}"} for i in range(249)]
+    lines += [{**GOOD[1], "huge": 10**400}, *GOOD[2:6]]
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    report = run_index(job(corpus, tmp_path / "idx", chunk_lines=100, faiss_factory="Flat"))
+    assert (report.read, report.indexed, report.rejected) == (255, 6, 249)
+    assert len(encoded) <= 6 + 2  # the 6 kept texts, and one first-of-its-chunk repeat per later chunk
+    rejected = [json.loads(x) for x in (tmp_path / "idx" / store.REJECTED_FILE).read_text().splitlines()]
+    assert [r["line"] for r in rejected] == list(range(2, 251))
+    assert {r["reason"] for r in rejected} == {rec.DUPLICATE_ID}
+    assert all(f"id {GOOD[0]['id']!r} first seen on line 1" == r["detail"] for r in rejected)
+    files = open_index(tmp_path / "idx")
+    huge = files.docstore.get(list(files.docstore.positions([GOOD[1]["id"]]).values()))
+    assert next(iter(huge.values()))["metadata"]["huge"] == 10**400
+    assert len(files.docstore.matching({"huge": {"exists": True}})) == 1
+    assert files.docstore.matching({"huge": {"gte": 0}}) == []
