@@ -134,22 +134,105 @@ def _local_or_hub_folder(model: str) -> str | None:
         return None
 
 
-def cpu_has_bf16_matrix_units() -> bool:
-    """True on CPUs with AMX-BF16 tiles, where bf16 inference is several times faster than fp32."""
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")  # CPU flags of bf16 dot-product / matrix instructions
+DEFAULT_SHAPES = (384, 1536)  # hidden and feed-forward widths of the default all-MiniLM-L6-v2
+BF16_MIN_SPEEDUP = 1.25  # bf16 must beat fp32 by this much on the probe (a near tie keeps fp32's exactness)
+PROBE_ROWS = 256  # tokens per probe product: a few ms per product
+
+
+@dataclass(frozen=True)
+class Bf16Choice:
+    """Whether this CPU runs the model faster in bf16, and why (``relsearch bench speed`` prints it)."""
+
+    use: bool
+    reason: str
+    fp32_s: float | None = None  # probe seconds (best of its rounds), None when no probe ran
+    bf16_s: float | None = None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.fp32_s / self.bf16_s if self.fp32_s and self.bf16_s else None
+
+
+def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The bf16 instruction flags (:data:`BF16_FLAGS`) that ``cpuinfo`` lists for this CPU."""
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
                 if line.startswith("flags"):
-                    return "amx_bf16" in line.split()
+                    return frozenset(BF16_FLAGS) & frozenset(line.split())
     except OSError:
         pass
-    return False
+    return frozenset()
+
+
+def matmul_probe(hidden: int, ffn: int, *, rows: int = PROBE_ROWS, rounds: int = 5,
+                 max_seconds: float = 0.2) -> tuple[float, float]:
+    """Best-of-rounds seconds of the model's feed-forward pair ((rows × hidden) → ffn → hidden,
+    ``F.linear`` as the model calls it) in fp32 and in bf16. The two are timed in turn within each
+    round (load from other jobs hits both alike) after one warm-up round; the probe stops after
+    ``max_seconds`` once two rounds are done, so it costs a few hundred ms at most."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, hidden, generator=gen)
+    up, down = torch.randn(ffn, hidden, generator=gen), torch.randn(hidden, ffn, generator=gen)
+    args = {torch.float32: (x, up, down), torch.bfloat16: tuple(t.to(torch.bfloat16) for t in (x, up, down))}
+    best = {dtype: float("inf") for dtype in args}
+    start = time.perf_counter()
+    with torch.no_grad():
+        for i in range(rounds + 1):
+            for dtype, (xs, w1, w2) in args.items():
+                t = time.perf_counter()
+                F.linear(F.linear(xs, w1), w2)
+                if i:  # round 0 warms up (kernel choice, caches)
+                    best[dtype] = min(best[dtype], time.perf_counter() - t)
+            if i >= 2 and time.perf_counter() - start > max_seconds:
+                break
+    return best[torch.float32], best[torch.bfloat16]
+
+
+_BF16_CHOICES: dict[tuple, Bf16Choice] = {}
+
+
+def bf16_choice(hidden: int = DEFAULT_SHAPES[0], ffn: int = DEFAULT_SHAPES[1], *, flags=None, probe=None) -> Bf16Choice:
+    """bf16 or fp32 on this CPU for a model of widths ``hidden`` / ``ffn``: bf16 only on CPUs with
+    ``avx512_bf16`` or ``amx_bf16`` and only where a short probe (:func:`matmul_probe`) of the
+    model's own shapes runs at least :data:`BF16_MIN_SPEEDUP` × faster than fp32. Cached per
+    process, shapes and thread count (never probed in a hot path: encoders and trainers ask once
+    when built). ``flags`` / ``probe`` replace the CPU's flags and the timing (tests)."""
+    import torch
+
+    flags = cpu_bf16_flags() if flags is None else frozenset(flags)
+    if not flags & set(BF16_FLAGS):
+        return Bf16Choice(False, f"fp32: the CPU has no bf16 instructions ({' / '.join(BF16_FLAGS)})")
+    key = (hidden, ffn, torch.get_num_threads(), flags, probe)
+    if key not in _BF16_CHOICES:
+        fp32_s, bf16_s = (probe or matmul_probe)(hidden, ffn)
+        speedup = fp32_s / bf16_s if bf16_s > 0 else float("inf")
+        use = speedup >= BF16_MIN_SPEEDUP
+        have = "+".join(sorted(flags))
+        reason = (f"{'bf16' if use else 'fp32'}: {have}; the probe ({hidden}->{ffn}->{hidden} products) ran "
+                  f"bf16 {speedup:.2f}x fp32's speed (bf16 needs >= {BF16_MIN_SPEEDUP}x)")
+        _BF16_CHOICES[key] = Bf16Choice(use, reason, fp32_s, bf16_s)
+    return _BF16_CHOICES[key]
+
+
+def cpu_has_bf16_matrix_units(hidden: int = DEFAULT_SHAPES[0], ffn: int = DEFAULT_SHAPES[1]) -> bool:
+    """True where bf16 is this CPU's faster choice for a model of these widths (:func:`bf16_choice`):
+    ``avx512_bf16`` or ``amx_bf16`` present and the probe confirms it. What ``precision="auto"``
+    (inference) and the trainers' CPU autocast follow."""
+    return bf16_choice(hidden, ffn).use
 
 
 def choose_device_and_dtype(device: str, precision: str, *, cuda_available: bool, amx: bool):
     """Pick (device, torch dtype) for inference.
 
-    ``auto`` precision: fp16 on CUDA, bf16 on CPUs with bf16 matrix units, fp32 otherwise.
+    ``auto`` precision: fp16 on CUDA; on CPU bf16 where ``amx`` says bf16 is faster there
+    (:func:`cpu_has_bf16_matrix_units`: bf16 instructions and a probe that confirms them), else fp32.
     Both 16-bit paths keep cosine ≥ 0.999 to fp32 for MiniLM-class models (see bench speed).
     """
     import torch

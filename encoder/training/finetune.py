@@ -1,11 +1,14 @@
 """A trainable encoder for the objectives that fine-tune weights (RSE joint, PU, distillation).
 
 :class:`TrainableEncoder` is the inference :class:`~relsearch.encoder.model.Encoder`'s model and
-pooling with gradients, weights in fp32 (autocast to bf16 on AMX CPUs / fp16 on CUDA for speed).
+pooling with gradients, weights in fp32, autocast to fp16 / bf16 on CUDA and to bf16 on CPUs where
+bf16 is faster (``avx512_bf16`` or ``amx_bf16``, confirmed by a short probe on the model's own
+shapes: :func:`~relsearch.encoder.model.bf16_choice`), fp32 elsewhere.
 :func:`chunked_backward` is gradient caching (Gao et al., 2021): the embeddings of a large batch
 are computed without graphs, the loss is back-propagated to the embeddings only, then each chunk
 is re-encoded with a graph and receives its slice of the embedding gradient — a batch of any size
 in the memory of one chunk, with the same gradient as the full batch (dropout replayed exactly).
+A batch whose texts fit in one chunk skips the replay (one forward with graphs, one backward).
 :meth:`TrainableEncoder.save` writes a folder the inference ``Encoder`` loads (safetensors weights,
 tokenizer, pooling and max length), which a bundle keeps under ``encoder/``.
 """
@@ -17,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model import (_local_or_hub_folder, _read_st_folder, choose_device_and_dtype, cpu_has_bf16_matrix_units,
-                     resolve_model_path, weights_fingerprint)
+from ..model import (_local_or_hub_folder, _read_st_folder, bf16_choice, choose_device_and_dtype, resolve_model_path,
+                     weights_fingerprint)
 
 ENCODER_DIR = "encoder"  # inside a bundle
 
@@ -41,8 +44,18 @@ class TrainableEncoder:
         limit = min(self.tokenizer.model_max_length, self.model.config.max_position_embeddings)
         self.max_length = min(max_length or st_max_len or limit, limit)
         self.dim = int(self.model.config.hidden_size)
+        cpu_bf16 = None
+        if self.device == "cpu" and precision == "auto":  # the probe runs once per process and shapes
+            cpu_bf16 = bf16_choice(self.dim, int(getattr(self.model.config, "intermediate_size", 4 * self.dim)))
         _, self.autocast_dtype = choose_device_and_dtype(self.device, precision, cuda_available=self.device != "cpu",
-                                                         amx=cpu_has_bf16_matrix_units())
+                                                         amx=bool(cpu_bf16 and cpu_bf16.use))
+        self.precision_reason = cpu_bf16.reason if cpu_bf16 else f"precision {precision} on {self.device}"
+
+    @property
+    def precision(self) -> str:
+        """The dtype the forward passes run in: ``fp32``, ``bf16`` or ``fp16``."""
+        return str(self.autocast_dtype).replace("torch.", "").replace("float32", "fp32").replace(
+            "bfloat16", "bf16").replace("float16", "fp16")
 
     def parameters(self):
         return self.model.parameters()
@@ -130,8 +143,17 @@ def chunked_backward(encoder: TrainableEncoder, inputs: list[list[str]], loss_fn
     without graphs; ``loss_fn`` gets one (n_i, d) tensor per list. Gradients accumulate in the
     encoder's parameters (call ``optimizer.step()`` afterwards) and in any tensors ``loss_fn``
     closes over (e.g. relation vectors), which see the full-batch loss directly.
+
+    When all the texts together fit in one chunk, there is nothing to cache: each list is embedded
+    once with its graph and the loss back-propagated directly (the same gradient, one forward
+    fewer than the replay).
     """
     import torch
+
+    if sum(len(texts) for texts in inputs) <= chunk:
+        loss = loss_fn(*(encoder(texts) for texts in inputs))
+        loss.backward()
+        return float(loss.detach())
 
     def rng_state():
         return (torch.get_rng_state(), torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
