@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -70,16 +71,22 @@ class MutationReport:
     not_found: list[str] = field(default_factory=list)
     backends: dict = field(default_factory=dict)
     seconds: float = 0.0
+    published: bool = True  # False: nothing changed, so no generation was published (a delete of no live id)
 
     def summary(self) -> str:
         parts = {"append": f"added {self.added}, replaced {self.replaced}",
                  "delete": f"deleted {self.deleted}, not found {len(self.not_found)}",
                  "compact": f"kept {self.documents}, dropped {self.deleted} dead positions"}[self.op]
+        if not self.published:
+            return f"{parts}; nothing changed, no new generation published; index holds {self.documents} documents"
         return f"{parts}; index now holds {self.documents} documents ({self.tombstones} tombstones)"
 
 
-def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[Manifest, MutationReport]], mirrors) -> MutationReport:
-    """Lock, open the current generation, let ``work`` fill a new one, publish it (store.publish_new)."""
+def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[Manifest, MutationReport]], mirrors,
+            unchanged: Callable[[store.IndexFiles], MutationReport | None] | None = None) -> MutationReport:
+    """Lock, open the current generation, let ``work`` fill a new one, publish it (store.publish_new).
+    ``unchanged(src)``: a report when the write would change nothing; then nothing is published
+    (the report says so: ``published`` False)."""
     started = time.perf_counter()
     reports: list[MutationReport] = []
 
@@ -91,6 +98,9 @@ def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[Manifest, Mut
     with store.writer_lock(target):
         src = store.open_index(target)
         try:
+            if unchanged is not None and (report := unchanged(src)) is not None:
+                report.published, report.seconds = False, time.perf_counter() - started
+                return report
             written = store.publish_new(target, fill, mirrors, previous=(src.root, src.manifest.files))
         finally:
             src.docstore.close()
@@ -192,7 +202,7 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, encoder: 
         deleted = np.unique(np.concatenate([src.deleted, np.asarray(replaced, np.int64)]))
         _write_deleted(gen, deleted)
         specs = _merge(gen, specs, deleted, limit, d, lexical=_has_lexical(src))
-        _write_rejected(gen, rejected)
+        _write_rejected(src, gen, "append", rejected)
         documents = src.manifest.counts.documents + n - len(replaced)
         tombstones = src.manifest.counts.tombstones + len(replaced)
         counts = Counts(documents, src.positions + n, int(len(deleted)), int(tombstones))
@@ -246,7 +256,9 @@ def _merge(gen: Path, specs: list[seg.SegmentSpec], deleted: np.ndarray, limit: 
 
 def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
     """Remove documents by id (tombstones: only ``deleted.npy`` is written); ids not in the
-    index are reported (``not_found``), not an error."""
+    index are reported (``not_found``), not an error, and added to ``rejected.jsonl``. When no
+    live document has one of the ids (and no mirror is given), nothing is published: the report's
+    ``published`` is False."""
 
     def work(src: store.IndexFiles, gen: Path):
         _link_unchanged(src, gen)
@@ -257,8 +269,8 @@ def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
         _write_deleted(gen, deleted)
         faults.point("delete.tombstones-written")
         missing = [i for i in wanted if i not in found]
-        _write_rejected(gen, [{"line": n, "reason": UNKNOWN_ID, "detail": "id is not in the index", "raw": i}
-                              for n, i in enumerate(ids, 1) if i not in found])
+        _write_rejected(src, gen, "delete", [{"line": n, "reason": UNKNOWN_ID, "detail": "id is not in the index",
+                                              "raw": i} for n, i in enumerate(ids, 1) if i not in found])
         documents = src.manifest.counts.documents - len(gone)
         tombstones = src.manifest.counts.tombstones + len(gone)
         counts = Counts(documents, src.positions, int(len(deleted)), int(tombstones))
@@ -267,7 +279,14 @@ def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
                                 tombstones=int(tombstones), deleted=len(gone), not_found=missing)
         return _manifest(src, counts=counts, run=run, segments=src.manifest.segment_specs), report
 
-    return _mutate(target, work, mirrors)
+    def unchanged(src: store.IndexFiles) -> MutationReport | None:
+        wanted = list(dict.fromkeys(ids))
+        if mirrors or src.docstore.positions(wanted):  # a mirror may have to catch up (a run killed before its alias swap)
+            return None
+        return MutationReport("delete", str(target), documents=src.manifest.counts.documents,
+                              positions=src.positions, tombstones=src.manifest.counts.tombstones, not_found=wanted)
+
+    return _mutate(target, work, mirrors, unchanged)
 
 
 def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: GpuFacts | None = None) -> MutationReport:
@@ -297,7 +316,7 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
         faults.point("compact.rows-copied")
         info = write_faiss(gen, np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False), use, facts)
         write_lexical(gen)
-        _write_rejected(gen, [])
+        _write_rejected(src, gen, "compact", [])
         counts = Counts(n, n)
         run = {"op": "compact", "kept": n, "dropped_positions": src.positions - n}
         report = MutationReport("compact", str(target), documents=n, positions=n, deleted=src.positions - n)
@@ -306,6 +325,28 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
     return _mutate(target, work, mirrors)
 
 
-def _write_rejected(gen: Path, rejected: Iterable[dict]) -> None:
-    with open(gen / store.REJECTED_FILE, "w", encoding="utf-8") as f:
-        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in rejected)
+def _write_rejected(src: store.IndexFiles, gen: Path, op: str, rejected: Iterable[dict]) -> None:
+    """``rejected.jsonl`` accumulates: the previous generation's lines (the build's, then every later
+    operation's), then this operation's, each tagged ``"op"`` and ``"at"`` (lines without ``op`` are the
+    build's). With nothing new the file is a hard link of the previous one (free); otherwise the
+    copy costs in proportion to the rejections kept so far."""
+    rejected = list(rejected)
+    previous = src.root / store.REJECTED_FILE
+    if not rejected and store.REJECTED_FILE in src.manifest.files:
+        store.link_or_copy(previous, gen / store.REJECTED_FILE)
+        return
+    at = store.utc_now()
+    with open(gen / store.REJECTED_FILE, "wb") as f:
+        if store.REJECTED_FILE in src.manifest.files:
+            with open(previous, "rb") as old:
+                shutil.copyfileobj(old, f)
+            if f.tell() and not _ends_with_newline(previous):
+                f.write(b"\n")
+        f.writelines((json.dumps({"op": op, "at": at, **r}, ensure_ascii=False) + "\n").encode("utf-8")
+                     for r in rejected)
+
+
+def _ends_with_newline(path: Path) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, 2)
+        return f.read(1) == b"\n"

@@ -265,7 +265,8 @@ def _report_mutation(report, index_dir: str) -> None:
     click.echo(report.summary())
     if report.not_found:
         shown = ", ".join(report.not_found[:5]) + (" …" if len(report.not_found) > 5 else "")
-        click.echo(f"ids not in the index: {shown} (listed in {os.path.join(index_dir, 'rejected.jsonl')})")
+        listed = f" (added to {os.path.join(index_dir, 'rejected.jsonl')})" if report.published else ""
+        click.echo(f"ids not in the index: {shown}{listed}")
     if report.positions and report.tombstones / report.positions > 0.2:
         click.echo(f"{report.tombstones} of {report.positions} positions are tombstones: "
                    f"run `relsearch compact --index {index_dir}`")

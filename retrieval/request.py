@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from .hybrid import METHODS as HYBRID_METHODS
@@ -66,7 +67,8 @@ class SearchOptions:
 
     def check(self) -> None:
         """The checks that need no index; a :class:`RequestError` naming the option."""
-        if isinstance(self.k, bool) or not 1 <= self.k <= MAX_K:
+        self.check_types()
+        if not 1 <= self.k <= MAX_K:
             raise RequestError("k", f"k must be between 1 and {MAX_K:,}, got {self.k:,}")
         if not 0 <= self.offset <= MAX_K - self.k:
             raise RequestError("offset", f"offset + k must be at most {MAX_K:,}, got {self.offset:,} + {self.k:,}")
@@ -86,6 +88,27 @@ class SearchOptions:
         if self.min_score is not None and not math.isfinite(self.min_score):
             raise RequestError("min_score", "min_score must be a finite number")
 
+    def check_types(self) -> None:
+        """Each option has its JSON type, as the server's schema says (``true`` is not a number,
+        ``"5"`` is not 5): a RequestError naming the option otherwise."""
+        def number(value) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        wanted = {"k": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+                  "offset": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+                  "rerank_depth": ("an integer", lambda v: v is None or isinstance(v, int) and not isinstance(v, bool)),
+                  "min_score": ("a number", lambda v: v is None or number(v)),
+                  "hybrid_weight": ("a number", lambda v: v is None or number(v)),
+                  "explain": ("true or false", lambda v: isinstance(v, bool)),
+                  "collapse": ("a field name", lambda v: v is None or isinstance(v, str) and v != ""),
+                  "rerank": ("a head name", lambda v: v is None or isinstance(v, str) and v != ""),
+                  "hybrid": ("rrf or weighted", lambda v: v is None or isinstance(v, str)),
+                  "filters": ("an object {field: value}", lambda v: isinstance(v, Mapping))}
+        for name, (kind, ok) in wanted.items():
+            value = getattr(self, name)
+            if not ok(value):
+                raise RequestError(name, f"{name} must be {kind}, got {type(value).__name__} {str(value)[:40]!r}")
+
     def check_against(self, searcher) -> None:
         """The checks against an opened index (its fields and heads); RequestError naming the option."""
         from .rerank import head_of
@@ -100,9 +123,12 @@ class SearchOptions:
                 head_of(searcher, self.rerank)
 
 
-def run(searcher, queries: list[Query], options: SearchOptions) -> list[list[Hit]]:
+def run(searcher, queries: list[Query], options: SearchOptions, *,
+        stop: Callable[[], bool] | None = None) -> list[list[Hit]]:
     """Each query's page of hits (see the module docstring). ``searcher``: a FAISS
-    :class:`~.search.Searcher` or an Elasticsearch one (retrieval/es_backend.py)."""
+    :class:`~.search.Searcher` or an Elasticsearch one (retrieval/es_backend.py). ``stop()``: asked
+    between collapse rounds; True ends the work with :class:`~.paging.SearchStopped` (the server's
+    timeout)."""
     if not queries:
         return []
 
@@ -116,5 +142,6 @@ def run(searcher, queries: list[Query], options: SearchOptions) -> list[list[Hit
         return searcher.search(queries, k=fetch, filters=options.filters, explain=options.explain, **fused)
 
     ranked = search_collapsed(top, need=options.offset + options.k, field=options.collapse,
-                              limit=searcher.live_count)
+                              limit=searcher.live_count, stop=stop)
     return [page(hits, offset=options.offset, k=options.k, min_score=options.min_score) for hits in ranked]
+

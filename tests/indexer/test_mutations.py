@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from relsearch.cli import cli
 from relsearch.encoder.model import resolve_model_path, weights_fingerprint
-from relsearch.indexer import mutations, store
+from relsearch.indexer import integrity, mutations, store
 from relsearch.indexer.manifest import Counts
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
@@ -268,3 +268,46 @@ def test_an_append_checks_the_encoder_under_the_writer_lock(tmp_path, encoder_id
     files = store.open_index(target)
     assert files.manifest.encoder["model"] == "another-384d-model"
     assert files.docstore.positions(["late"]) == {} and files.manifest.counts.documents == 50
+
+
+def test_rejections_of_every_operation_accumulate(tmp_path, encoder_identity):
+    """A delete adds its unknown ids to rejected.jsonl instead of replacing the build's rejections
+    (93 build rejections became one unknown-id line); compact and rejection-free writes carry them."""
+    target = tmp_path / "idx"
+    build(target, encoder_identity, n=50)
+    root = store.open_index(target).root
+    build_lines = [json.dumps({"line": n, "reason": "invalid-json", "detail": "x", "raw": "{"}) for n in (51, 52)]
+    (root / "rejected.jsonl").write_text("".join(line + "\n" for line in build_lines))
+    manifest = json.loads((root / "manifest.json").read_text())
+    manifest["files"]["rejected.jsonl"] = {"size": (root / "rejected.jsonl").stat().st_size,
+                                           "sha256": integrity.sha256_file(root / "rejected.jsonl")}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+
+    mutations.delete(str(target), ["d1", "gone"])
+    mutations.append(str(target), [docs(["d60"], seed=3)], n=1, run={"read": 1},
+                     rejected=[{"line": 2, "reason": "empty-text", "detail": "", "raw": ""}])
+    mutations.compact(str(target))
+    mutations.delete(str(target), ["d2", "lost"])
+    lines = [json.loads(x) for x in (store.open_index(target).root / "rejected.jsonl").read_text().splitlines()]
+    assert [(r.get("op"), r["reason"], r["raw"]) for r in lines] == [
+        (None, "invalid-json", "{"), (None, "invalid-json", "{"), ("delete", "unknown-id", "gone"),
+        ("append", "empty-text", ""), ("delete", "unknown-id", "lost")]
+    assert all("at" in r for r in lines[2:])
+
+
+def test_a_delete_that_deletes_nothing_publishes_nothing_and_says_so(tmp_path, encoder_identity):
+    target = tmp_path / "idx"
+    build(target, encoder_identity, n=50)
+    before = os.path.realpath(target)
+    report = mutations.delete(str(target), ["nope", "missing"])
+    assert not report.published and report.deleted == 0 and report.not_found == ["nope", "missing"]
+    assert "no new generation published" in report.summary() and report.documents == 50
+    assert os.path.realpath(target) == before and len(store.open_index(target).manifest.runs) == 1
+    ids = tmp_path / "ids.txt"
+    ids.write_text("nope\n")
+    out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])
+    assert out.exit_code == 0 and "nothing changed, no new generation published" in out.output, out.output
+    assert "added to" not in out.output and os.path.realpath(target) == before
+    mutations.delete(str(target), ["d3"])
+    assert os.path.realpath(target) != before
+    assert not mutations.delete(str(target), ["d3"]).published  # already deleted: nothing to do

@@ -87,7 +87,7 @@ def test_rollback_errors_name_the_way_out(index):
 
 def test_a_damaged_snapshot_is_refused_and_the_index_keeps_answering(index, monkeypatch):
     previous = os.path.realpath(index)
-    mutations.delete(str(index), ["d1"])
+    mutations.delete(str(index), ["d1", "unknown"])  # a rejection: rejected.jsonl is written anew, not linked
     current, before = os.path.realpath(index), answers(index)
     (store.Path(previous) / "rejected.jsonl").write_text("tampered\n")  # not a hard link of the current one
     monkeypatch.setenv(integrity.ENV_VERIFY, "full")
