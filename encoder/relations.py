@@ -115,15 +115,18 @@ IDENTITY = Operator(name="identity", kind="identity", description="plain cosine 
 
 
 def parse_relation_args(specs: list[str] | tuple[str, ...]) -> dict[str, float]:
-    """``["a=0.7", "b=0.3"]`` or ``["a"]`` → ``{"a": 0.7, "b": 0.3}``; empty → identity."""
+    """``["a=0.7", "b=0.3"]`` or ``["a"]`` → ``{"a": 0.7, "b": 0.3}``; empty → identity. A relation
+    given twice is a ValueError (its weights would silently add up), as a JSON mixture names each once."""
     weights: dict[str, float] = {}
     for spec in specs:
         name, sep, w = spec.partition("=")
         name = name.strip()
         if not name:
             raise ValueError(f"empty relation name in {spec!r}")
+        if name in weights:
+            raise ValueError(f"relation {name!r} given twice: give each relation once, with its weight")
         try:
-            weights[name] = weights.get(name, 0.0) + (float(w) if sep else 1.0)
+            weights[name] = float(w) if sep else 1.0
         except ValueError as e:
             raise ValueError(f"relation weight in {spec!r} is not a number") from e
         if not np.isfinite(weights[name]):

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -31,7 +33,7 @@ from .indexer import records as rec
 from .indexer import snapshots
 from .retrieval import request as search_request
 from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_weights, is_utf8  # noqa: F401  (MAX_*: re-exported)
-from .retrieval.paging import page
+from .retrieval.paging import SearchStopped, page
 from .retrieval.request import RequestError, SearchOptions, blame
 from .retrieval.search import Hit, Query, Searcher
 
@@ -58,10 +60,12 @@ class SearchRequest(SearchOptions):
 @dataclass(frozen=True)
 class BatchAnswer:
     """What :meth:`Index.search_batch` returns: the generation that answered, and per request its
-    hits or its :class:`RequestError`."""
+    hits or the exception that request alone raised: its :class:`RequestError`, a
+    :class:`~relsearch.retrieval.paging.SearchStopped` (its deadline passed), or an unexpected
+    error (the server answers 500 for that request only)."""
 
     generation: str
-    results: list[list[Hit] | RequestError]
+    results: list[list[Hit] | Exception]
 
 
 def check_request(req: SearchRequest) -> None:
@@ -69,17 +73,48 @@ def check_request(req: SearchRequest) -> None:
     weights as ``relsearch query`` checks them (retrieval/inputs.py)."""
     if (req.text is None) == (req.id is None):
         raise RequestError("text", "give exactly one of 'text' or 'id'")
+    if req.text is not None and not isinstance(req.text, str):
+        raise RequestError("text", "'text' must be a string")
+    if req.id is not None and (not isinstance(req.id, str) or not req.id):
+        raise RequestError("id", "'id' must be a non-empty string")
+    if req.id is not None and not is_utf8(req.id):
+        raise RequestError("id", "query document id is not valid UTF-8")
     if req.text is not None and not req.text.strip():
-        raise RequestError("text", "'text' is empty")
+        raise RequestError("text", "query text is empty")
     if req.text is not None and not is_utf8(req.text):
-        raise RequestError("text", "'text' is not valid UTF-8")
+        raise RequestError("text", "query text is not valid UTF-8")
     SearchOptions.check(req)
-    if not req.relations:
+    if not isinstance(req.relations, dict) or not req.relations:
         raise RequestError("relations", "give at least one relation, e.g. {\"identity\": 1}")
     if any(isinstance(w, bool) or not isinstance(w, (int, float)) for w in req.relations.values()):
         raise RequestError("relations", "relation weights must be numbers")
     with blame("relations"):
         check_weights(req.relations)
+
+
+def validate_request(searcher, req: SearchRequest) -> None:
+    """The one validation path of a search request, for ``relsearch query`` (TEXT or --id), the
+    Python API and the server: :func:`check_request`, then against the opened index (relation
+    names, filter and collapse fields, heads, a known ``id``). Raises :class:`RequestError` naming
+    the request field; the CLI names the matching flag."""
+    check_request(req)
+    with blame("relations"):
+        searcher.check(req.relations, {})
+    SearchOptions.check_against(req, searcher)
+    if req.id is not None and searcher.unknown_ids([req.query()]):
+        raise RequestError("id", f"document id {req.id[:80]!r} is not in the index", 404)
+
+
+def check_score_texts(a, b) -> None:
+    """``relsearch score``, :meth:`Index.score` and ``POST /score`` refuse alike: each text a
+    non-empty, non-blank UTF-8 string (a RequestError naming ``a`` or ``b``)."""
+    for name, text in (("a", a), ("b", b)):
+        if not isinstance(text, str):
+            raise RequestError(name, f"'{name}' must be a string")
+        if not text.strip():
+            raise RequestError(name, f"'{name}' is empty")
+        if not is_utf8(text):
+            raise RequestError(name, f"'{name}' is not valid UTF-8")
 
 
 class Index:
@@ -134,6 +169,23 @@ class Index:
 
     # ------------------------------------------------------------ reading
 
+    def published(self) -> tuple[str, int]:
+        """(generation, live documents) of the generation published now: the one the next search
+        uses. Read from its manifest without waiting for a search in progress; the open one when
+        the published one cannot be read (the next search keeps the open one then too)."""
+        current = self._searcher
+        root = os.path.realpath(self.path)
+        if current is not None and root == str(current.files.root):
+            return current.files.root.name, current.files.manifest.counts.documents
+        try:
+            with open(os.path.join(root, "manifest.json"), "rb") as f:
+                documents = json.loads(f.read(1 << 24))["counts"]["documents"]
+            if isinstance(documents, int) and not isinstance(documents, bool):
+                return os.path.basename(root), documents
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        return self.generation, self.documents
+
     def search(self, text: str | None = None, *, id: str | None = None, relations: dict[str, float] | None = None,
                k: int = 10, offset: int = 0, min_score: float | None = None, collapse: str | None = None,
                filters: dict[str, FilterValue | dict] | None = None, explain: bool = False, rerank: str | None = None,
@@ -148,34 +200,56 @@ class Index:
             raise out
         return out
 
-    def search_batch(self, requests: Sequence[SearchRequest]) -> BatchAnswer:
-        """Hits per request, or the :class:`RequestError` of that request alone, all from one generation.
+    def search_batch(self, requests: Sequence[SearchRequest], *,
+                     deadlines: Sequence[float] | None = None) -> BatchAnswer:
+        """Hits per request, or the exception of that request alone, all from one generation.
 
         Requests that share k + offset, collapse, filters, explain and re-ranking run as one
-        ``Searcher.search`` call: one encoder pass for all their texts (micro-batching).
+        ``Searcher.search`` call: one encoder pass for all their texts (micro-batching). A group
+        that fails is answered again request by request, so a failure (a RequestError, or any
+        other exception) stays with the request that raised it. ``deadlines`` (``time.monotonic()``
+        per request): a request past its deadline is not searched, and a group stops between its
+        collapse rounds once every request in it is past its deadline
+        (:class:`~relsearch.retrieval.paging.SearchStopped` in its place).
         """
         with self._lock:
             searcher = self.searcher()  # every request of this batch runs on this generation
             out: list = [None] * len(requests)
+
+            def late(i: int) -> bool:
+                return deadlines is not None and time.monotonic() > deadlines[i]
+
             groups: dict[tuple, list[int]] = {}
             for i, req in enumerate(requests):
                 try:
                     groups.setdefault(_group_key(searcher, req), []).append(i)
-                except RequestError as e:
-                    out[i] = e
+                except Exception as e:  # noqa: BLE001 - this request's own failure, answered alone
+                    out[i] = _logged(e)
             for rows in groups.values():
-                try:
-                    results = _run(searcher, [requests[i] for i in rows])
-                except RequestError:  # one request spoilt the group: answer each on its own
-                    results = []
-                    for i in rows:
-                        try:
-                            results += _run(searcher, [requests[i]])
-                        except RequestError as e:
-                            results.append(e)
-                for i, hits in zip(rows, results):
-                    out[i] = hits
+                for i, result in zip(rows, self._answer(searcher, requests, rows, late)):
+                    out[i] = result
             return BatchAnswer(searcher.files.root.name, out)
+
+    @staticmethod
+    def _answer(searcher: Searcher, requests, rows: list[int], late) -> list:
+        """The group ``rows``' results, each a hit list or that request's exception."""
+        live = [i for i in rows if not late(i)]
+        stopped = SearchStopped("the request's time ran out before it was searched")
+        if not live:
+            return [stopped] * len(rows)
+        try:
+            found = dict(zip(live, _run(searcher, [requests[i] for i in live],
+                                        stop=lambda: all(late(i) for i in live))))
+        except SearchStopped as e:
+            return [e] * len(rows)
+        except Exception:  # noqa: BLE001 - one request spoilt the group: answer each on its own
+            found = {}
+            for i in live:
+                try:
+                    found[i] = _run(searcher, [requests[i]], stop=lambda i=i: late(i))[0]
+                except Exception as e:  # noqa: BLE001 - that request's failure alone
+                    found[i] = _logged(e)
+        return [found.get(i, stopped) for i in rows]
 
     def relations(self) -> list[dict]:
         """The bundle's relation operators and re-ranking heads: name, kind, description, metrics."""
@@ -187,9 +261,11 @@ class Index:
         return rows
 
     def score(self, text_a: str, text_b: str) -> dict[str, float]:
-        """cos(op(h_A), B) for every relation operator (``relsearch score``)."""
+        """cos(op(h_A), B) for every relation operator (``relsearch score``); a RequestError
+        naming ``a`` or ``b`` for an empty text (:func:`check_score_texts`)."""
         from .retrieval.search import score_pair
 
+        check_score_texts(text_a, text_b)
         with self._lock:
             searcher = self.searcher()
             return score_pair(searcher.bundle, searcher.encoder, text_a, text_b)
@@ -266,29 +342,30 @@ def _encoder_of(searcher: Searcher) -> tuple:
 
 def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
     """Validate ``req`` against the index; the key of the requests it can share a search with."""
-    from .encoder.relations import lookup
-
-    check_request(req)
+    validate_request(searcher, req)
     with blame("relations"):
-        for name in req.relations:
-            lookup(searcher.operators, name)
         projection = searcher.projection_of([req.query()])
-    SearchOptions.check_against(req, searcher)
-    if req.id is not None and searcher.unknown_ids([req.query()]):
-        raise RequestError("id", f"document id {req.id[:80]!r} is not in the index", 404)
     # JSON text keeps each value's type: True == 1 in Python, but the filters differ
     typed_filters = json.dumps(req.filters, sort_keys=True)
     return (req.k + req.offset, req.collapse, typed_filters, req.explain, req.rerank, req.rerank_depth,
             projection, req.hybrid, req.hybrid_weight)
 
 
-def _run(searcher: Searcher, requests: list[SearchRequest]) -> list[list[Hit]]:
+def _logged(e: Exception) -> Exception:
+    """``e`` as a request's answer; an unexpected one (not a RequestError or a stop) is logged with
+    its traceback here, since only its type reaches the client."""
+    if not isinstance(e, (RequestError, SearchStopped)):
+        logging.getLogger(__name__).error("a search request failed", exc_info=e)
+    return e
+
+
+def _run(searcher: Searcher, requests: list[SearchRequest], stop=None) -> list[list[Hit]]:
     """One search for requests sharing a group key: each gets the group's top ``k + offset``,
     then its own page (min_score may differ)."""
     first = requests[0].options()
     shared = dataclasses.replace(first, k=first.k + first.offset, offset=0, min_score=None)
     with blame("query"):
-        ranked = search_request.run(searcher, [r.query() for r in requests], shared)
+        ranked = search_request.run(searcher, [r.query() for r in requests], shared, stop=stop)
     return [page(hits, offset=r.offset, k=r.k, min_score=r.min_score) for r, hits in zip(requests, ranked)]
 
 

@@ -95,10 +95,15 @@ def _format_metrics(metrics: dict) -> str:
 @click.option("--json", "as_json", is_flag=True)
 def score(text_a, text_b, model, as_json):
     """Print every relation's score cos(op(h_A), B) for the pair TEXT_A → TEXT_B."""
+    from relsearch.api import RequestError, check_score_texts
     from relsearch.encoder.bundle import load_bundle
     from relsearch.encoder.model import Encoder
     from relsearch.retrieval.search import score_pair
 
+    try:  # the checks of Index.score and POST /score
+        check_score_texts(text_a, text_b)
+    except RequestError as e:
+        raise click.ClickException(f"{'TEXT_A' if e.field == 'a' else 'TEXT_B'}: {e.message}") from None
     try:
         bundle = load_bundle(model)
     except ValueError as e:  # a model that is not found, a damaged bundle

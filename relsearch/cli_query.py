@@ -126,16 +126,23 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
                         num_candidates=num_candidates, hybrid=bool(hybrid), fusion=fusion) if backend == "es" else None
     try:
         options.check()
-        weights = parse_relation_args(relations)
+        try:
+            weights = parse_relation_args(relations)
+        except ValueError as e:
+            raise request.RequestError("relations", str(e)) from None
         searcher = open_searcher(index_dir, model, backend=backend, es=es,
                                  search_params=_search_params(ef_search, nprobe, rerank, search_param))
         if backend == "es":
             _warn_if_stale_mirror(searcher.searcher.files.manifest, es_index)
-        searcher.check(weights, {})
-        options.check_against(searcher)
         if queries_file:
+            searcher.check(weights, {})
+            options.check_against(searcher)
             queries, errors = _read_queries(queries_file, weights, searcher)
-        else:
+        else:  # the validation of the Python API and the server (relsearch/api.py)
+            from relsearch.api import SearchRequest, validate_request
+
+            req = SearchRequest(text=text, id=doc_id, relations=weights, **vars(options))
+            validate_request(searcher, req)
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
         results = request.run(searcher, queries, options)
         if filters and queries and not any(results) and not len(searcher.matching(filters)):
@@ -163,7 +170,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
 
 
 # the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
-OPTION_FLAGS = {"k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
+OPTION_FLAGS = {"text": "TEXT", "id": "--id", "relations": "--relation", "k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
                 "filters": "--filter", "rerank": "--rerank", "rerank_depth": "--rerank-depth", "hybrid": "--hybrid",
                 "hybrid_weight": "--hybrid-weight"}
 

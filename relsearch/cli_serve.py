@@ -47,18 +47,29 @@ def _loopback(host: str) -> bool:
                    "neither: no key).")
 @click.option("--max-body-bytes", type=click.IntRange(min=1), default=None, help="Request body limit (default 4 MiB).")
 @click.option("--max-batch", type=click.IntRange(1, 4096), default=None, help="Queries per /search/batch (default 256).")
+@click.option("--max-hits", type=click.IntRange(min=1), default=None,
+              help="Cost one request may have, in hits: per query k + offset candidates (64x with collapse, at most "
+                   "10,000; at least rerank_depth with rerank), doubled with explain (default 100,000; 422 beyond). "
+                   "Also what one micro-batch pass may hold.")
+@click.option("--max-response-bytes", type=click.IntRange(min=1024), default=None,
+              help="JSON bytes one search response may hold (default 32 MiB; 422 naming k beyond).")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(min=0.001), default=None,
-              help="Seconds a search may wait and run (default 30).")
+              help="Seconds a search may wait and run (default 30); then 503 and its work stops (before its pass, or "
+                   "between collapse rounds).")
+@click.option("--body-timeout", "body_timeout_s", type=click.FloatRange(min=0.001), default=None,
+              help="Seconds a request body may take to arrive (default 10); then 408 and the connection is closed.")
 @click.option("--micro-batch", type=click.IntRange(min=1), default=None,
               help="Queries per encoder pass across concurrent requests (default 64).")
 @click.option("--refill-wait-ms", type=click.FloatRange(min=0), default=None,
               help="Milliseconds a pass may wait for as many queries as the previous pass answered (default 5; "
                    "0: take what queued up).")
 @click.option("--threads", type=click.IntRange(min=1), default=None,
-              help="torch intra-op threads (default: torch's, one per core). On the 2-core test machine the "
-                   "default served 32 clients faster than 1 thread did (README, Serving under load).")
-def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batch, timeout_s, micro_batch,
-          refill_wait_ms, threads):
+              help="torch intra-op threads (default: torch's, one per core; measured on 2 cores, the default "
+                   "served 32 clients faster than 1 thread did: README, Serving under load).")
+@click.option("--access-log/--no-access-log", default=True, show_default=True,
+              help="One line per request on stderr: time, method, path, status, latency (never bodies or keys).")
+def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batch, max_hits, max_response_bytes,
+          timeout_s, body_timeout_s, micro_batch, refill_wait_ms, threads, access_log):
     """Serve indexes over HTTP (JSON; OpenAPI at /docs): search, relations, score, add/delete, health, metrics."""
     if threads:
         import torch
@@ -69,7 +80,8 @@ def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batc
     from relsearch.serve import ServeLimits, read_api_key
     from relsearch.serve import serve as run_server
 
-    given = {"max_body_bytes": max_body_bytes, "max_batch": max_batch, "timeout_s": timeout_s,
+    given = {"max_body_bytes": max_body_bytes, "max_batch": max_batch, "max_hits": max_hits,
+             "max_response_bytes": max_response_bytes, "timeout_s": timeout_s, "body_timeout_s": body_timeout_s,
              "micro_batch": micro_batch, "refill_wait_ms": refill_wait_ms}
     limits = ServeLimits(**{k: v for k, v in given.items() if v is not None})
     try:
@@ -85,11 +97,27 @@ def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batc
     for name, index in indexes.items():  # load the transformer now, not in the first request
         index.searcher().encoder  # noqa: B018
 
+    _log_to_stderr()  # with the access log: "started" and "stopped after N requests" lines
+
     def ready(url: str) -> None:
         names = ", ".join(f"{n} ({i.documents} documents)" for n, i in indexes.items())
-        click.echo(f"serving {names} on {url} (API docs: {url}/docs{'; API key required' if api_key else ''})")
+        click.echo(f"serving {names} on {url} (API docs: {url}/docs{'; API key required' if api_key else ''}"
+                   f"{'' if access_log else '; no access log'})")
 
     try:
-        run_server(indexes, host=host, port=port, api_key=api_key, limits=limits, ready=ready)
+        run_server(indexes, host=host, port=port, api_key=api_key, limits=limits, ready=ready, access_log=access_log)
     except OSError as e:  # the port is taken, the address is not ours
         raise click.ClickException(f"cannot bind {host}:{port}: {e.strerror or e}") from None
+
+
+def _log_to_stderr() -> None:
+    """The server's own lines (the access log, failures with their tracebacks) on stderr, timestamped."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(message)s"))
+    for name in ("relsearch.access", "relsearch.serve", "relsearch.api"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        logger.addHandler(handler)
+        logger.propagate = False

@@ -9,12 +9,18 @@ separate writer thread and publish a new generation; every batch re-checks the i
 generations published here or by another process are picked up without a restart.
 
 Errors are JSON ``{"error": {"field": ..., "message": ...}}`` with a 4xx status naming the
-request field at fault; an unexpected failure is a 500 with no traceback (it is logged here).
+request field at fault; an unexpected failure is a 500 with no traceback (it is logged here). A
+request's failure inside a micro-batch pass stays with that request: the others in the pass are
+answered. Each request has a cost in hits (:func:`request_cost`), bounded per request and per pass;
+a request whose time ran out is not searched further (its deadline is checked before the pass and
+between collapse rounds), so a timeout stops the work, not only the answer.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
+import json
 import logging
 import math
 import os
@@ -23,17 +29,20 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
 from starlette.exceptions import HTTPException
 
 from .api import MAX_K, MAX_RERANK_DEPTH, Index, RequestError, SearchRequest
+from .retrieval.paging import SearchStopped, collapse_depth
+from .retrieval.rerank import DEFAULT_DEPTH as RERANK_DEFAULT_DEPTH
 
 log = logging.getLogger("relsearch.serve")
+access_log = logging.getLogger("relsearch.access")
 
 API_KEY_ENV = "RELSEARCH_API_KEY"
 OPEN_PATHS = frozenset({"/health", "/docs", "/openapi.json", "/docs/oauth2-redirect"})  # no data behind them
@@ -47,7 +56,10 @@ class ServeLimits:
     max_batch: int = 256  # queries in one /search/batch request
     max_documents: int = 1000  # documents in one /documents request
     max_text_chars: int = 100_000  # characters of a query text
-    timeout_s: float = 30.0  # a search or score request waiting longer gets 503
+    max_hits: int = 100_000  # cost of one request (request_cost: candidates x 2 with explain); 422 beyond
+    max_response_bytes: int = 32 << 20  # JSON of one search response; 422 naming k beyond
+    timeout_s: float = 30.0  # a search or score request waiting longer gets 503, and its work stops
+    body_timeout_s: float = 10.0  # the whole body must arrive within this after the request starts (408)
     micro_batch: int = 64  # queries per encoder pass across concurrent requests
     batch_wait_ms: float = 0.0  # always wait this long for more requests before a pass (tests)
     # Wait up to this long for as many queries as the previous pass answered: clients that pass
@@ -61,7 +73,38 @@ Text = Annotated[str, Field(min_length=1, max_length=ServeLimits.max_text_chars)
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: JSON types as the Python API checks them ("k": true and "k": "5" are refused, not coerced)
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+class ErrorDetail(BaseModel):
+    field: str | None = Field(description="The request field at fault (null when none is).")
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def _errors(*statuses: int) -> dict:
+    """OpenAPI ``responses`` for these statuses, each with the real error body."""
+    said = {400: "Invalid JSON", 401: "Missing or wrong API key", 404: "Unknown index or document id",
+            408: "The body did not arrive in time (--body-timeout)", 409: "Documents for another encoder",
+            413: "Request body too large (--max-body-bytes)",
+            422: "Invalid request: the field at fault is named (types, ranges, unknown names, cost and response "
+                 "bounds)", 503: "Timed out (--timeout); the work stopped"}
+    return {s: {"model": ErrorBody, "description": said[s]} for s in statuses}
+
+
+SEARCH_ERRORS = _errors(400, 401, 404, 408, 413, 422, 503)
+WRITE_ERRORS = _errors(400, 401, 404, 408, 409, 413, 422)
+READ_ERRORS = _errors(401, 404, 422)
+ONE_OF_TEXT_OR_ID = {"oneOf": [{"required": ["text"]}, {"required": ["id"]}]}
+Document = Annotated[dict[str, Any], WithJsonSchema({
+    "type": "object", "required": ["id", "text"], "additionalProperties": True,
+    "description": "A document: id, text, and any other fields as metadata (the rules of relsearch index).",
+    "properties": {"id": {"anyOf": [{"type": "string", "minLength": 1, "pattern": "\\S"}, {"type": "integer"}]},
+                   "text": {"type": "string", "minLength": 1, "pattern": "\\S"}}})]
 
 
 class QueryOptions(_Body):
@@ -92,11 +135,13 @@ class QueryOptions(_Body):
 
 
 class SearchBody(QueryOptions):
+    model_config = ConfigDict(json_schema_extra=ONE_OF_TEXT_OR_ID)
     text: Text | None = Field(None, description="Query text (or give id).")
     id: str | None = Field(None, min_length=1, description="An indexed document to query with.")
 
 
 class BatchQuery(_Body):
+    model_config = ConfigDict(json_schema_extra=ONE_OF_TEXT_OR_ID)
     text: Text | None = None
     id: str | None = Field(None, min_length=1)
     relations: dict[str, FiniteFloat] | None = Field(None, description="Overrides the batch's relations.")
@@ -114,7 +159,7 @@ class ScoreBody(_Body):
 
 class DocumentsBody(_Body):
     index: str | None = None
-    documents: list[dict[str, Any]] = Field(min_length=1, description='{"id", "text", ...metadata} each.')
+    documents: list[Document] = Field(min_length=1, description='{"id", "text", ...metadata} each.')
 
 
 class DeleteBody(_Body):
@@ -125,31 +170,63 @@ class DeleteBody(_Body):
 # ---------------------------------------------------------------- micro-batching
 
 
+def request_cost(req: SearchRequest) -> int:
+    """What one query may cost, in hits: the candidates it can fetch (``k + offset``; with
+    ``rerank`` at least ``rerank_depth``; with ``collapse`` the widened depth of
+    retrieval/paging.py ``collapse_depth``), doubled with ``explain``. Bounded per request and per
+    micro-batch pass by ``ServeLimits.max_hits``."""
+    candidates = req.k + req.offset
+    if req.collapse is not None:
+        candidates = collapse_depth(candidates)
+    if req.rerank is not None:
+        candidates = max(candidates, req.rerank_depth or RERANK_DEFAULT_DEPTH)
+    return candidates * (2 if req.explain else 1)
+
+
+class Pending(NamedTuple):
+    """One HTTP request's queries waiting for a pass."""
+
+    requests: list[SearchRequest]
+    future: asyncio.Future | None
+    deadline: float = math.inf  # time.monotonic() after which nobody waits for the answer
+    cost: int = 0  # Σ request_cost
+
+
 class Batcher:
     """Queues search requests for one index and answers them in batches on one thread."""
 
     def __init__(self, index: Index, limits: ServeLimits, metrics: Metrics):
         self.index, self.limits, self.metrics = index, limits, metrics
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.held: Pending | None = None  # an item over the last pass's budget: it starts the next pass
         self.thread = ThreadPoolExecutor(1, thread_name_prefix="relsearch-search")  # torch, FAISS, SQLite reads
 
-    async def search(self, requests: list[SearchRequest]):
+    async def search(self, requests: list[SearchRequest], deadline: float = math.inf):
         future = asyncio.get_running_loop().create_future()
-        await self.queue.put((requests, future))
+        await self.queue.put(Pending(requests, future, deadline, sum(map(request_cost, requests))))
         return await future
 
-    async def call(self, fn: Callable, *args):
-        """Run ``fn`` on the search thread (it uses the model), after the batch in progress."""
-        return await asyncio.get_running_loop().run_in_executor(self.thread, fn, *args)
+    async def call(self, fn: Callable, *args, deadline: float = math.inf):
+        """Run ``fn`` on the search thread (it uses the model), after the batch in progress; not at
+        all when ``deadline`` passed while it waited."""
+        def when_wanted():
+            if time.monotonic() > deadline:
+                raise SearchStopped("the request's time ran out before it ran")
+            return fn(*args)
 
-    async def gather(self, expected: int) -> list:
-        """The queued (requests, future) items of the next pass: whatever queued up, and up to
-        ``refill_wait_ms`` more waiting until ``expected`` queries are there (at most ``micro_batch``)."""
+        return await asyncio.get_running_loop().run_in_executor(self.thread, when_wanted)
+
+    async def gather(self, expected: int) -> list[Pending]:
+        """The queued items of the next pass: whatever queued up, and up to ``refill_wait_ms`` more
+        waiting until ``expected`` queries are there; at most ``micro_batch`` queries and
+        ``max_hits`` of cost (a first item above either still runs, alone)."""
         loop = asyncio.get_running_loop()
-        items = [await self.queue.get()]
+        items = [self.held if self.held is not None else await self.queue.get()]
+        self.held = None
         if self.limits.batch_wait_ms > 0:
             await asyncio.sleep(self.limits.batch_wait_ms / 1000)
-        size, deadline = len(items[0][0]), loop.time() + self.limits.refill_wait_ms / 1000
+        size, cost = len(items[0].requests), items[0].cost
+        deadline = loop.time() + self.limits.refill_wait_ms / 1000
         while size < self.limits.micro_batch:
             if not self.queue.empty():
                 item = self.queue.get_nowait()
@@ -160,8 +237,12 @@ class Batcher:
                     item = await asyncio.wait_for(self.queue.get(), deadline - loop.time())
                 except asyncio.TimeoutError:
                     break
+            if cost + item.cost > self.limits.max_hits:
+                self.held = item
+                break
             items.append(item)
-            size += len(item[0])
+            size += len(item.requests)
+            cost += item.cost
         return items
 
     async def run(self) -> None:
@@ -169,21 +250,26 @@ class Batcher:
         expected = 1
         while True:
             items = await self.gather(expected)
-            flat = [r for requests, _ in items for r in requests]
+            items = [item for item in items if item.future is None or not item.future.done()]
+            if not items:
+                continue
+            flat = [r for item in items for r in item.requests]
+            deadlines = [item.deadline for item in items for _ in item.requests]
             expected = len(flat)
             self.metrics.observe_batch(len(flat))
             try:
-                answer = await loop.run_in_executor(self.thread, self.index.search_batch, flat)
+                answer = await loop.run_in_executor(
+                    self.thread, functools.partial(self.index.search_batch, flat, deadlines=deadlines))
             except Exception as e:  # noqa: BLE001 - delivered to every waiting request (a 500 each)
-                for _, future in items:
-                    if not future.done():
-                        future.set_exception(e)
+                for item in items:
+                    if not item.future.done():
+                        item.future.set_exception(e)
                 continue
             start = 0
-            for requests, future in items:
-                if not future.done():  # a request that timed out is no longer waiting
-                    future.set_result((answer.generation, answer.results[start:start + len(requests)]))
-                start += len(requests)
+            for item in items:
+                if not item.future.done():  # a request that timed out is no longer waiting
+                    item.future.set_result((answer.generation, answer.results[start:start + len(item.requests)]))
+                start += len(item.requests)
 
 
 # ---------------------------------------------------------------- metrics
@@ -252,10 +338,12 @@ def _error(status: int, field: str | None, message: str) -> JSONResponse:
 
 
 class Guard:
-    """ASGI middleware: API key, request body size, and request metrics."""
+    """ASGI middleware: API key, request body size and arrival time, request metrics and the access log."""
 
-    def __init__(self, app, *, api_key: str | None, limits: ServeLimits, metrics: Metrics, paths: set[str]):
+    def __init__(self, app, *, api_key: str | None, limits: ServeLimits, metrics: Metrics, paths: set[str],
+                 access: bool = True):
         self.app, self.api_key, self.limits, self.metrics, self.paths = app, api_key, limits, metrics, paths
+        self.access = access
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -273,8 +361,13 @@ class Guard:
                 return await response(scope, receive, send_status)
             await self.app(_as_json(scope), self._limited(receive), send_status)
         finally:
+            seconds = time.perf_counter() - started
             path = scope["path"] if scope["path"] in self.paths else "other"  # bounded label values
-            self.metrics.observe_request(path, status[0], time.perf_counter() - started)
+            self.metrics.observe_request(path, status[0], seconds)
+            if self.access:  # method, path, status, latency: never a body, a query string or a header
+                access_log.info("%s %s %d %.1fms", _printable(scope.get("method", "?"), 16),
+                                _printable(scope.get("raw_path", b"").decode("latin-1") or scope["path"], 200),
+                                status[0], seconds * 1000)
 
     def _refuse(self, scope) -> JSONResponse | None:
         headers = dict(scope["headers"])
@@ -292,11 +385,20 @@ class Guard:
         return None
 
     def _limited(self, receive):
-        seen = 0
+        seen, complete = 0, False
+        deadline = time.monotonic() + self.limits.body_timeout_s
 
         async def receive_limited():
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete:  # after the body: waiting for a disconnect, unbounded
+                return await receive()
+            try:  # a client that sends fewer bytes than its Content-Length is cut off here
+                message = await asyncio.wait_for(receive(), max(deadline - time.monotonic(), 0.001))
+            except asyncio.TimeoutError:
+                raise HTTPException(408, f"request body not received within {self.limits.body_timeout_s:g} s "
+                                         f"(fewer bytes than Content-Length?)",
+                                    headers={"Connection": "close"}) from None  # and the connection is closed
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
             seen += len(message.get("body", b""))
             if seen > self.limits.max_body_bytes:  # chunked bodies carry no Content-Length
                 raise HTTPException(413, f"request body larger than {self.limits.max_body_bytes} bytes")
@@ -305,16 +407,26 @@ class Guard:
         return receive_limited
 
 
+def _printable(text: str, limit: int) -> str:
+    """``text`` for a log line: printable ASCII, the rest escaped, at most ``limit`` characters."""
+    out = "".join(c if " " < c < "\x7f" else f"\\x{ord(c):02x}" if ord(c) < 256 else f"\\u{ord(c):04x}" for c in text[:limit])
+    return out + ("..." if len(text) > limit else "")
+
+
 def _as_json(scope):
     """Every body is read as JSON, whatever its Content-Type says (``curl -d`` sends a form type)."""
     headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
     return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
 
 
-def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits: ServeLimits = ServeLimits()) -> FastAPI:
-    """The ASGI app serving ``indexes`` (name → opened Index; the first is the default)."""
+def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits: ServeLimits = ServeLimits(),
+               access_log: bool = True) -> FastAPI:
+    """The ASGI app serving ``indexes`` (name → opened Index; the first is the default).
+    ``access_log``: one line per request on the ``relsearch.access`` logger (INFO)."""
     if not indexes:
         raise ValueError("serve at least one index")
+    if api_key is not None and not api_key.strip():
+        raise ValueError("the API key is empty: give a key, or none to serve without one")
     metrics = Metrics()
     batchers: dict[str, Batcher] = {}
     writer = ThreadPoolExecutor(1, thread_name_prefix="relsearch-writer")  # one mutation at a time
@@ -324,9 +436,12 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
         for name, index in indexes.items():
             batchers[name] = Batcher(index, limits, metrics)
             tasks.append(asyncio.create_task(batchers[name].run()))
+        log.info("started: %s", ", ".join(f"{n} (generation {i.generation}, {i.documents} documents)"
+                                          for n, i in indexes.items()))
         yield
         for task in tasks:
             task.cancel()
+        log.info("stopped after %d requests", sum(metrics.requests.values()))
 
     app = FastAPI(title="relsearch", version=__import__("relsearch").__version__, lifespan=lifespan,
                   description="Relational vector search over HTTP. Errors: `{\"error\": {\"field\", \"message\"}}`.")
@@ -337,52 +452,96 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
             raise RequestError("index", f"no index {name[:80]!r}; served: {', '.join(indexes)}", 404)
         return name, batchers[name]
 
+    def costed(requests: list[SearchRequest], field: str) -> list[SearchRequest]:
+        cost = sum(map(request_cost, requests))
+        if cost > limits.max_hits:
+            raise RequestError(field, f"this request may cost {cost:,} hits (per query: k + offset candidates, "
+                                      f"{collapse_depth(1)}x with collapse, at least rerank_depth with rerank, "
+                                      f"x2 with explain), over the {limits.max_hits:,} a request may cost "
+                                      f"(--max-hits): ask for fewer queries or a smaller k")
+        return requests
+
     async def searched(name: str | None, requests: list[SearchRequest]):
         name, batcher = pick(name)
+        deadline = time.monotonic() + limits.timeout_s  # past it the pass skips or stops this request's work
         try:
-            generation, results = await asyncio.wait_for(batcher.search(requests), limits.timeout_s)
+            generation, results = await asyncio.wait_for(batcher.search(requests, deadline), limits.timeout_s)
         except asyncio.TimeoutError:
             raise HTTPException(503, f"search did not finish within {limits.timeout_s} s") from None
         return name, generation, results
 
-    @app.get("/health", summary="Liveness and the generation each index serves (no API key needed)")
+    def hits_json(hits, offset: int, budget: list[int]) -> str:
+        """The hits as a JSON array, charged to ``budget[0]`` (bytes left in this response)."""
+        parts = []
+        for rank, hit in enumerate(hits, offset + 1):
+            part = json.dumps(hit.to_json(rank), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            budget[0] -= len(part.encode("utf-8")) + 1
+            if budget[0] < 0:
+                raise RequestError("k", f"the response would be larger than {limits.max_response_bytes:,} bytes "
+                                        "(--max-response-bytes): ask for fewer hits (k) or fewer queries")
+            parts.append(part)
+        return "[" + ",".join(parts) + "]"
+
+    def head(name: str, generation: str) -> str:
+        return json.dumps({"index": name, "generation": generation}, ensure_ascii=False)[:-1]
+
+    def failed(result: Exception) -> HTTPException | Exception:
+        if isinstance(result, SearchStopped):
+            return HTTPException(503, f"search did not finish within {limits.timeout_s} s")
+        return result
+
+    @app.get("/health", summary="Liveness and the generation a search would use now (no API key needed)")
     async def health():
-        return {"status": "ok", "indexes": {n: {"generation": i.generation, "documents": i.documents} for n, i in indexes.items()}}
+        now = {n: i.published() for n, i in indexes.items()}
+        return {"status": "ok", "indexes": {n: {"generation": g, "documents": d} for n, (g, d) in now.items()}}
 
-    @app.post("/search", summary="Top-k documents standing in a relation to a text or an indexed document")
+    @app.post("/search", summary="Top-k documents standing in a relation to a text or an indexed document",
+              responses=SEARCH_ERRORS)
     async def search(body: SearchBody):
-        name, generation, [result] = await searched(body.index, [body.request(body.text, body.id)])
-        if isinstance(result, RequestError):
-            raise result
-        # a JSONResponse skips FastAPI's generic encoder: the hits are plain JSON values already
-        return JSONResponse({"index": name, "generation": generation,
-                             "results": [hit.to_json(body.offset + rank) for rank, hit in enumerate(result, 1)]})
+        requests = costed([body.request(body.text, body.id)], "k")
+        name, generation, [result] = await searched(body.index, requests)
+        if isinstance(result, Exception):
+            raise failed(result)
+        # written here, hit by hit, within max_response_bytes (FastAPI's generic encoder is not needed)
+        content = head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes]) + "}"
+        return Response(content, media_type="application/json")
 
-    @app.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query")
+    @app.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query",
+              responses=SEARCH_ERRORS)
     async def search_batch(body: BatchBody):
         if len(body.queries) > limits.max_batch:
             raise RequestError("queries", f"at most {limits.max_batch} queries per batch, got {len(body.queries)}")
-        name, generation, results = await searched(body.index, [body.request(q.text, q.id, q.relations)
-                                                                for q in body.queries])
-        out = []
+        requests = costed([body.request(q.text, q.id, q.relations) for q in body.queries], "queries")
+        name, generation, results = await searched(body.index, requests)
+        out, budget = [], [limits.max_response_bytes]
         for i, result in enumerate(results):
+            if isinstance(result, SearchStopped):
+                raise failed(result)
             if isinstance(result, RequestError):
-                out.append({"error": {"field": f"queries[{i}].{result.field}", "message": result.message}})
+                error = {"field": f"queries[{i}].{result.field}", "message": result.message}
+            elif isinstance(result, Exception):  # logged where it happened; this query alone failed
+                error = {"field": f"queries[{i}]", "message": f"internal error ({type(result).__name__}); "
+                                                               "see the server log"}
             else:
-                out.append({"results": [hit.to_json(body.offset + rank) for rank, hit in enumerate(result, 1)]})
-        return JSONResponse({"index": name, "generation": generation, "batch": out})
+                out.append('{"results":' + hits_json(result, body.offset, budget) + "}")
+                continue
+            out.append(json.dumps({"error": error}, ensure_ascii=False))
+        return Response(head(name, generation) + ',"batch":[' + ",".join(out) + "]}", media_type="application/json")
 
-    @app.get("/relations", summary="The relation operators and re-ranking heads of an index's bundle")
+    @app.get("/relations", summary="The relation operators and re-ranking heads of an index's bundle",
+             responses=READ_ERRORS)
     async def relations(index: str | None = None):
         name, batcher = pick(index)
         return {"index": name, "relations": batcher.index.relations()}
 
-    @app.post("/score", summary="Every relation's score cos(op(h_a), b) for the pair a → b")
+    @app.post("/score", summary="Every relation's score cos(op(h_a), b) for the pair a → b", responses=SEARCH_ERRORS)
     async def score(body: ScoreBody):
         name, batcher = pick(body.index)
+        deadline = time.monotonic() + limits.timeout_s
         try:
-            scores = await asyncio.wait_for(batcher.call(batcher.index.score, body.a, body.b), limits.timeout_s)
-        except asyncio.TimeoutError:
+            scores = await asyncio.wait_for(batcher.call(batcher.index.score, body.a, body.b, deadline=deadline),
+                                            limits.timeout_s)
+        except (asyncio.TimeoutError, SearchStopped):
             raise HTTPException(503, f"score did not finish within {limits.timeout_s} s") from None
         return {"index": name, "scores": scores}
 
@@ -392,14 +551,15 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
                 "deleted": report.deleted, "not_found": report.not_found, "tombstones": report.tombstones,
                 "seconds": round(report.seconds, 3), "generation": os.path.basename(os.path.realpath(report.index))}
 
-    @app.post("/documents", summary="Add documents (a known id replaces its document); one new generation")
+    @app.post("/documents", summary="Add documents (a known id replaces its document); one new generation",
+              responses=WRITE_ERRORS)
     async def add(body: DocumentsBody):
         if len(body.documents) > limits.max_documents:
             raise RequestError("documents", f"at most {limits.max_documents} documents per request")
         name, batcher = pick(body.index)
         return {"index": name, **await mutate(batcher.index.add, body.documents)}
 
-    @app.post("/documents/delete", summary="Delete documents by id; one new generation")
+    @app.post("/documents/delete", summary="Delete documents by id; one new generation", responses=WRITE_ERRORS)
     async def delete(body: DeleteBody):
         if len(body.ids) > limits.max_documents:
             raise RequestError("ids", f"at most {limits.max_documents} ids per request")
@@ -425,7 +585,9 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, e: HTTPException):
-        return _error(e.status_code, "body" if e.status_code == 413 else None, str(e.detail))
+        response = _error(e.status_code, "body" if e.status_code in (408, 413) else None, str(e.detail))
+        response.headers.update(e.headers or {})  # 405: Allow
+        return response
 
     @app.exception_handler(Exception)
     async def crash(request: Request, e: Exception):
@@ -433,19 +595,23 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
         return _error(500, None, f"internal error ({type(e).__name__}); see the server log")
 
     paths = {route.path for route in app.routes}
-    app.add_middleware(Guard, api_key=api_key, limits=limits, metrics=metrics, paths=paths)
+    app.add_middleware(Guard, api_key=api_key, limits=limits, metrics=metrics, paths=paths, access=access_log)
     return app
 
 
 def read_api_key(key_file: str | None) -> str | None:
-    """The API key from ``key_file`` (first line), else ``$RELSEARCH_API_KEY``; None: no key."""
+    """The API key from ``key_file`` (first line), else ``$RELSEARCH_API_KEY``; None: no key. An
+    empty key (a blank first line, ``RELSEARCH_API_KEY=""``) is a ValueError, never "no key"."""
     if key_file:
         with open(key_file, encoding="utf-8") as f:
             key = f.readline().strip()
         if not key:
             raise ValueError(f"{key_file} holds no API key")
         return key
-    return os.environ.get(API_KEY_ENV) or None
+    key = os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        raise ValueError(f"{API_KEY_ENV} is set but empty: set it to a key, or unset it to serve without one")
+    return key
 
 
 def listen(host: str, port: int):
@@ -463,14 +629,15 @@ def listen(host: str, port: int):
 
 
 def serve(indexes: dict[str, Index], *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
-          limits: ServeLimits = ServeLimits(), ready: Callable[[str], None] | None = None) -> None:
+          limits: ServeLimits = ServeLimits(), ready: Callable[[str], None] | None = None,
+          access_log: bool = True) -> None:
     """Bind ``host:port`` (0: a free port), call ``ready(url)``, serve until interrupted."""
     import uvicorn
 
     sock = listen(host, port)
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(indexes, api_key=api_key, limits=limits), log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=5)
+    config = uvicorn.Config(create_app(indexes, api_key=api_key, limits=limits, access_log=access_log),
+                            log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     if ready is not None:
         ready(f"http://{host if ':' not in host else f'[{host}]'}:{bound}")

@@ -5,7 +5,10 @@ Collapsing keeps the best-scoring hit of each value of the field (GOOG and GOOGL
 ``company`` value: one slot, not two). Values compare with their JSON type (``true`` is not ``1``,
 ``1`` is ``1.0``);
 a hit without the field is a group of its own. Because collapsing removes hits, the search is
-repeated with a deeper candidate list until the page is full or the index is exhausted.
+repeated with a deeper candidate list (×4 each round) until the page is full, the index is exhausted
+or the candidates reach :func:`collapse_depth` (``COLLAPSE_FACTOR`` × the hits asked for, at most
+``MAX_COLLAPSE_CANDIDATES``): a field with fewer values than the page has slots gives a short page
+after a bounded search, not a scan of the whole index.
 """
 from __future__ import annotations
 
@@ -16,6 +19,18 @@ from typing import TypeVar
 H = TypeVar("H")  # a Hit or a re-ranked hit: anything with .score and .metadata
 
 WIDEN = 4  # each retry fetches this many times more candidates
+COLLAPSE_FACTOR = 64  # collapse examines at most this many candidates per hit asked for (three widenings)...
+MAX_COLLAPSE_CANDIDATES = 10_000  # ...and never more than this many per query (MAX_K, MAX_RERANK_DEPTH)
+
+
+class SearchStopped(Exception):
+    """Raised between widening rounds when the caller's ``stop()`` says the answer is no longer
+    wanted (the server's timeout): the work ends there instead of running on unobserved."""
+
+
+def collapse_depth(need: int) -> int:
+    """The most candidates a collapsed search of ``need`` hits per query examines."""
+    return max(need, min(need * COLLAPSE_FACTOR, MAX_COLLAPSE_CANDIDATES))
 
 
 def collapse(hits: Sequence[H], field: str) -> list[H]:
@@ -35,12 +50,17 @@ def collapse(hits: Sequence[H], field: str) -> list[H]:
 
 
 def search_collapsed(run: Callable[[int], list[list[H]]], *, need: int, field: str | None,
-                     limit: int) -> list[list[H]]:
+                     limit: int, stop: Callable[[], bool] | None = None) -> list[list[H]]:
     """``run(fetch)``: the top ``fetch`` hits per query. Returns each query's hits collapsed on
     ``field`` (uncollapsed if None), at least ``need`` of them whenever that many groups exist
-    among the first ``limit`` (the live documents): the fetch widens ×4 until they do."""
+    among the first ``min(limit, collapse_depth(need))`` candidates (``limit``: the live
+    documents): the fetch widens ×4 until they do. ``stop()`` is asked before each widening
+    round; when it says True, :class:`SearchStopped` is raised."""
+    limit = min(limit, collapse_depth(need)) if field is not None else limit
     fetch = need
     while True:
+        if stop is not None and stop():
+            raise SearchStopped("stopped before a collapse round: the request is no longer waiting")
         results = run(fetch)
         if field is None:
             return results

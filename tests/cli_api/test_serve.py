@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from relsearch.api import Index
+from relsearch.api import Index, RequestError
 from relsearch.client import Client, ClientError
 from relsearch.retrieval.search import Query, Searcher
-from relsearch.serve import Batcher, Metrics, ServeLimits, create_app
+from relsearch.serve import Batcher, Metrics, Pending, ServeLimits, create_app
 
 KEY = "s3cret-key-for-tests"
 
@@ -289,13 +289,13 @@ def test_a_pass_waits_briefly_for_the_clients_the_previous_pass_answered():
 
         async def arrive(i):
             await asyncio.sleep(0.002 * i)
-            await batcher.queue.put(([f"q{i}"], None))
+            await batcher.queue.put(Pending([f"q{i}"], None))
 
         started = loop.time()
         for i in range(arrivals):
             loop.create_task(arrive(i))
         items = await batcher.gather(expected)
-        return sum(len(r) for r, _ in items), loop.time() - started
+        return sum(len(item.requests) for item in items), loop.time() - started
 
     assert asyncio.run(scenario(ServeLimits(refill_wait_ms=5000), 4, 4))[0] == 4  # waited for all four
     size, waited = asyncio.run(scenario(ServeLimits(refill_wait_ms=5000), 1, 4))
@@ -321,10 +321,14 @@ def test_cli_serve_binds_loopback_with_a_key_file(index_dir, tmp_path):
         with pytest.raises(ClientError) as e:
             Client(url).search(text="x")
         assert e.value.status == 401
-        assert len(Client(url, api_key=KEY).search(text="x", k=2)) == 2
+        assert len(Client(url, api_key=KEY).search(text="secret body words", k=2)) == 2
     finally:
         proc.terminate()
-        proc.wait(timeout=20)
+        out, err = proc.communicate(timeout=20)
+    # an access log on stderr (method, path, status, latency; no body, no key) and a line at shutdown
+    assert "relsearch.serve started: c (generation " in err and "relsearch.serve stopped after 3 requests" in err, err
+    assert " GET /health 200 " in err and " POST /search 401 " in err and " POST /search 200 " in err, err
+    assert KEY not in err and "secret body words" not in err
 
 
 def test_bench_load_is_bounded_and_reports_percentiles():
@@ -363,3 +367,316 @@ def test_accepted_connections_send_without_waiting_for_acks():
         with accepted:
             assert accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) == 1
 
+
+
+# ---------------------------------------------------------------- hostile requests (issue 27)
+
+
+def _concurrently(*calls):
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return [f.result() for f in [pool.submit(call) for call in calls]]
+
+
+def test_a_request_that_fails_inside_a_pass_fails_alone(keyed, monkeypatch):
+    """A failure in one request of a micro-batch pass (here SQLite's "too many terms", as 600
+    filter clauses gave) is that request's 500; the innocent requests in the same pass are answered
+    (35 of 60 innocent requests got 500)."""
+    import sqlite3
+
+    real = Searcher.matching
+
+    def matching(self, filters):
+        if "POISON" in json.dumps(filters):
+            raise sqlite3.OperationalError("too many terms in compound SELECT")
+        return real(self, filters)
+
+    monkeypatch.setattr(Searcher, "matching", matching)
+    auth = {"X-API-Key": KEY}
+    innocent = [lambda i=i: _post(keyed, "/search", json.dumps({"text": f"company number {i}", "k": 3}), auth)
+                for i in range(6)]
+    innocent_batch = lambda: _post(keyed, "/search/batch", json.dumps({"queries": [{"text": "banks"}, {"id": "NOPE"}]}),  # noqa: E731
+                                   auth)
+    poison = lambda: _post(keyed, "/search", json.dumps({"text": "x", "filters": {"gics_sector": "POISON"}}), auth)  # noqa: E731
+    poison_batch = lambda: _post(keyed, "/search/batch", json.dumps(  # noqa: E731
+        {"queries": [{"text": "oil"}], "filters": {"gics_sector": "POISON"}}), auth)
+    *answers, batch, bad, bad_batch = _concurrently(*innocent, innocent_batch, poison, poison_batch)
+    assert [status for status, _ in answers] == [200] * 6 and all(len(a["results"]) == 3 for _, a in answers)
+    assert batch[0] == 200 and len(batch[1]["batch"][0]["results"]) == 10
+    assert batch[1]["batch"][1]["error"]["field"] == "queries[1].id"
+    assert bad[0] == 500 and "OperationalError" in bad[1]["error"]["message"]
+    assert bad_batch[0] == 200 and "OperationalError" in bad_batch[1]["batch"][0]["error"]["message"]
+
+
+def test_a_timeout_stops_the_work_it_times_out(index, monkeypatch):
+    """The 503 of a timed-out search also ends its work: a collapsed search stops before its next
+    widening round, and a request whose time ran out while it queued is never searched (the work
+    kept running ~75 s after the timeout)."""
+    import time
+
+    calls = []
+    real = Searcher.search
+
+    def slow(self, queries, **kw):
+        calls.append(kw.get("k"))
+        time.sleep(0.8)
+        return real(self, queries, **kw)
+
+    url, srv = _start(create_app({"companies": index}, limits=ServeLimits(timeout_s=0.5)))
+    try:
+        with monkeypatch.context() as m:
+            m.setattr(Searcher, "search", slow)
+            collapsed = lambda: _post(url, "/search", '{"text": "a bank", "k": 50, "collapse": "gics_sector"}')  # noqa: E731
+
+            def queued():
+                time.sleep(0.2)  # arrives while the collapsed search runs
+                return _post(url, "/search", '{"text": "an insurer", "k": 5}')
+
+            first, second = _concurrently(collapsed, queued)
+            assert (first[0], second[0]) == (503, 503) and first[1]["error"]["message"]
+            time.sleep(1.5)  # what would still run: the second collapse round (k=120), the queued search
+            assert calls == [50]
+        assert len(Client(url).search(text="an insurer", k=5)) == 5  # the server is fine afterwards
+    finally:
+        srv.should_exit = True
+
+
+def test_cost_and_response_bounds_name_the_field(server, index):
+    """k x queries x explain is bounded per request (422 naming queries / k), and so is what one
+    response holds (an 8 KB batch of 256 queries, k 10,000 and explain returned 187 MB)."""
+    big = {"queries": [{"text": f"q{i}"} for i in range(256)], "k": 10_000, "explain": True}
+    status, payload = _post(server, "/search/batch", json.dumps(big))
+    assert (status, payload["error"]["field"]) == (422, "queries") and "--max-hits" in payload["error"]["message"]
+    assert _post(server, "/search", '{"text": "x", "k": 10000, "explain": true}')[0] == 200  # one query: within
+    url, srv = _start(create_app({"companies": index}, limits=ServeLimits(max_hits=1000, max_response_bytes=20_000)))
+    try:
+        status, payload = _post(url, "/search", '{"text": "x", "k": 600, "explain": true}')
+        assert (status, payload["error"]["field"]) == (422, "k")
+        status, payload = _post(url, "/search", '{"text": "x", "k": 20, "collapse": "gics_sector"}')
+        assert (status, payload["error"]["field"]) == (422, "k")  # collapse may widen to 64 x 20 candidates
+        status, payload = _post(url, "/search", '{"text": "x", "k": 100}')
+        assert (status, payload["error"]["field"]) == (422, "k") and "--max-response-bytes" in payload["error"]["message"]
+        status, payload = _post(url, "/search", '{"text": "x", "k": 3}')
+        assert status == 200 and len(payload["results"]) == 3
+    finally:
+        srv.should_exit = True
+
+
+def test_a_pass_holds_at_most_max_hits_of_work():
+    """Expensive requests do not share one pass past the cost bound: the one over it starts the next."""
+    import asyncio
+
+    async def passes():
+        batcher = Batcher(None, ServeLimits(max_hits=1000, refill_wait_ms=0), Metrics())
+        for cost in (600, 300, 600, 50):
+            batcher.queue.put_nowait(Pending([cost], None, cost=cost))
+        return [[item.cost for item in await batcher.gather(1)] for _ in range(2)]
+
+    assert asyncio.run(passes()) == [[600, 300], [600, 50]]
+
+
+@pytest.mark.parametrize("body, field", [
+    ('{"text": "x", "k": true}', "k"),
+    ('{"text": "x", "k": "5"}', "k"),
+    ('{"text": "x", "k": 5.0}', "k"),
+    ('{"text": "x", "offset": "1"}', "offset"),
+    ('{"text": "x", "relations": {"identity": true}}', "relations.identity"),
+    ('{"text": "x", "relations": {"identity": "1"}}', "relations.identity"),
+    ('{"text": "x", "explain": 1}', "explain"),
+    ('{"text": "x", "min_score": "0.5"}', "min_score"),
+    ('{"text": 5}', "text"),
+])
+def test_http_types_like_the_python_api(server, index, body, field):
+    status, payload = _post(server, "/search", body)
+    assert (status, payload["error"]["field"]) == (422, field), payload
+    kwargs = json.loads(body)
+    text = kwargs.pop("text")
+    with pytest.raises(RequestError) as e:
+        index.search(text, **kwargs)
+    assert e.value.field == field.split(".")[0]
+
+
+def test_an_empty_api_key_is_refused_at_start(index_dir, monkeypatch):
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+    from relsearch.serve import read_api_key
+
+    monkeypatch.setenv("RELSEARCH_API_KEY", "")
+    with pytest.raises(ValueError, match="RELSEARCH_API_KEY is set but empty"):
+        read_api_key(None)
+    out = CliRunner().invoke(cli, ["serve", "--index", str(index_dir), "--port", "0"])
+    assert out.exit_code == 1 and "RELSEARCH_API_KEY is set but empty" in out.output
+    with pytest.raises(ValueError, match="empty"):
+        create_app({"c": None}, api_key=" ")
+    monkeypatch.setenv("RELSEARCH_API_KEY", "k")
+    assert read_api_key(None) == "k"
+
+
+def test_405_carries_allow_and_the_schema_lists_the_real_errors(server):
+    import jsonschema
+
+    host, port = server.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("GET", "/search")
+    response = conn.getresponse()
+    assert response.status == 405 and response.getheader("Allow") == "POST"
+    assert json.loads(response.read())["error"]["message"]
+    conn.request("GET", "/openapi.json")
+    schema = json.loads(conn.getresponse().read())
+    assert "HTTPValidationError" not in schema["components"]["schemas"]
+    error_ref = {"$ref": "#/components/schemas/ErrorBody"}
+    for path, method, statuses in [("/search", "post", (400, 401, 404, 408, 413, 422, 503)),
+                                   ("/search/batch", "post", (400, 401, 404, 413, 422, 503)),
+                                   ("/score", "post", (400, 401, 413, 422)),
+                                   ("/documents", "post", (400, 401, 404, 409, 413, 422)),
+                                   ("/documents/delete", "post", (400, 401, 404, 413, 422)),
+                                   ("/relations", "get", (401, 404))]:
+        responses = schema["paths"][path][method]["responses"]
+        for status in statuses:
+            assert responses[str(status)]["content"]["application/json"]["schema"] == error_ref, (path, status)
+    resolver = {"$ref": "#/components/schemas/DocumentsBody", "components": schema["components"]}
+    jsonschema.validate({"documents": [{"id": "a", "text": "b", "sector": "c"}]}, resolver)
+    for invalid in ({"documents": [{}]}, {"documents": [{"id": "a"}]}, {"documents": [{"text": "b"}]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(invalid, resolver)
+    search = {"$ref": "#/components/schemas/SearchBody", "components": schema["components"]}
+    jsonschema.validate({"text": "x", "k": 3}, search)
+    for invalid in ({}, {"text": "x", "id": "y"}, {"text": "x", "k": True}, {"text": "x", "k": "5"}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(invalid, search)
+
+
+def test_a_body_shorter_than_its_content_length_is_cut_off(index):
+    """A client that sends fewer bytes than its Content-Length gets a 408 and its connection closed
+    after --body-timeout, instead of holding it open forever."""
+    import time
+
+    url, srv = _start(create_app({"companies": index}, limits=ServeLimits(body_timeout_s=0.5)))
+    try:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            started = time.monotonic()
+            sock.sendall(b'POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
+                         b'Content-Length: 100\r\n\r\n{"text": "')
+            received = b""
+            while chunk := sock.recv(65536):  # until the server closes the connection
+                received += chunk
+            assert time.monotonic() - started < 5
+        head, _, body = received.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408") and json.loads(body)["error"]["field"] == "body"
+        assert len(Client(url).search(text="x", k=2)) == 2
+    finally:
+        srv.should_exit = True
+
+
+def test_health_reports_the_generation_a_search_would_use_now(server, index_dir):
+    """After another process publishes (a CLI append or delete), /health names the new generation
+    and its documents before any search has opened it."""
+    from relsearch.indexer import mutations, snapshots
+
+    client = Client(server)
+    before = client.health()["indexes"]["companies"]
+    victim = client.search(text="a railway", k=1)[0]["id"]
+    mutations.delete(str(index_dir), [victim])
+    after = client.health()["indexes"]["companies"]
+    assert after == {"generation": os.path.basename(os.path.realpath(index_dir)),
+                     "documents": before["documents"] - 1}
+    snapshots.rollback(index_dir, to=before["generation"])
+    assert client.health()["indexes"]["companies"] == before
+
+
+def test_access_log_lines_hold_no_body_and_no_key(keyed, caplog):
+    import logging
+    import time
+
+    with caplog.at_level(logging.INFO, logger="relsearch.access"):
+        status, _ = _post(keyed, "/search", '{"text": "private words in a body", "k": 1}', {"X-API-Key": KEY})
+        assert status == 200
+        _post(keyed, "/search?key=" + KEY, '{"text": "x"}')
+        for _ in range(100):  # the line is written just after the answer went out
+            lines = [r.getMessage() for r in caplog.records if r.name == "relsearch.access"]
+            if len(lines) >= 2:
+                break
+            time.sleep(0.05)
+    assert any(line.startswith("POST /search 200 ") and line.endswith("ms") for line in lines), lines
+    assert any(line.startswith("POST /search 401 ") for line in lines)
+    assert not any(KEY in line or "private words" in line for line in lines)
+
+
+# ---------------------------------------------------------------- one validation path (issue 28)
+
+NAN = float("nan")
+# (case, `relsearch query` arguments or None, Index.search keywords or None, POST /search body or None, field);
+# None: the interface cannot express the case (a CLI flag is text; JSON cannot repeat a key in a dict)
+VALIDATION_TABLE = [
+    ("k zero", ["x", "-k", "0"], {"text": "x", "k": 0}, {"text": "x", "k": 0}, "k"),
+    ("k boolean", None, {"text": "x", "k": True}, {"text": "x", "k": True}, "k"),
+    ("k string", None, {"text": "x", "k": "5"}, {"text": "x", "k": "5"}, "k"),
+    ("blank text", ["  "], {"text": "  "}, {"text": "  "}, "text"),
+    ("text and id", ["x", "--id", "MMM"], {"text": "x", "id": "MMM"}, {"text": "x", "id": "MMM"}, "text"),
+    ("unknown id", ["--id", "NOPE"], {"id": "NOPE"}, {"id": "NOPE"}, "id"),
+    ("unknown relation", ["x", "-r", "nope"], {"text": "x", "relations": {"nope": 1}},
+     {"text": "x", "relations": {"nope": 1}}, "relations"),
+    ("zero weights", ["x", "-r", "identity=0"], {"text": "x", "relations": {"identity": 0}},
+     {"text": "x", "relations": {"identity": 0}}, "relations"),
+    ("NaN weight", ["x", "-r", "identity=nan"], {"text": "x", "relations": {"identity": NAN}},
+     {"text": "x", "relations": {"identity": NAN}}, "relations"),
+    ("boolean weight", None, {"text": "x", "relations": {"identity": True}},
+     {"text": "x", "relations": {"identity": True}}, "relations"),
+    ("repeated relation", ["x", "-r", "identity=1", "-r", "identity=1"], None, None, "relations"),
+    ("unknown filter field", ["x", "--filter", "nosuch=a"], {"text": "x", "filters": {"nosuch": "a"}},
+     {"text": "x", "filters": {"nosuch": "a"}}, "filters"),
+    ("unknown collapse field", ["x", "--collapse", "nosuch"], {"text": "x", "collapse": "nosuch"},
+     {"text": "x", "collapse": "nosuch"}, "collapse"),
+    ("offset + k too large", ["x", "--offset", "9999", "-k", "5"], {"text": "x", "offset": 9999, "k": 5},
+     {"text": "x", "offset": 9999, "k": 5}, "offset"),
+    ("rerank_depth alone", ["x", "--rerank-depth", "5"], {"text": "x", "rerank_depth": 5},
+     {"text": "x", "rerank_depth": 5}, "rerank_depth"),
+    ("unknown head", ["x", "--rerank", "no-head"], {"text": "x", "rerank": "no-head"},
+     {"text": "x", "rerank": "no-head"}, "rerank"),
+    ("hybrid weight out of range", ["x", "--hybrid", "weighted", "--hybrid-weight", "1.5"],
+     {"text": "x", "hybrid": "weighted", "hybrid_weight": 1.5}, {"text": "x", "hybrid": "weighted", "hybrid_weight": 1.5},
+     "hybrid_weight"),
+    ("NaN min_score", ["x", "--min-score", "nan"], {"text": "x", "min_score": NAN}, {"text": "x", "min_score": NAN},
+     "min_score"),
+]
+CLI_NAMES = {"k": "-k", "text": "TEXT", "id": "--id", "relations": "--relation", "filters": "--filter",
+             "collapse": "--collapse", "offset": "--offset", "rerank_depth": "--rerank-depth", "rerank": "--rerank",
+             "hybrid_weight": "--hybrid-weight", "min_score": "--min-score", "a": "TEXT_A", "b": "TEXT_B"}
+
+
+@pytest.mark.parametrize("case, cli_args, api_kwargs, http_body, field", VALIDATION_TABLE,
+                         ids=[row[0] for row in VALIDATION_TABLE])
+def test_cli_api_and_http_refuse_alike(server, index, index_dir, case, cli_args, api_kwargs, http_body, field):
+    """One request-validation path: each case is refused by every interface that can express it, naming
+    the same field (the CLI its flag)."""
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    if cli_args is not None:
+        out = CliRunner().invoke(cli, ["query", "--index", str(index_dir), *cli_args])
+        assert out.exit_code in (1, 2) and CLI_NAMES[field] in out.output, out.output
+    if api_kwargs is not None:
+        kwargs = dict(api_kwargs)
+        with pytest.raises(RequestError) as e:
+            index.search(kwargs.pop("text", None), **kwargs)
+        assert e.value.field == field
+    if http_body is not None:
+        status, payload = _post(server, "/search", json.dumps(http_body))
+        assert status == (404 if field == "id" else 422) and payload["error"]["field"].split(".")[0] == field
+
+
+@pytest.mark.parametrize("a, b, field", [("", "x", "a"), ("x", "   ", "b")])
+def test_score_refuses_empty_texts_in_every_interface(server, index, a, b, field):
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    out = CliRunner().invoke(cli, ["score", a, b])
+    assert out.exit_code == 1 and CLI_NAMES[field] in out.output and "empty" in out.output, out.output
+    with pytest.raises(RequestError) as e:
+        index.score(a, b)
+    assert e.value.field == field
+    status, payload = _post(server, "/score", json.dumps({"a": a, "b": b}))
+    assert (status, payload["error"]["field"]) == (422, field)

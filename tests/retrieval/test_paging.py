@@ -92,3 +92,28 @@ def test_cli_offset_collapse_and_an_empty_filter(small_index):
     assert ranged and {h["metadata"]["gics_sector"] for h in ranged} == {"Utilities"}
     result, _ = query("--collapse", "colour")
     assert result.exit_code != 0 and "--collapse: unknown collapse field 'colour'" in result.stderr
+
+
+def test_collapse_widening_is_bounded_and_stops_when_asked():
+    """A field with one value never fills the page: the search widens to collapse_depth(need)
+    candidates, not to the whole index (50k documents took 5.3 s per query); and ``stop()`` ends
+    it between rounds (the server's timeout)."""
+    from relsearch.retrieval.paging import MAX_COLLAPSE_CANDIDATES, SearchStopped, collapse_depth
+
+    one_value = [FakeHit(f"h{i}", 1.0 - i / 1e6, {"g": "same"}) for i in range(50_000)]
+    calls = []
+
+    def run(fetch):
+        calls.append(fetch)
+        return [one_value[:fetch]]
+
+    out = search_collapsed(run, need=10, field="g", limit=50_000)[0]
+    assert [h.id for h in out] == ["h0"] and calls == [10, 40, 160, 640] and collapse_depth(10) == 640
+    calls.clear()
+    search_collapsed(run, need=1000, field="g", limit=50_000)
+    assert calls[-1] == MAX_COLLAPSE_CANDIDATES == 10_000  # never past 10,000 (rerank's depth bound too)
+    calls.clear()
+    asked = []
+    with pytest.raises(SearchStopped):
+        search_collapsed(run, need=10, field="g", limit=50_000, stop=lambda: asked.append(1) or len(asked) > 1)
+    assert calls == [10]  # the first round ran, the second was never started
