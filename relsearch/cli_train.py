@@ -103,6 +103,9 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--temperature", type=float, default=None)
 @click.option("--max-length", type=click.IntRange(min=1), default=None, help="tokens per text while fine-tuning")
 @click.option("--threads", type=int, default=None, help="torch CPU threads while training")
+@click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MINUTES",
+              help="stop before this much wall time is spent (evaluations included), keeping the best dev state; "
+                   "a resumed run counts the time already spent")
 @click.option("--seed", type=int, default=None, help="runs with the same seed and data give the same bundle")
 @click.option("--description", "descriptions", multiple=True, metavar="NAME=TEXT", help="operator description")
 @click.option("--card-note", "card_notes", multiple=True, help="line for the model card's Notes; repeatable")
@@ -132,7 +135,7 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
             raise click.UsageError(f"{_flag(key)} does not apply to --objective {objective} "
                                    f"(only {', '.join(allowed)})")
     run = RunOptions(base=base, out=out, threads=given.pop("threads", None), cache_dir=given.pop("cache_dir", None),
-                     progress=not quiet)
+                     progress=not quiet, time_budget=given.pop("time_budget", None))
     trainer = trainer_for(objective, given.pop("regime", None) if objective == "rse" else None)
     if trainer.name == "rse" and "max_length" in given:
         raise click.UsageError("--max-length applies to fine-tuning (--regime joint or encoder); the adapter regime "

@@ -39,7 +39,7 @@ from .aspect_data import K, describe, load_splits, operator_info, operator_name,
 # dev scoring looks _metrics up in this module at each call, so a test can interrupt a run through it
 from .aspect_data import aspect_metrics as _metrics
 from .cache import _tqdm, encode_cached
-from .loop import Checkpoint, EarlyStopping, seed_everything
+from .loop import Budget, Checkpoint, EarlyStopping, seed_everything
 
 __all__ = ["AspectConfig", "operator_name", "relevance", "train_aspects"]
 
@@ -67,6 +67,7 @@ class AspectConfig:
     threads: int | None = None
     cache_dir: str | None = None
     progress: bool = True
+    time_budget: float | None = None  # minutes for the whole run (a run option: not in the hyperparameter record)
 
     def __post_init__(self):
         if not self.aspects:
@@ -99,6 +100,7 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
     """
     from ..model import Encoder, EncoderConfig
 
+    budget = Budget(config.time_budget)
     splits = load_splits(list(train_files), list(dev_files), list(test_files), config)
     if len(splits["train"]) < 2:
         raise ValueError("fewer than 2 training documents with a text and every aspect label")
@@ -109,7 +111,7 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
     if config.regime == "joint":
         from .aspect_joint import train_joint_aspect
 
-        return train_joint_aspect(splits, groups[0], combine, config, base_bundle, checkpoint)
+        return train_joint_aspect(splits, groups[0], combine, config, base_bundle, checkpoint, budget)
 
     base_encoder = base_bundle.encoder
     encoder = Encoder(EncoderConfig(model=base_encoder["model"], max_length=base_encoder.get("max_length")))
@@ -119,7 +121,7 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
     vec = {"train": vectors[:n_tr], "dev": vectors[n_tr:n_tr + n_dv], "test": vectors[n_tr + n_dv:]}
     operators = {name: op for name, op in base_bundle.operators.items()}
     for fields in groups:
-        op = _train_adapter(fields, combine, splits, vec, config, checkpoint)
+        op = _train_adapter(fields, combine, splits, vec, config, checkpoint, budget)
         operators[op.name] = op
     # the base's re-ranking heads stay valid with its operators (the encoder is unchanged), and
     # operator descriptions name them (e.g. "re-rank with --rerank pu-head")
@@ -127,7 +129,7 @@ def train_aspects(train_files, *, dev_files=(), test_files=(), config: AspectCon
                   info={"trainer": "relsearch aspect (AspectCSE, adapter)", "config": record(config)}), None
 
 
-def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoint) -> Operator:
+def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoint, budget: Budget | None = None) -> Operator:
     import torch
     import torch.nn.functional as F
 
@@ -151,7 +153,8 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
             return float("nan")
         return _metrics(_as_operator(name, W, b, config.project), vec["dev"], splits["dev"], fields, combine)[f"p@{K}"]
 
-    stopper, start_epoch, history = EarlyStopping(config.patience), 1, []
+    budget = budget or Budget(config.time_budget)
+    stopper, start_epoch, history, stopped_by = EarlyStopping(config.patience), 1, [], "epochs"
     best = (W.detach().clone(), b.detach().clone())
     resumed = checkpoint.load() if checkpoint else None
     if resumed and resumed["state"].get("operator") == name:
@@ -161,6 +164,7 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
         opt.load_state_dict(resumed["optimizer"])
         stopper.restore(resumed["state"]["stopper"])
         start_epoch, history = resumed["state"]["epoch"] + 1, resumed["state"]["history"]
+        budget.spent = resumed["state"].get("elapsed", 0.0)
     else:
         stopper.update(dev_score(), 0)
     bar = _tqdm(total=config.epochs, initial=start_epoch - 1, desc=f"{name} (adapter)", unit="epoch",
@@ -168,7 +172,12 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
     t0 = time.time()
     for epoch in range(start_epoch, config.epochs + 1):
         if stopper.stale >= config.patience:
+            stopped_by = "patience"
             break
+        if not budget.allows():  # an epoch and its dev evaluation must fit
+            stopped_by = "time budget"
+            break
+        t_epoch = budget.clock()
         order = np.random.default_rng([config.seed, epoch]).permutation(anchors)  # resumable: per-epoch seed
         losses = []
         for s in range(0, len(order), config.batch_size):
@@ -178,7 +187,9 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
             opt.step()
             losses.append(loss.item())
         score = dev_score()
-        history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5)})
+        budget.unit_done(budget.clock() - t_epoch)
+        history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5),
+                        "seconds": round(budget.elapsed(), 1)})
         if np.isnan(score) or stopper.improved(score):
             best = (W.detach().clone(), b.detach().clone())
         if not np.isnan(score):
@@ -186,15 +197,16 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
         bar.update(1)
         bar.set_postfix(loss=f"{history[-1]['loss']:.4f}", dev_p10=f"{score:.3f}")
         if checkpoint:
-            checkpoint.save({"operator": name, "epoch": epoch, "history": history, "stopper": stopper.state()},
-                            {"W": W, "b": b, "best_W": best[0], "best_b": best[1]}, opt)
+            checkpoint.save({"operator": name, "epoch": epoch, "history": history, "stopper": stopper.state(),
+                             "elapsed": budget.elapsed()}, {"W": W, "b": b, "best_W": best[0], "best_b": best[1]}, opt)
     bar.close()
     op = _as_operator(name, *best, config.project)
     op.description = describe(fields, combine) + (" (projection: documents too, its own index)"
                                                    if config.project else "")
     op.info = operator_info(op, splits, vec, fields, combine, config, {
         "epochs_run": len(history), "best_epoch": stopper.best_step, "seconds": round(time.time() - t0, 1),
-        f"dev_p@{K}": stopper.best, "history": history})
+        f"dev_p@{K}": stopper.best, "stopped_by": stopped_by, **(budget.record() if config.time_budget else {}),
+        "history": history})
     return op
 
 

@@ -17,11 +17,12 @@ from ..bundle import Bundle
 from ..relations import IDENTITY, Operator
 from .aspect_data import K, aspect_metrics, describe, operator_info, operator_name, record, relevance
 from .cache import _tqdm
-from .loop import EarlyStopping, seed_everything
+from .loop import Budget, EarlyStopping, seed_everything
 
 
-def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, checkpoint):
-    """Fine-tune the encoder for one aspect (or combination); returns (bundle, TrainableEncoder)."""
+def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, checkpoint, budget: Budget | None = None):
+    """Fine-tune the encoder for one aspect (or combination); returns (bundle, TrainableEncoder).
+    ``budget`` (``--time-budget``) ends the run before an epoch and its dev evaluation would overrun it."""
     import torch
 
     from .finetune import TrainableEncoder
@@ -31,6 +32,7 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
     encoder = TrainableEncoder(base_bundle.encoder["model"], max_length=config.max_length)
     opt = torch.optim.AdamW(encoder.parameters(), lr=config.learning_rate, weight_decay=0.0)
     stopper, start_epoch, history, best_state = EarlyStopping(config.patience), 1, [], None
+    budget, stopped_by = budget or Budget(config.time_budget), "epochs"
 
     def dev_score() -> float:
         if len(splits["dev"]) < 2:
@@ -46,6 +48,7 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
         opt.load_state_dict(resumed["optimizer"])
         stopper.restore(resumed["state"]["stopper"])
         start_epoch, history = resumed["state"]["epoch"] + 1, resumed["state"]["history"]
+        budget.spent = resumed["state"].get("elapsed", 0.0)
     else:
         stopper.update(dev_score(), 0)
     t0 = time.time()
@@ -57,11 +60,18 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
     relevant_to = relevance(train, fields, combine)
     for epoch in range(start_epoch, config.epochs + 1):
         if stopper.stale >= config.patience:
+            stopped_by = "patience"
             break
+        if not budget.allows():  # an epoch and its dev evaluation must fit
+            stopped_by = "time budget"
+            break
+        t_epoch = budget.clock()
         losses = _epoch(encoder, opt, [d.text for d in train], relevant_to, config, epoch, bar)
         score = dev_score()
         encoder.train()
-        history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5)})
+        budget.unit_done(budget.clock() - t_epoch)
+        history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5),
+                        "seconds": round(budget.elapsed(), 1)})
         if np.isnan(score) or stopper.improved(score):
             best_state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
         if not np.isnan(score):
@@ -69,12 +79,14 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
         if checkpoint:
             tensors = {f"model.{k}": v for k, v in encoder.state_dict().items()}
             tensors.update({f"best.{k}": v for k, v in (best_state or {}).items()})
-            checkpoint.save({"epoch": epoch, "history": history, "stopper": stopper.state()}, tensors, opt)
+            checkpoint.save({"epoch": epoch, "history": history, "stopper": stopper.state(),
+                             "elapsed": budget.elapsed()}, tensors, opt)
     bar.close()
     if best_state is not None:
         encoder.load_state_dict(best_state)
     training = {"epochs_run": len(history), "best_epoch": stopper.best_step, "seconds": round(time.time() - t0, 1),
-                f"dev_p@{K}": stopper.best, "history": history}
+                f"dev_p@{K}": stopper.best, "stopped_by": stopped_by, "precision": encoder.precision,
+                **(budget.record() if config.time_budget else {}), "history": history}
     return _bundle(encoder, name, splits, fields, combine, config, base_bundle, training), encoder
 
 

@@ -112,6 +112,9 @@ def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[st
                          f"({tr.get('triples_per_second')} triples/s); "
                          f"best step {tr.get('best_step')}, learned temperature {tr.get('temperature')}.")
         lines.append("")
+    runs = training_lines(bundle)
+    if runs:
+        lines += ["## Training runs", "", *runs, ""]
     heads = getattr(bundle, "heads", {})
     if heads:
         lines += ["## Re-ranking heads (`relsearch query --rerank NAME`)", ""]
@@ -133,6 +136,45 @@ def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[st
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
+
+
+def training_lines(bundle) -> list[str]:
+    """One line per distinct training record that has speed and budget figures (the fine-tuning
+    regimes, and any objective run under ``--time-budget``): steps, speed, dtype, the budget and
+    what stopped the run, and the dev curve (step, seconds since the start, dev metric)."""
+    seen, lines = set(), []
+    records = [(op.name, op.info.get("training", {})) for op in trained_operators(bundle)]
+    if isinstance(bundle.info.get("training"), dict):
+        records.append(("bundle", bundle.info["training"]))
+    for name, tr in records:
+        if not isinstance(tr, dict) or not ("stopped_by" in tr or tr.get("time_budget_minutes")):
+            continue
+        key = repr(sorted((k, str(v)) for k, v in tr.items()))
+        if key in seen:  # operators trained together share one record
+            continue
+        seen.add(key)
+        users = [n for n, t in records if t is tr or repr(sorted((k, str(v)) for k, v in t.items())) == key]
+        budget = tr.get("time_budget_minutes")
+        parts = [f"{tr['steps']} steps" if tr.get("steps") is not None else f"{tr.get('epochs_run', '–')} epochs"]
+        if tr.get("triples_per_second"):
+            parts.append(f"{tr['triples_per_second']} triples/s")
+        if tr.get("precision"):
+            parts.append(f"{tr['precision']} ({tr.get('precision_reason', '')})")
+        parts.append(f"time budget {budget} min" if budget else "no time budget")
+        parts.append(f"{tr.get('elapsed_seconds', tr.get('seconds', '–'))} s used")
+        parts.append(f"stopped by {tr.get('stopped_by', 'the time budget' if tr.get('stopped_by_time_budget') else 'epochs')}")
+        curve = [_curve_point(h) for h in tr.get("history", [])]
+        lines.append(f"- {', '.join(users)}: " + "; ".join(parts) + "."
+                     + (f" Dev curve (step or epoch @ seconds: score): {', '.join(c for c in curve if c)}." if curve else ""))
+    return lines
+
+
+def _curve_point(h: dict) -> str:
+    at = h.get("step", h.get("epoch"))
+    score = next((v for k, v in h.items() if k.startswith("dev_") and isinstance(v, (int, float))), None)
+    if at is None or score is None:
+        return ""
+    return f"{at}" + (f" @ {h['seconds']} s" if h.get("seconds") is not None else "") + f": {score:.4f}"
 
 
 def _size(v: dict) -> str:

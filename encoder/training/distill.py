@@ -48,7 +48,7 @@ from .cache import _tqdm, encode_cached
 from .card import distill_card
 from .card import hyperparameters as _record
 from .distill_data import STSPairs, is_sts_file, read_sentences, read_sts, sts_spearman
-from .loop import Checkpoint, EarlyStopping, seed_everything
+from .loop import Budget, Checkpoint, EarlyStopping, seed_everything
 from .sts_teacher import cosent_loss, train_sts_teacher
 
 # Readers, the STS teacher trainer and the card moved to their own modules; imported from here too.
@@ -79,6 +79,7 @@ class DistillConfig:
     threads: int | None = None  # --threads: torch CPU threads while training
     cache_dir: str | None = None  # --cache-dir: teachers' vector cache
     progress: bool = True  # --quiet
+    time_budget: float | None = None  # minutes of training (a run option: not in the hyperparameter record)
 
     def __post_init__(self):
         if self.epochs < 0 or self.batch_size < 1 or self.patience < 1 or self.lr <= 0 or self.max_length < 2:
@@ -187,6 +188,7 @@ class _Run:
         self.stopper = EarlyStopping(config.patience, higher_is_better=self.metric != "mse")
         self.history, self.epoch, self.done, self.seconds = [], 0, False, 0.0
         self.best_state: dict = {}
+        self.budget, self.stopped_by = Budget(config.time_budget), "epochs"
 
     def dev_score(self) -> float:
         dev_sts, student = self.data.dev_sts, self.student
@@ -216,6 +218,7 @@ class _Run:
         self.stopper.restore(state["stopper"])
         self.history, self.epoch, self.done, self.seconds = (state["history"], state["epoch"], state["done"],
                                                              state["seconds"])
+        self.budget.spent = state.get("elapsed", 0.0)
         self.best_state = ({k[len("best/"):]: v for k, v in tensors.items() if k.startswith("best/")}
                            if self.stopper.best_step != self.epoch else self.snapshot())
 
@@ -248,7 +251,10 @@ class _Run:
         else:
             self.stopper.update(float(self.epoch), self.epoch)
             stop = False
+        entry["seconds"] = round(self.budget.elapsed(), 1)
         self.history.append(entry)
+        if stop:
+            self.stopped_by = "patience"
         bar.set_postfix(loss=f"{loss_value:.5f}", **({f"dev_{self.metric}": f"{entry[f'dev_{self.metric}']:.4f}"}
                                                      if self.metric else {}))
         if self.stopper.best_step == self.epoch:
@@ -263,12 +269,14 @@ class _Run:
             tensors.update({f"best/{k}": v for k, v in self.best_state.items()})
         tensors["rng/torch"] = torch.get_rng_state()
         ckpt.save({"epoch": self.epoch, "done": self.done, "stopper": self.stopper.state(), "history": self.history,
-                   "seconds": self.seconds}, tensors, self.opt)
+                   "seconds": self.seconds, "elapsed": self.budget.elapsed()}, tensors, self.opt)
 
     def training_info(self) -> dict:
         best = None if not self.metric else round(self.stopper.best, 6)
         return {"epochs_run": len(self.history), "best_epoch": self.stopper.best_step,
-                "seconds": round(self.seconds, 1), "dev_metric": self.metric, "dev_best": best, "history": self.history}
+                "seconds": round(self.seconds, 1), "dev_metric": self.metric, "dev_best": best,
+                "stopped_by": self.stopped_by, "precision": self.student.precision,
+                **(self.budget.record() if self.config.time_budget else {}), "history": self.history}
 
 
 def train_distill(corpus_files, *, teachers: list[str], dev_files=(), test_files=(),
@@ -335,10 +343,14 @@ def _distil(data: _Data, encoders, base_ref: str, config: DistillConfig, ckpt: C
                 unit="step", disable=not config.progress)
     target_t = torch.from_numpy(targets)
     while not run.done and run.epoch < config.epochs:
-        t0 = time.time()
+        if not run.budget.allows():  # an epoch and its dev evaluation must fit
+            run.stopped_by = "time budget"
+            break
+        t0, b0 = time.time(), run.budget.clock()
         run.epoch += 1
         run.end_epoch(run.train_epoch(target_t, bar), bar)
         run.seconds += time.time() - t0
+        run.budget.unit_done(run.budget.clock() - b0)
         if ckpt is not None:
             run.save(ckpt)
     bar.close()

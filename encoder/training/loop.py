@@ -1,4 +1,4 @@
-"""What every objective's training loop shares: seeding, early stopping, resumable checkpoints.
+"""What every objective's training loop shares: seeding, early stopping, time budgets, resumable checkpoints.
 
 A checkpoint lives beside the output bundle (``OUT.checkpoint/``) and is replaced atomically at
 each save, so a killed run resumes from its last completed save; it is deleted once the bundle is
@@ -12,6 +12,7 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +53,67 @@ class EarlyStopping:
 
     def restore(self, state: dict) -> None:
         self.best, self.best_step, self.stale = state["best"], state["best_step"], state["stale"]
+
+
+def clock() -> float:
+    """The clock time budgets read (seconds); tests replace it (``monkeypatch.setattr(loop, "clock", ...)``)."""
+    return time.monotonic()
+
+
+class Budget:
+    """``--time-budget MINUTES``: the wall time a run may take, evaluations and checkpoints included.
+
+    A loop asks :meth:`allows` before each unit of work (a step, or an epoch for the epoch-based
+    objectives) with its estimated cost — the mean of the units so far (:meth:`unit_done`) plus,
+    where the loop must evaluate afterwards, the last evaluation's time (:meth:`eval_done`) — and
+    stops cleanly when it would not fit; the best dev state kept so far is what the run returns.
+    ``minutes=None`` never stops anything. ``spent`` is the time earlier sessions of a resumed run
+    used (saved in the checkpoint as :meth:`elapsed`): the budget covers the run, not each session.
+    """
+
+    def __init__(self, minutes: float | None = None, *, spent: float = 0.0, clock_fn=None):
+        if minutes is not None and minutes <= 0:
+            raise ValueError(f"the time budget must be positive, got {minutes} minutes")
+        self.minutes = minutes
+        self.clock = clock_fn or clock
+        self.started, self.spent = self.clock(), float(spent or 0.0)
+        self.unit_seconds: list[float] = []
+        self.eval_seconds = 0.0
+        self.stopped = False  # set once allows() said no
+
+    def elapsed(self) -> float:
+        return self.spent + self.clock() - self.started
+
+    def remaining(self) -> float:
+        return float("inf") if self.minutes is None else 60.0 * self.minutes - self.elapsed()
+
+    def fraction(self) -> float:
+        """The share of the budget used (0 without a budget): schedules may decay to zero at its end."""
+        return 0.0 if self.minutes is None else min(1.0, self.elapsed() / (60.0 * self.minutes))
+
+    def unit_done(self, seconds: float) -> None:
+        self.unit_seconds.append(seconds)
+
+    def eval_done(self, seconds: float) -> None:
+        self.eval_seconds = seconds
+
+    def estimate(self, *, with_eval: bool = False) -> float:
+        """Seconds the next unit should take: the mean unit so far (+ the last evaluation)."""
+        unit = sum(self.unit_seconds[-50:]) / len(self.unit_seconds[-50:]) if self.unit_seconds else 0.0
+        return unit + (self.eval_seconds if with_eval else 0.0)
+
+    def allows(self, *, with_eval: bool = False) -> bool:
+        """True when the next unit (and its evaluation) fits in what is left; False ends the run."""
+        if self.minutes is None:
+            return True
+        ok = self.estimate(with_eval=with_eval) <= self.remaining()
+        self.stopped = self.stopped or not ok
+        return ok
+
+    def record(self) -> dict:
+        """What the bundle and model card say about the budget."""
+        return {"time_budget_minutes": self.minutes, "elapsed_seconds": round(self.elapsed(), 1),
+                "stopped_by_time_budget": self.stopped}
 
 
 class Checkpoint:

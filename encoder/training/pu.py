@@ -49,7 +49,7 @@ from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
 from .card import hyperparameters
 from .data import Pair, read_pairs
-from .loop import Checkpoint, EarlyStopping, seed_everything
+from .loop import Budget, Checkpoint, EarlyStopping, seed_everything
 from .pu_model import OPERATOR_PROTOCOL, build_model, classification_metrics, head_params, retrieval_metrics
 from .pu_risk import class_priors, nnpu_risk, pu_term, pu_weight_at, subsample_labels
 
@@ -89,6 +89,7 @@ class PUConfig:
     cache_dir: str | None = None  # vector cache (adapter); default $RELSEARCH_CACHE or ~/.cache/relsearch/vectors
     device: str = "auto"  # joint regime
     progress: bool = True
+    time_budget: float | None = None  # minutes of training (a run option: not in the hyperparameter record)
 
     def __post_init__(self):
         if self.regime not in REGIMES:
@@ -400,28 +401,39 @@ def _fit(config: PUConfig, vectors, text_list, model_ref, train, dev, labels, pr
     has_dev = bool(len(dev[2]) and dev_rows.any())
     steps_per_epoch = math.ceil(len(train[2]) / config.batch_size)
     total = config.epochs * steps_per_epoch
-    stopper = EarlyStopping(config.patience)
+    stopper, budget = EarlyStopping(config.patience), Budget(config.time_budget)
     progress = {"epoch": 0, "step": 0, "history": [], "stopped": False, "early": stopper.state(), "seconds": 0.0}
     checkpoint = Checkpoint(out, run) if out is not None else None
     best = None
     resumed = checkpoint.load() if checkpoint is not None else None
     if resumed is not None:
         progress, best = _resume(m, stopper, resumed)
+        budget.spent = progress.get("elapsed", 0.0)
     step, t0 = progress["step"], time.time() - progress.get("seconds", 0.0)
+    stopped_by = "patience" if progress["stopped"] else "epochs"
     m.train()
     bar = _tqdm(total=total, initial=step, desc=f"pu ({config.regime})", unit="step", disable=not config.progress)
     for epoch in range(progress["epoch"] + 1, config.epochs + 1):
         if progress["stopped"]:
             break
+        if not budget.allows():  # an epoch and its dev evaluation must fit
+            stopped_by = "time budget"
+            break
+        t_epoch = budget.clock()
         step, entry, loss = _epoch(m, config, epoch, step, total, train, priors, classes, bar)
         acc = m.accuracy(dev[0][dev_rows], dev[1][dev_rows], dev[2][dev_rows]) if has_dev else float("nan")
-        progress["history"].append(dict(entry, dev_accuracy=None if math.isnan(acc) else round(acc, 5)))
+        budget.unit_done(budget.clock() - t_epoch)
+        progress["history"].append(dict(entry, dev_accuracy=None if math.isnan(acc) else round(acc, 5),
+                                        seconds=round(budget.elapsed(), 1)))
         bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}", dev_acc=f"{acc:.3f}")
         if has_dev:
             if stopper.improved(acc):
                 best = {k: v.detach().clone() for k, v in m.state_tensors().items()}
             progress["stopped"] = stopper.update(acc, epoch)
-        progress.update(epoch=epoch, step=step, early=stopper.state(), seconds=round(time.time() - t0, 1))
+        progress.update(epoch=epoch, step=step, early=stopper.state(), seconds=round(time.time() - t0, 1),
+                        elapsed=budget.elapsed())
+        if progress["stopped"]:
+            stopped_by = "patience"
         if checkpoint is not None:
             tensors = m.state_tensors()
             if best is not None:
@@ -437,6 +449,7 @@ def _fit(config: PUConfig, vectors, text_list, model_ref, train, dev, labels, pr
             "best_epoch": stopper.best_step if has_dev else len(progress["history"]),
             "dev_accuracy": None if stopper.best is None else round(stopper.best, 5),
             "stopped_early": bool(progress["stopped"]), "seconds": round(time.time() - t0, 1),
+            "stopped_by": stopped_by, **(budget.record() if config.time_budget else {}),
             "history": progress["history"]}
     return m.model, m.trainable, info
 

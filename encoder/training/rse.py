@@ -43,7 +43,7 @@ from .cache import _tqdm, encode_cached
 from .card import hyperparameters
 from .data import Triple, read_triples, relations_to_train, with_inverses
 from .linkpred import forward, init_params, link_prediction, numpy_apply, trained_vs_identity
-from .loop import Checkpoint
+from .loop import Budget, Checkpoint
 from .splits import RelationSplit, relation_splits, sample_queries, text_ids, true_tails
 
 OPERATOR_KINDS = ("linear", "translation")
@@ -69,6 +69,7 @@ class TrainConfig:
     threads: int | None = None  # torch CPU threads while training (None: leave torch's setting)
     cache_dir: str | None = None  # vector cache; default $RELSEARCH_CACHE or ~/.cache/relsearch/vectors
     progress: bool = True
+    time_budget: float | None = None  # minutes for the whole run (a run option: not in the hyperparameter record)
 
     def __post_init__(self):
         if self.operator not in OPERATOR_KINDS:
@@ -162,8 +163,10 @@ class _Candidates:
 
 def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: RelationSplit | None,
                     known: dict[int, set[int]], config: TrainConfig,
-                    extra: np.ndarray | None = None) -> tuple[dict, dict]:
-    """Learn one operator; returns (numpy params, training info)."""
+                    extra: np.ndarray | None = None, budget: Budget | None = None) -> tuple[dict, dict]:
+    """Learn one operator; returns (numpy params, training info). ``budget`` (shared by the run's
+    relations) ends it before an epoch (training and dev evaluation) that would not fit."""
+    budget = budget or Budget(config.time_budget)
     import torch
 
     seed = [config.seed, zlib.crc32(name.encode())]
@@ -184,7 +187,12 @@ def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: R
     history, stale, loss_value, t0 = [], 0, float("nan"), time.time()
     bar = _tqdm(total=config.epochs, desc=f"{name} ({config.operator})", unit="epoch", disable=not config.progress)
     bar.set_postfix(dev_mrr=f"{best['mrr']:.3f}")
+    stopped_by = "epochs"
     for epoch in range(1, config.epochs + 1):
+        if not budget.allows():
+            stopped_by = "time budget"
+            break
+        t_epoch = budget.clock()
         order, losses = rng.permutation(len(train)), []
         for start in range(0, len(order), config.batch_size):
             batch = order[start:start + config.batch_size]
@@ -198,7 +206,9 @@ def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: R
             losses.append(loss.item())
         loss_value = float(np.mean(losses)) if losses else float("nan")
         mrr = dev_mrr()
-        history.append({"epoch": epoch, "loss": round(loss_value, 5), "dev_mrr": round(mrr, 5)})
+        budget.unit_done(budget.clock() - t_epoch)
+        history.append({"epoch": epoch, "loss": round(loss_value, 5), "dev_mrr": round(mrr, 5),
+                        "seconds": round(budget.elapsed(), 1)})
         bar.update(1)
         bar.set_postfix(loss=f"{loss_value:.4f}", dev_mrr=f"{mrr:.3f}")
         if dev is None or mrr > best["mrr"]:
@@ -207,10 +217,12 @@ def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: R
         else:
             stale += 1
             if stale >= config.patience:
+                stopped_by = "patience"
                 break
     bar.close()
     info = {"epochs_run": len(history), "best_epoch": best["epoch"], "seconds": round(time.time() - t0, 1),
-            "dev_mrr": None if dev is None else round(best["mrr"], 5), "history": history}
+            "dev_mrr": None if dev is None else round(best["mrr"], 5), "stopped_by": stopped_by,
+            **(budget.record() if config.time_budget else {}), "history": history}
     return {k: v.numpy().astype(np.float32) for k, v in best["params"].items()}, info
 
 
@@ -235,6 +247,7 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
         train_files = [train_files]
     if not train_files:
         raise ValueError("no training files given")
+    budget = Budget(config.time_budget)  # shared by the relations, trained one after another
     loaded = {"train": _load(train_files), "dev": _load(dev_files), "test": _load(test_files)}
     if config.inverse:
         loaded = {k: with_inverses(v) for k, v in loaded.items()}
@@ -256,6 +269,7 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
     checkpoint = Checkpoint(out, dict(_hyper(config), data=[str(f) for f in train_files])) if out else None
     resumed = checkpoint.load() if checkpoint else None
     done = resumed["state"]["done"] if resumed else {}
+    budget.spent = resumed["state"].get("elapsed", 0.0) if resumed else 0.0
     tensors = dict(resumed["tensors"]) if resumed else {}
     operators = {}
     try:
@@ -265,11 +279,11 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
                 operators[name] = Operator(name=name, kind=config.operator, params=params, info=done[name],
                                            description=(descriptions or {}).get(name, ""))
                 continue
-            operators[name] = op = _train_operator(name, loaded, texts, vectors, config, descriptions, extra)
+            operators[name] = op = _train_operator(name, loaded, texts, vectors, config, descriptions, extra, budget)
             if checkpoint:
                 done[name] = op.info
                 tensors.update({f"{name}/{k}": torch.from_numpy(v) for k, v in op.params.items()})
-                checkpoint.save({"done": done}, tensors)
+                checkpoint.save({"done": done, "elapsed": budget.elapsed()}, tensors)
     finally:
         torch.set_num_threads(threads)
     return Bundle(encoder=dict(encoder.identity), operators=operators,
@@ -277,14 +291,14 @@ def train_adapter(train_files, *, dev_files=(), test_files=(), config: TrainConf
                         "config": _hyper(config)})
 
 
-def _train_operator(name, loaded, texts, vectors, config, descriptions, extra=None) -> Operator:
+def _train_operator(name, loaded, texts, vectors, config, descriptions, extra=None, budget=None) -> Operator:
     """Train, evaluate and describe the operator of one relation."""
     splits = relation_splits(loaded, name, texts)
     train, dev, test = splits["train"], splits["dev"], splits["test"]
     if len(train) == 0:
         raise ValueError(f"relation {name!r}: no usable training triples (all have head == tail)")
     known = true_tails(train, dev, test)
-    params, info = _train_relation(name, vectors, train, dev if len(dev) else None, known, config, extra)
+    params, info = _train_relation(name, vectors, train, dev if len(dev) else None, known, config, extra, budget)
     op = Operator(name=name, kind=config.operator, description=(descriptions or {}).get(name, ""), params=params)
     metrics = trained_vs_identity(op.apply, vectors, test, known)
     op.info = {

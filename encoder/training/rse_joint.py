@@ -7,7 +7,8 @@ true tail of the head) with gradient caching, and minimises the RSE contrastive 
 batch's tails and hard negatives (other true tails of the head masked out). Relations and encoder
 have separate learning rates (1e-2 and 2e-5 by default). Dev link-prediction MRR is measured at
 the start (step 0), every ``eval_every`` steps and at each epoch's end; the best state is kept and
-training stops after ``patience`` evaluations without a gain. The fine-tuned encoder goes into the
+training stops after ``patience`` evaluations without a gain, or before a step and its evaluation
+would overrun ``time_budget`` minutes (:class:`~.loop.Budget`). The fine-tuned encoder goes into the
 bundle (``encoder/``), so corpora must be re-indexed with it — the index's encoder check refuses a
 mismatch. Test metrics compare the trained model with identity *of the base encoder*, the baseline
 a user has before training.
@@ -26,7 +27,7 @@ from .cache import _tqdm, encode_cached
 from .card import hyperparameters
 from .data import Triple, load_triple_splits
 from .linkpred import PROTOCOL, forward, init_params, link_prediction
-from .loop import Checkpoint, EarlyStopping, seed_everything
+from .loop import Budget, Checkpoint, EarlyStopping, seed_everything
 from .splits import RelationSplit, relation_splits, sample_queries, text_ids, true_tails
 
 
@@ -39,7 +40,8 @@ class JointConfig:
     relation_lr: float | None = None  # default 1e-2 (translation) / 3e-3 (linear)
     temperature: float = 0.05
     max_length: int = 32
-    chunk: int = 64  # texts per gradient-cache chunk: memory of one chunk, gradient of the whole batch
+    chunk: int = 256  # texts per gradient-cache chunk: memory of one chunk, gradient of the whole batch
+    # (a batch's heads, tails and negatives within one chunk run without the cache's replay forward)
     eval_every: int | None = None  # steps between dev evaluations (default: once per epoch)
     patience: int = 3
     max_dev_queries: int | None = 1000
@@ -49,6 +51,7 @@ class JointConfig:
     threads: int | None = None
     cache_dir: str | None = None
     progress: bool = True
+    time_budget: float | None = None  # minutes (a run option: not in the hyperparameter record)
 
     def __post_init__(self):
         if self.operator not in ("translation", "linear"):
@@ -121,12 +124,15 @@ def _prepare(loaded: dict[str, list[Triple]], wanted: list[str], config: JointCo
 class _Run:
     """The trainable state of a joint run (encoder, relation parameters, optimizer) and its progress."""
 
-    def __init__(self, config: JointConfig, model: str, wanted: list[str], data: _Data):
+    def __init__(self, config: JointConfig, model: str, wanted: list[str], data: _Data, budget: Budget | None = None):
         import torch
 
         from .finetune import TrainableEncoder
 
         self.config, self.wanted, self.data = config, wanted, data
+        self.budget = budget or Budget(config.time_budget)
+        self.stop_reason, self.loop_seconds, self.seconds, self.trained = "epochs", 0.0, 0.0, 0
+        self.loop_cpu_seconds = 0.0
         self.encoder = TrainableEncoder(model, max_length=config.max_length)
         d, self.device = self.encoder.dim, self.encoder.device  # every tensor of a step lives where the encoder does
         gen = torch.Generator(device=self.device).manual_seed(config.seed)
@@ -175,17 +181,25 @@ class _Run:
             self.opt.load_state_dict(resumed["optimizer"])
             self.stopper.restore(resumed["state"]["stopper"])
             self.step, self.history = resumed["state"]["step"], resumed["state"]["history"]
+            state = resumed["state"]
+            self.budget.spent = state.get("elapsed", 0.0)  # earlier sessions' share of the budget
+            self.budget.eval_done(state.get("eval_seconds", 0.0))
+            self.seconds, self.trained = state.get("seconds", 0.0), state.get("trained", 0)
         else:
+            t0 = self.budget.clock()
             start = self.dev_mrr()
+            self.budget.eval_done(self.budget.clock() - t0)
             self.stopper.update(start, 0)
-            self.history.append({"step": 0, "dev_mrr": round(start, 5)})
+            self.history.append({"step": 0, "dev_mrr": round(start, 5), "seconds": round(self.budget.elapsed(), 1)})
+            self.best = self.snapshot()  # the base encoder stays the answer when no step beats it on dev
 
     def after_step(self, epoch: int, loss: float, checkpoint: Checkpoint | None, bar) -> None:
         """Dev evaluation: keep the best state, update early stopping, save the checkpoint."""
+        t0 = self.budget.clock()
         score = self.dev_mrr()
         self.encoder.train()
         self.history.append({"step": self.step, "epoch": epoch + 1, "loss": round(loss, 5),
-                             "dev_mrr": round(score, 5)})
+                             "dev_mrr": round(score, 5), "seconds": round(self.budget.elapsed(), 1)})
         bar.set_postfix(loss=f"{loss:.4f}", dev_mrr=f"{score:.3f}")
         if np.isnan(score) or self.stopper.improved(score):
             self.best = self.snapshot()
@@ -194,8 +208,10 @@ class _Run:
         if checkpoint:
             tensors = self.snapshot()
             tensors.update({f"best.{k}": v for k, v in (self.best or {}).items()})
-            checkpoint.save({"step": self.step, "history": self.history, "stopper": self.stopper.state()},
-                            tensors, self.opt)
+            checkpoint.save({"step": self.step, "history": self.history, "stopper": self.stopper.state(),
+                             "elapsed": self.budget.elapsed(), "eval_seconds": self.budget.eval_seconds,
+                             "seconds": self.seconds, "trained": self.trained}, tensors, self.opt)
+        self.budget.eval_done(self.budget.clock() - t0)
 
     # ------------------------------------------------------------------------------ step
     def train_step(self, batch: list[int], candidates: list[str] | None) -> float:
@@ -226,6 +242,7 @@ class _Run:
         loss = chunked_backward(self.encoder, [heads, tails, negs], loss_fn, chunk=config.chunk)
         self.opt.step()
         self.step += 1
+        self.trained += len(batch)
         return loss
 
 
@@ -256,6 +273,7 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
     to the batch's negatives, embedded with gradients like the tails."""
     import torch
 
+    budget = Budget(config.time_budget)  # from here: loading and evaluations count
     loaded, wanted = load_triple_splits(train_files, dev_files, test_files, relations=config.relations,
                                         inverse=config.inverse)
     if config.threads:
@@ -263,7 +281,7 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
     seed_everything(config.seed)
     base_bundle = load_bundle(base) if base else load_bundle(None)
     data = _prepare(loaded, wanted, config)
-    run = _Run(config, base_bundle.encoder["model"], wanted, data)
+    run = _Run(config, base_bundle.encoder["model"], wanted, data, budget)
     hyper = _hyper(config, train_files, base)
     checkpoint = Checkpoint(out, dict(hyper, candidates=len(candidates or ()))) if out else None
     run.start(checkpoint)
@@ -274,7 +292,13 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
     # Trained on short windows for speed; queries and indexing use the base encoder's full window.
     run.encoder.max_length = base_bundle.encoder.get("max_length") or run.encoder.max_length
     training = {"steps": run.step, "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
-                "dev_mrr": run.stopper.best, "seconds": round(time.time() - t0, 1), "history": run.history}
+                "dev_mrr": run.stopper.best, "seconds": round(time.time() - t0, 1),
+                "train_seconds": round(run.seconds, 1), "loop_seconds": round(run.loop_seconds, 2),
+                "loop_cpu_seconds": round(run.loop_cpu_seconds, 2),
+                "triples_per_second": round(run.trained / run.seconds, 1) if run.seconds else None,
+                "device": run.device, "precision": run.encoder.precision,
+                "precision_reason": run.encoder.precision_reason, "stopped_by": run.stop_reason,
+                **run.budget.record(), "history": run.history}
     ops = run.operators()
     metrics = _test_metrics(run, ops, base_bundle, config)
     for name, op in ops.items():
@@ -297,15 +321,29 @@ def _loop(run: _Run, candidates: list[str] | None, checkpoint: Checkpoint | None
     bar = _tqdm(total=len(flat), initial=run.step, desc=f"rse joint ({config.operator})", unit="step",
                 disable=not config.progress)
     run.encoder.train()
+    budget, t_loop, c_loop = run.budget, time.perf_counter(), time.process_time()
+    e, loss, evaluated = 0, float("nan"), run.step
     for e, batch in flat[run.step:]:
         if run.stopper.stale >= config.patience:
+            run.stop_reason = "patience"
             break
+        if not budget.allows(with_eval=True):  # this step and the evaluation that must follow it
+            run.stop_reason = "time budget"
+            break
+        t0, b0 = time.perf_counter(), budget.clock()
         loss = run.train_step(batch, candidates)
+        run.seconds += time.perf_counter() - t0
+        budget.unit_done(budget.clock() - b0)
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.4f}")
         epoch_end = run.step == len(flat) or flat[run.step][0] != e
         if run.step % eval_every == 0 or epoch_end:
             run.after_step(e, loss, checkpoint, bar)
+            evaluated = run.step
+    if evaluated != run.step:  # stopped by the budget after steps no evaluation has seen yet
+        run.after_step(e, loss, checkpoint, bar)
+    run.loop_seconds += time.perf_counter() - t_loop
+    run.loop_cpu_seconds += time.process_time() - c_loop  # CPU time: less sensitive to other jobs
     bar.close()
 
 

@@ -24,7 +24,10 @@ Recipe (informed by SimKGC and sentence-transformers' CachedMultipleNegativesRan
 
 Dev MRR (over the whole table, filtered, query excluded) at step 0, every ``eval_every`` steps and
 at each epoch's end keeps the best state; ``patience`` evaluations without a gain stop the run.
-Interrupted runs resume from ``OUT.checkpoint`` (:class:`~.loop.Checkpoint`).
+``time_budget`` (minutes, :class:`~.loop.Budget`) stops it before a step and the evaluation after it
+would overrun the budget (table encoding and evaluations count; the final test metrics do not), and
+the learning rate then decays to zero at the budget's end or the last step, whichever comes first.
+Interrupted runs resume from ``OUT.checkpoint`` (:class:`~.loop.Checkpoint`), budget spent included.
 """
 from __future__ import annotations
 
@@ -41,7 +44,7 @@ from ..tower import MARKER, marked
 from .cache import _tqdm, encode_cached
 from .card import hyperparameters
 from .data import load_triple_splits
-from .loop import Checkpoint, EarlyStopping, seed_everything
+from .loop import Budget, Checkpoint, EarlyStopping, seed_everything
 from .splits import text_ids
 
 NEGATIVES = ("table", "batch")
@@ -78,6 +81,7 @@ class TowerConfig:
     threads: int | None = None
     cache_dir: str | None = None
     progress: bool = True
+    time_budget: float | None = None  # minutes (a run option: not in the hyperparameter record)
 
     def __post_init__(self):
         if self.negatives not in NEGATIVES:
@@ -102,11 +106,12 @@ def even_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.n
     return batches
 
 
-def lr_factor(step: int, total: int, warmup: int) -> float:
-    """Linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total``."""
+def lr_factor(step: int, total: int, warmup: int, time_fraction: float = 0.0) -> float:
+    """Linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total`` — or, under a time
+    budget of which ``time_fraction`` is spent, at the budget's end if that comes first."""
     if step < warmup:
         return (step + 1) / warmup
-    return max(0.0, (total - step) / max(1, total - warmup))
+    return max(0.0, min((total - step) / max(1, total - warmup), 1.0 - time_fraction))
 
 
 def tower_loss(q, cand, gold, mask, inv_temperature, margin: float):
@@ -185,6 +190,7 @@ def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig
 
     from ..model import Encoder, EncoderConfig
 
+    budget = Budget(config.time_budget)  # from here: loading, encoding the table and evaluations count
     try:
         import peft  # noqa: F401  (checked first: the run needs it)
     except ImportError as e:
@@ -201,7 +207,7 @@ def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig
     base_ref = load_bundle(base).encoder if base else load_bundle(None).encoder
     frozen = Encoder(EncoderConfig(model=base_ref["model"], max_length=base_ref.get("max_length")))
     table = normalize(encode_cached(frozen, text_list, cache_dir=config.cache_dir, progress=config.progress))
-    run = _Run(config, base_ref["model"], text_list, data, table)
+    run = _Run(config, base_ref["model"], text_list, data, table, budget)
     hyper = _hyper(config, train_files, base, candidates)
     checkpoint = Checkpoint(out, hyper) if out else None
     run.start(checkpoint)
@@ -214,13 +220,14 @@ class _Run:
     """The LoRA query tower being trained, its optimizer and schedule, and the run's progress."""
 
     def __init__(self, config: TowerConfig, model: str, text_list: list[str], data: dict[str, _Data],
-                 table: np.ndarray):
+                 table: np.ndarray, budget: Budget | None = None):
         import torch
         from peft import LoraConfig, get_peft_model
 
         from .finetune import TrainableEncoder
 
         self.config, self.text_list, self.data, self.table = config, text_list, data, table
+        self.budget = budget or Budget(config.time_budget)
         self.known = _known(*data.values())
         cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         self.encoder = TrainableEncoder(model, max_length=config.max_length, precision="bf16" if cuda_bf16 else "auto")
@@ -246,12 +253,14 @@ class _Run:
         self.stopper, self.step, self.history, self.seconds = EarlyStopping(config.patience), 0, [], 0.0
         self.best: dict | None = None
         self.prev_tails: list[np.ndarray] = []
+        self.stop_reason, self.loop_seconds, self.loop_cpu_seconds = "epochs", 0.0, 0.0
 
     def _schedule(self, last_epoch: int = -1):
         import torch
 
-        total, warmup = len(self.flat), self.warmup
-        return torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lr_factor(s, total, warmup), last_epoch=last_epoch)
+        total, warmup, budget = len(self.flat), self.warmup, self.budget
+        return torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lr_factor(s, total, warmup, budget.fraction()),
+                                                 last_epoch=last_epoch)
 
     @property
     def temperature(self) -> float:
@@ -290,20 +299,26 @@ class _Run:
             self.stopper.restore(resumed["state"]["stopper"])
             state = resumed["state"]
             self.step, self.history, self.seconds = state["step"], state["history"], state["seconds"]
+            self.budget.spent = state.get("elapsed", 0.0)  # earlier sessions' share of the budget
+            self.budget.eval_done(state.get("eval_seconds", 0.0))
             self.sched = self._schedule(last_epoch=self.step - 1)
         else:
+            t0 = self.budget.clock()
             start = self.dev_mrr()
+            self.budget.eval_done(self.budget.clock() - t0)
             if not math.isnan(start):
                 self.stopper.update(start, 0)
-            self.history.append({"step": 0, "dev_mrr": round(start, 5)})
+            self.history.append({"step": 0, "dev_mrr": round(start, 5), "seconds": round(self.budget.elapsed(), 1)})
             self.best = self.snapshot()
 
     def after_step(self, epoch: int, loss: float, checkpoint: Checkpoint | None) -> None:
         """Dev evaluation: keep the best state, update early stopping, save the checkpoint."""
+        t0 = self.budget.clock()
         score = self.dev_mrr()
         self.encoder.train()
         self.history.append({"step": self.step, "epoch": epoch + 1, "loss": round(loss, 5),
-                             "dev_mrr": round(score, 5), "temperature": self.temperature})
+                             "dev_mrr": round(score, 5), "temperature": self.temperature,
+                             "seconds": round(self.budget.elapsed(), 1)})
         if math.isnan(score) or self.stopper.improved(score):
             self.best = self.snapshot()
         if not math.isnan(score):
@@ -311,7 +326,9 @@ class _Run:
         if checkpoint:
             tensors = {**self.snapshot(), **{f"best.{k}": v for k, v in self.best.items()}}
             checkpoint.save({"step": self.step, "history": self.history, "stopper": self.stopper.state(),
-                             "seconds": self.seconds}, tensors, self.opt)
+                             "seconds": self.seconds, "elapsed": self.budget.elapsed(),
+                             "eval_seconds": self.budget.eval_seconds}, tensors, self.opt)
+        self.budget.eval_done(self.budget.clock() - t0)
 
     # ------------------------------------------------------------------------------ step
     def candidates(self, batch: np.ndarray) -> np.ndarray:
@@ -342,14 +359,18 @@ class _Run:
         mask = torch.as_tensor(_false_negatives(train, batch, cols, self.known, len(cand)), device=device)
         gold = torch.as_tensor(cols[train.tail[batch]], device=device)
         cand_t = self.table_t if len(cand) == len(self.table) else self.table_t[torch.as_tensor(cand, device=device)]
-        queries = [marked(MARKER, train.rel[r], [self.text_list[train.head[r]]])[0] for r in batch]
+        # one forward per distinct query (relation, head): a head with several tails is encoded once
+        queries, row_query = np.unique([marked(MARKER, train.rel[r], [self.text_list[train.head[r]]])[0]
+                                        for r in batch], return_inverse=True)
+        row_query = torch.as_tensor(row_query.reshape(-1), device=device)
 
         def loss_fn(q_raw):
             inv_t = self.log_inv_t.exp().clamp(max=MAX_INV_TEMPERATURE)
-            return tower_loss(torch.nn.functional.normalize(q_raw, dim=-1), cand_t, gold, mask, inv_t, config.margin)
+            q = torch.nn.functional.normalize(q_raw, dim=-1)[row_query]
+            return tower_loss(q, cand_t, gold, mask, inv_t, config.margin)
 
         self.opt.zero_grad()
-        loss = chunked_backward(self.encoder, [queries], loss_fn, chunk=config.chunk)
+        loss = chunked_backward(self.encoder, [queries.tolist()], loss_fn, chunk=config.chunk)
         self.opt.step()
         self.sched.step()
         self.seconds += time.perf_counter() - t0
@@ -358,20 +379,33 @@ class _Run:
 
 
 def _loop(run: _Run, checkpoint: Checkpoint | None) -> None:
-    """Steps until the epochs or patience run out; dev evaluations every ``eval_every`` steps and at epoch ends."""
-    config, flat = run.config, run.flat
+    """Steps until the epochs, patience or time budget run out; dev evaluations every ``eval_every``
+    steps, at epoch ends, and after the last step when the budget ends the run between evaluations."""
+    config, flat, budget = run.config, run.flat, run.budget
     eval_every = config.eval_every or len(run.epochs[0])
     bar = _tqdm(total=len(flat), initial=run.step, desc="rse query tower", unit="step", disable=not config.progress)
     run.encoder.train()
+    t_loop, c_loop, e, loss, evaluated = time.perf_counter(), time.process_time(), 0, float("nan"), run.step
     for e, batch in flat[run.step:]:
         if run.stopper.stale >= config.patience:
+            run.stop_reason = "patience"
             break
+        if not budget.allows(with_eval=True):  # this step and the evaluation that must follow it
+            run.stop_reason = "time budget"
+            break
+        t0 = budget.clock()
         loss = run.train_step(batch)
+        budget.unit_done(budget.clock() - t0)
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.4f}", tau=f"{1 / float(run.log_inv_t.detach().exp()):.4f}")
         epoch_end = run.step == len(flat) or flat[run.step][0] != e
         if run.step % eval_every == 0 or epoch_end:
             run.after_step(e, loss, checkpoint)
+            evaluated = run.step
+    if evaluated != run.step:  # stopped by the budget after steps no evaluation has seen yet
+        run.after_step(e, loss, checkpoint)
+    run.loop_seconds += time.perf_counter() - t_loop
+    run.loop_cpu_seconds += time.process_time() - c_loop  # CPU time: less sensitive to other jobs
     bar.close()
 
 
@@ -382,7 +416,10 @@ def _bundle(run: _Run, frozen, wanted: list[str], hyper: dict) -> Bundle:
     training = {"steps": run.step, "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
                 "dev_mrr": run.stopper.best, "train_seconds": round(seconds, 1), "device": run.device,
                 "triples_per_second": round(trained_triples / seconds, 1) if seconds else None,
-                "temperature": run.temperature, "history": run.history}
+                "loop_seconds": round(run.loop_seconds, 2), "loop_cpu_seconds": round(run.loop_cpu_seconds, 2),
+                "precision": run.encoder.precision,
+                "precision_reason": run.encoder.precision_reason, "stopped_by": run.stop_reason,
+                **run.budget.record(), "temperature": run.temperature, "history": run.history}
     params = {k: v.detach().float().cpu().numpy().copy() for k, v in run.lora_params.items()}
     tower = {"name": TOWER_NAME, "marker": MARKER, "scale": run.lora.lora_alpha / run.lora.r,
              "base": frozen.identity["weights_sha256"], "rank": run.config.lora_rank, "targets": list(LORA_TARGETS)}

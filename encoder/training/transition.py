@@ -43,7 +43,7 @@ from .cache import _tqdm, encode_cached
 from .card import hyperparameters as _record
 from .data import Triple, iter_jsonl, read_triples, relations_to_train
 from .linkpred import link_prediction, trained_vs_identity
-from .loop import Checkpoint, EarlyStopping
+from .loop import Budget, Checkpoint, EarlyStopping
 from .splits import RelationSplit, relation_splits, sample_queries, subsample, text_ids, true_tails
 
 _Split = RelationSplit  # the earlier name, still used by this module's tests
@@ -74,6 +74,7 @@ class TransitionConfig:
     threads: int | None = None  # --threads: torch CPU threads while training
     cache_dir: str | None = None  # --cache-dir: frozen-vector cache
     progress: bool = True  # --quiet turns it off
+    time_budget: float | None = None  # --time-budget minutes for the whole run (not in the hyperparameter record)
 
     def __post_init__(self):
         if not 0.0 <= self.lam <= 1.0:
@@ -175,6 +176,7 @@ class _Run:
         self.best = (self.W.detach().clone(), self.b.detach().clone())
         self.history: list[dict] = []
         self.epoch, self.done, self.seconds = 0, False, 0.0
+        self.budget, self.stopped_by = Budget(None), "epochs"
 
     def tensors(self, prefix: str = "") -> dict:
         return {f"{prefix}W": self.W.detach(), f"{prefix}b": self.b.detach(),
@@ -182,7 +184,7 @@ class _Run:
 
     def progress(self) -> dict:
         return {"relation": self.name, "epoch": self.epoch, "done": self.done, "stopper": self.stopper.state(),
-                "history": self.history, "seconds": self.seconds}
+                "history": self.history, "seconds": self.seconds, "stopped_by": self.stopped_by}
 
     def restore(self, progress: dict, tensors: dict, optimizer: dict | None, prefix: str = "") -> None:
         import torch
@@ -196,10 +198,12 @@ class _Run:
         self.stopper.restore(progress["stopper"])
         self.history, self.epoch, self.done = list(progress["history"]), progress["epoch"], progress["done"]
         self.seconds = progress.get("seconds", 0.0)
+        self.stopped_by = progress.get("stopped_by", "epochs")
 
     def info(self, dev) -> dict:
         return {"epochs_run": len(self.history), "best_epoch": self.stopper.best_step,
                 "seconds": round(self.seconds, 1), "dev_mrr": None if dev is None else round(self.stopper.best, 5),
+                "stopped_by": self.stopped_by, **(self.budget.record() if self.config.time_budget else {}),
                 "history": self.history}
 
 
@@ -231,7 +235,10 @@ def _train_relation(run: _Run, vectors: np.ndarray, train: RelationSplit, dev: R
     if dev is not None and run.stopper.best is not None:
         bar.set_postfix(dev_mrr=f"{run.stopper.best:.3f}")
     while not run.done and run.epoch < config.epochs:
-        t0 = time.time()
+        if not run.budget.allows():  # an epoch and its dev evaluation must fit
+            run.stopped_by = "time budget"
+            break
+        t0, b0 = time.time(), run.budget.clock()
         epoch = run.epoch + 1
         order = np.random.default_rng(seed + [epoch]).permutation(len(heads))
         losses = []
@@ -260,7 +267,11 @@ def _train_relation(run: _Run, vectors: np.ndarray, train: RelationSplit, dev: R
         if run.stopper.best_step == epoch:
             run.best = (run.W.detach().clone(), run.b.detach().clone())
         run.done = stop or epoch >= config.epochs
+        if stop:
+            run.stopped_by = "patience"
         run.seconds += time.time() - t0
+        run.budget.unit_done(run.budget.clock() - b0)
+        run.history[-1]["seconds"] = round(run.budget.elapsed(), 1)
         bar.update(1)
         bar.set_postfix(loss=f"{loss_value:.4f}", **({"dev_mrr": f"{mrr:.3f}"} if dev is not None else {}))
         save()
@@ -308,6 +319,7 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
         train_files = [train_files]
     if not train_files:
         raise ValueError("no training files given")
+    budget = Budget(config.time_budget)  # shared by the relations, trained one after another
     loaded = {"train": _load(train_files, config.group_field), "dev": _load(dev_files, config.group_field),
               "test": _load(test_files, config.group_field)}
     wanted = relations_to_train(loaded, config.relations)
@@ -329,6 +341,8 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
                                 "files": {k: [str(f) for f in v] for k, v in
                                           (("train", train_files), ("dev", dev_files), ("test", test_files))}})
     saved = ckpt.load() if ckpt is not None else None
+    if saved is not None:
+        budget.spent = saved["state"].get("elapsed", 0.0)
     threads = torch.get_num_threads()
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -344,6 +358,7 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
             splits["train"] = subsample(splits["train"], config.max_train_pairs,
                                          [config.seed, zlib.crc32(name.encode()), 1])
             run = runs[name] = _Run(name, vectors.shape[1], config)
+            run.budget = budget
             if saved is not None and name in saved["state"]["runs"]:
                 current = saved["state"]["current"] == name
                 run.restore(saved["state"]["runs"][name], saved["tensors"], saved["optimizer"] if current else None,
@@ -351,7 +366,8 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
 
             def save():
                 if ckpt is not None:
-                    ckpt.save({"runs": {n: r.progress() for n, r in runs.items()}, "current": run.name},
+                    ckpt.save({"runs": {n: r.progress() for n, r in runs.items()}, "current": run.name,
+                               "elapsed": budget.elapsed()},
                               {k: v for n, r in runs.items() for k, v in r.tensors(f"{n}/").items()}, run.opt)
 
             dev = splits["dev"] if len(splits["dev"]) else None

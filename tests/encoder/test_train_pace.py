@@ -1,0 +1,270 @@
+"""Training at the CPU's pace (issue 26): the bf16 choice by probe, gradient caching only where a
+batch needs it, one forward per distinct query, and --time-budget for every objective."""
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from relsearch.encoder import model as model_mod
+from relsearch.encoder.model import Bf16Choice, bf16_choice, choose_device_and_dtype, cpu_bf16_flags, matmul_probe
+from relsearch.encoder.training import finetune, loop
+from relsearch.encoder.training.loop import Budget
+
+from conftest import write_jsonl
+
+PAIRS = [("A cat sits on the mat.", "A cat is sitting on a mat."), ("Dogs run in the park.", "The dogs are running."),
+         ("It rains all day.", "Rain is falling."), ("He eats an apple.", "He is eating fruit."),
+         ("She sings a song.", "She is singing."), ("The car is red.", "A red automobile.")]
+
+
+class Probe:
+    """A fake matmul probe: fixed (fp32, bf16) seconds; counts its calls."""
+
+    def __init__(self, fp32_s: float, bf16_s: float):
+        self.times, self.calls = (fp32_s, bf16_s), 0
+
+    def __call__(self, hidden, ffn):
+        self.calls += 1
+        return self.times
+
+
+# ------------------------------------------------------------------------------ bf16 by probe
+@pytest.mark.parametrize("flag", ["avx512_bf16", "amx_bf16"])
+def test_bf16_is_chosen_where_the_cpu_has_it_and_the_probe_confirms(flag):
+    fast, slow = Probe(0.010, 0.003), Probe(0.010, 0.009)
+    choice = bf16_choice(384, 1536, flags={flag}, probe=fast)
+    assert choice.use and flag in choice.reason and choice.speedup == pytest.approx(10 / 3)
+    assert bf16_choice(384, 1536, flags={flag}, probe=fast) is choice and fast.calls == 1  # cached per shapes
+    bf16_choice(768, 3072, flags={flag}, probe=fast)
+    assert fast.calls == 2  # other shapes, another probe
+    refused = bf16_choice(384, 1536, flags={flag}, probe=slow)  # bf16 units, but not faster on these shapes
+    assert not refused.use and refused.reason.startswith("fp32") and "1.11x" in refused.reason
+
+
+def test_without_bf16_instructions_fp32_is_kept_and_nothing_is_probed():
+    probe = Probe(0.010, 0.001)
+    choice = bf16_choice(384, 1536, flags={"avx2", "avx512f"}, probe=probe)
+    assert not choice.use and probe.calls == 0 and "no bf16 instructions" in choice.reason
+
+
+def test_cpu_flags_are_read_from_cpuinfo(tmp_path):
+    for flags, expected in (("fpu avx2 avx512f avx512_bf16 avx512_vnni", {"avx512_bf16"}),
+                            ("fpu avx2 amx_tile amx_bf16 amx_int8", {"amx_bf16"}), ("fpu sse2 avx2 fma", set())):
+        info = tmp_path / "cpuinfo"
+        info.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+        assert cpu_bf16_flags(str(info)) == expected
+    assert cpu_bf16_flags(str(tmp_path / "missing")) == frozenset()
+
+
+def test_the_real_probe_times_both_dtypes_on_the_given_shapes():
+    fp32_s, bf16_s = matmul_probe(32, 64, rows=16, rounds=2)
+    assert 0 < fp32_s < 1 and 0 < bf16_s < 1
+
+
+@pytest.mark.parametrize("use", [True, False])
+def test_trainers_and_auto_precision_follow_the_choice(monkeypatch, use):
+    seen = []
+
+    def fake_choice(hidden=384, ffn=1536, **kw):
+        seen.append((hidden, ffn))
+        return Bf16Choice(use, "bf16: fake" if use else "fp32: fake")
+
+    monkeypatch.setattr(finetune, "bf16_choice", fake_choice)
+    monkeypatch.setattr(model_mod, "bf16_choice", fake_choice)
+    enc = finetune.TrainableEncoder("all-MiniLM-L6-v2", max_length=8, device="cpu")
+    assert seen == [(384, 1536)]  # the model's own widths
+    assert enc.autocast_dtype == (torch.bfloat16 if use else torch.float32)
+    assert enc.precision == ("bf16" if use else "fp32") and "fake" in enc.precision_reason
+    assert finetune.TrainableEncoder("all-MiniLM-L6-v2", max_length=8, device="cpu",
+                                     precision="fp32").autocast_dtype == torch.float32
+    amx = model_mod.cpu_has_bf16_matrix_units()
+    assert amx is use
+    assert choose_device_and_dtype("cpu", "auto", cuda_available=False, amx=amx)[1] == (
+        torch.bfloat16 if use else torch.float32)
+
+
+# ------------------------------------------------------------------------------ no replay when a batch fits
+def test_a_batch_within_one_chunk_skips_the_replay_with_the_same_gradient(monkeypatch):
+    enc = finetune.TrainableEncoder("all-MiniLM-L6-v2", max_length=16, precision="fp32")
+    enc.train(False)  # no dropout: the passes compare exactly
+    heads, tails = ["a cat sits", "stocks fell", "rain tomorrow"], ["a kitten rests", "markets dropped", "showers"]
+
+    def loss_fn(h, t):
+        logits = torch.nn.functional.normalize(h, dim=-1) @ torch.nn.functional.normalize(t, dim=-1).T / 0.05
+        return torch.nn.functional.cross_entropy(logits, torch.arange(len(h)))
+
+    calls = []
+    real = finetune.TrainableEncoder.forward
+    monkeypatch.setattr(finetune.TrainableEncoder, "__call__",
+                        lambda self, texts: calls.append(len(texts)) or real(self, texts))
+    weight = enc.model.encoder.layer[0].attention.self.query.weight
+    finetune.chunked_backward(enc, [heads, tails], loss_fn, chunk=2)  # 6 texts > 2: cached, replayed
+    cached, weight.grad = weight.grad.clone(), None
+    assert calls == [2, 1, 2, 1, 2, 1, 2, 1]
+    calls.clear()
+    finetune.chunked_backward(enc, [heads, tails], loss_fn, chunk=6)  # fits: one pass per list
+    assert calls == [3, 3]
+    torch.testing.assert_close(weight.grad, cached, rtol=1e-4, atol=1e-6)
+
+
+def test_the_tower_encodes_each_distinct_query_once_per_step(tmp_path, monkeypatch):
+    from relsearch.encoder.training.tower import TowerConfig, train_tower
+
+    rows = [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS]
+    rows += [{"head": PAIRS[0][0], "relation": "para", "tail": "The mat has a cat on it."}]  # a head with two tails
+    data = write_jsonl(tmp_path / "t.jsonl", rows)
+    texts = []
+    real = finetune.TrainableEncoder.forward
+    monkeypatch.setattr(finetune.TrainableEncoder, "__call__",  # the training path (embed() calls forward)
+                        lambda self, batch: texts.extend(batch) or real(self, batch))
+    bundle = train_tower([data], config=TowerConfig(epochs=1, batch_size=8, max_length=8, progress=False,
+                                                    cache_dir=str(tmp_path / "cache")))
+    assert len(texts) == 6 and len(set(texts)) == 6  # 7 triples, 6 distinct queries, one step
+    assert bundle.operators["para"].info["training"]["steps"] == 1
+
+
+# ------------------------------------------------------------------------------ time budgets
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_budget_estimates_the_next_unit_and_counts_earlier_sessions():
+    clock = FakeClock()
+    budget = Budget(1.0, clock_fn=clock)
+    assert budget.allows(with_eval=True) and budget.remaining() == 60
+    clock.now += 20
+    budget.unit_done(20)
+    budget.eval_done(15)
+    assert budget.estimate() == 20 and budget.estimate(with_eval=True) == 35
+    assert budget.allows(with_eval=True) and not budget.stopped  # 35 <= 40
+    clock.now += 10
+    assert budget.allows() and not budget.allows(with_eval=True) and budget.stopped  # 20 <= 30 < 35
+    assert budget.record() == {"time_budget_minutes": 1.0, "elapsed_seconds": 30.0, "stopped_by_time_budget": True}
+    resumed = Budget(1.0, spent=50, clock_fn=clock)
+    assert resumed.elapsed() == 50 and resumed.fraction() == pytest.approx(50 / 60)
+    unlimited = Budget(None, clock_fn=clock)
+    clock.now += 1e9
+    assert unlimited.allows(with_eval=True) and unlimited.fraction() == 0.0
+    with pytest.raises(ValueError, match="positive"):
+        Budget(0)
+
+
+def _ticking(monkeypatch, clock: FakeClock, seconds_per_step: float):
+    """Fake time: every training step (a gradient-cached backward) takes ``seconds_per_step``."""
+    monkeypatch.setattr(loop, "clock", clock)
+    real = finetune.chunked_backward
+
+    def step(*a, **k):
+        clock.now += seconds_per_step
+        return real(*a, **k)
+
+    monkeypatch.setattr(finetune, "chunked_backward", step)
+
+
+def test_tower_stops_at_its_budget_evaluates_the_last_steps_and_keeps_the_best(tmp_path, monkeypatch):
+    from relsearch.encoder.training.card import render_model_card
+    from relsearch.encoder.training.tower import TowerConfig, train_tower
+
+    clock = FakeClock()
+    _ticking(monkeypatch, clock, 10.0)
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    config = TowerConfig(epochs=3, batch_size=2, max_length=8, progress=False, cache_dir=str(tmp_path / "cache"),
+                         time_budget=25 / 60)  # 25 s: two 10-s steps fit, a third would not
+    bundle = train_tower([data], dev_files=[data], config=config)
+    tr = bundle.operators["para"].info["training"]
+    assert tr["steps"] == 2 and tr["stopped_by"] == "time budget" and tr["stopped_by_time_budget"]
+    assert tr["time_budget_minutes"] == pytest.approx(25 / 60) and tr["elapsed_seconds"] == 20.0
+    assert [(h["step"], h["seconds"]) for h in tr["history"]] == [(0, 0.0), (2, 20.0)]  # the last steps evaluated
+    best = max(tr["history"], key=lambda h: h["dev_mrr"])
+    assert tr["dev_mrr"] == pytest.approx(best["dev_mrr"], abs=1e-5) and tr["best_step"] == best["step"]
+    assert "time_budget" not in bundle.info["config"]  # a run option, not a hyperparameter
+    card = render_model_card(bundle)
+    assert "## Training runs" in card and "time budget 0.4166" in card and "stopped by time budget" in card
+    assert "2 @ 20.0 s:" in card
+
+
+def test_tower_budget_covers_the_whole_run_across_a_resume(tmp_path, monkeypatch):
+    from relsearch.encoder.training.tower import TowerConfig, train_tower
+
+    clock = FakeClock()
+    _ticking(monkeypatch, clock, 10.0)
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    config = TowerConfig(epochs=3, batch_size=2, max_length=8, eval_every=1, progress=False,
+                         cache_dir=str(tmp_path / "cache"), time_budget=25 / 60)
+    real_save = loop.Checkpoint.save
+
+    def dies_after_the_first(self, progress, *args, **kw):
+        real_save(self, progress, *args, **kw)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(loop.Checkpoint, "save", dies_after_the_first)
+    with pytest.raises(KeyboardInterrupt):
+        train_tower([data], config=config, out=tmp_path / "out")
+    monkeypatch.setattr(loop.Checkpoint, "save", real_save)
+    clock.now += 3600  # the hour between the kill and the rerun is not the run's
+    bundle = train_tower([data], config=config, out=tmp_path / "out")
+    tr = bundle.operators["para"].info["training"]
+    assert tr["steps"] == 2 and tr["elapsed_seconds"] == 20.0 and tr["stopped_by"] == "time budget"
+
+
+def test_joint_stops_at_its_budget_and_records_speed_and_dtype(tmp_path, monkeypatch):
+    from relsearch.encoder.training.rse_joint import JointConfig, train_joint
+
+    clock = FakeClock()
+    _ticking(monkeypatch, clock, 10.0)
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    config = JointConfig(epochs=2, batch_size=2, max_length=8, progress=False, cache_dir=str(tmp_path / "cache"),
+                         time_budget=0.5)  # 30 s: three 10-s steps
+    bundle, _ = train_joint([data], dev_files=[data], config=config)
+    tr = bundle.operators["para"].info["training"]
+    assert tr["steps"] == 3 and tr["stopped_by"] == "time budget" and tr["history"][-1]["step"] == 3
+    assert tr["triples_per_second"] > 0 and tr["precision"] in ("fp32", "bf16")
+    assert tr["time_budget_minutes"] == 0.5
+
+
+def test_cli_time_budget_reaches_every_objective_and_the_card(tmp_path, monkeypatch):
+    from relsearch.cli import cli
+    from relsearch.encoder.training.registry import TRAINERS
+
+    for name, trainer in TRAINERS.items():  # every objective's config takes the run option
+        assert "time_budget" in {f.name for f in __import__("dataclasses").fields(trainer.config_cls)}, name
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    clock = FakeClock()
+    monkeypatch.setattr(loop, "clock", clock)
+    out = tmp_path / "adapter"
+    result = CliRunner().invoke(cli, ["train", str(data), "--dev", str(data), "--out", str(out), "--epochs", "3",
+                                      "--time-budget", "2", "--cache-dir", str(tmp_path / "cache"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    from relsearch.encoder.bundle import load_bundle
+
+    tr = load_bundle(str(out)).operators["para"].info["training"]
+    assert tr["time_budget_minutes"] == 2 and tr["epochs_run"] == 3 and tr["stopped_by"] in ("epochs", "patience")
+    assert "time budget 2.0 min" in (out / "MODEL_CARD.md").read_text()
+    bad = CliRunner().invoke(cli, ["train", str(data), "--out", str(tmp_path / "x"), "--time-budget", "0"])
+    assert bad.exit_code != 0 and "--time-budget" in bad.output
+
+
+def test_epoch_objectives_stop_before_an_epoch_that_would_not_fit(tmp_path, monkeypatch):
+    from relsearch.encoder.training import rse
+
+    clock = FakeClock()
+    monkeypatch.setattr(loop, "clock", clock)
+    real_dev = rse.link_prediction
+
+    def slow_eval(*a, **k):  # each dev evaluation (one per epoch, plus the start) takes 20 fake seconds
+        clock.now += 20
+        return real_dev(*a, **k)
+
+    monkeypatch.setattr(rse, "link_prediction", slow_eval)
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    bundle = rse.train_adapter([data], dev_files=[data], config=rse.TrainConfig(
+        epochs=10, patience=100, progress=False, cache_dir=str(tmp_path / "cache"), time_budget=1.5))
+    tr = bundle.operators["para"].info["training"]
+    # 90 s: the start's evaluation (20 s), then epochs of 20 s while the next still fits
+    assert tr["epochs_run"] == 3 and tr["stopped_by"] == "time budget" and tr["elapsed_seconds"] <= 90
+    assert [h["seconds"] for h in tr["history"]] == [40.0, 60.0, 80.0]
+    assert np.isfinite(tr["dev_mrr"])
