@@ -243,6 +243,37 @@ def speed(n_encode, n_index, repeats, device, json_out):
     _report(result, speed_bench.format_table(result), json_out)
 
 
+@bench.command(name="train-speed")
+@click.argument("train", metavar="[TRAIN.jsonl]", required=False, type=click.Path(exists=True, dir_okay=False))
+@click.option("--dev", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Dev triples the trainer evaluates on (default with no TRAIN: MSRP dev).")
+@click.option("--regime", type=click.Choice(["encoder", "joint"]), default="encoder", show_default=True,
+              help="Which fine-tuning trainer to measure: the query tower or joint RSE.")
+@click.option("--triples", default=512, show_default=True, type=click.IntRange(min=2),
+              help="Training triples (one epoch), the first of TRAIN.")
+@click.option("--dev-triples", default=128, show_default=True, type=click.IntRange(min=0),
+              help="Dev triples the trainer evaluates at the epoch's end (the first of --dev; 0: none).")
+@click.option("--batch-size", type=click.IntRange(min=2), default=None,
+              help="Triples per step, both sides (default: encoder 128, joint 64).")
+@click.option("--max-length", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="torch CPU threads (default: torch's).")
+@json_option
+def train_speed(train, dev, regime, triples, dev_triples, batch_size, max_length, threads, json_out):
+    """The project's trainer vs a minimal hand-written loop of the same model, batch, max length and
+    dtype, in one process: triples/s of both and their ratio (design target >= 0.70).
+
+    TRAIN defaults to ../shared/data/msrp/triples/train.jsonl (with its dev split)."""
+    from relsearch.bench import train_speed as mod
+
+    try:
+        result = mod.run(regime=regime, train=train, dev=dev, triples=triples, dev_triples=dev_triples,
+                         batch_size=batch_size,
+                         max_length=max_length, threads=threads)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    _report(result, mod.format_table(result), json_out)
+
+
 @bench.command(name="serve")
 @click.option("--index", "index_dir", required=True, type=click.Path(exists=True), help="Published index to serve.")
 @click.option("--requests", default=400, show_default=True, type=click.IntRange(min=1),

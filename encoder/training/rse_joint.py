@@ -293,7 +293,7 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
     run.encoder.max_length = base_bundle.encoder.get("max_length") or run.encoder.max_length
     training = {"steps": run.step, "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
                 "dev_mrr": run.stopper.best, "seconds": round(time.time() - t0, 1),
-                "train_seconds": round(run.seconds, 1), "loop_seconds": round(run.loop_seconds, 2),
+                "train_seconds": round(run.seconds, 2), "loop_seconds": round(run.loop_seconds, 2),
                 "loop_cpu_seconds": round(run.loop_cpu_seconds, 2),
                 "triples_per_second": round(run.trained / run.seconds, 1) if run.seconds else None,
                 "device": run.device, "precision": run.encoder.precision,

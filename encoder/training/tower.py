@@ -414,7 +414,7 @@ def _bundle(run: _Run, frozen, wanted: list[str], hyper: dict) -> Bundle:
     trained_triples = sum(len(b) for _, b in run.flat[:run.step])
     seconds = run.seconds
     training = {"steps": run.step, "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
-                "dev_mrr": run.stopper.best, "train_seconds": round(seconds, 1), "device": run.device,
+                "dev_mrr": run.stopper.best, "train_seconds": round(seconds, 2), "device": run.device,
                 "triples_per_second": round(trained_triples / seconds, 1) if seconds else None,
                 "loop_seconds": round(run.loop_seconds, 2), "loop_cpu_seconds": round(run.loop_cpu_seconds, 2),
                 "precision": run.encoder.precision,
