@@ -1,6 +1,7 @@
 """CLI wiring of the Elasticsearch backend against tests/es_server.py: index → mirror → query round trip
 whose ES results equal the FAISS backend's, per-backend rejections reconciled, mutations re-mirror."""
 import json
+import os
 
 import pytest
 from click.testing import CliRunner
@@ -47,7 +48,7 @@ def test_index_mirrors_with_reconciled_counts_and_alias(mirrored, server):
 
 @pytest.mark.parametrize("query", [
     ["--id", "ADBE"],
-    ["--id", "BAC", "--relation", "identity=0.5", "--relation", "identity=0.25"],  # a non-unit mixture vector
+    ["--id", "BAC", "--relation", "identity=0.75"],  # a non-unit mixture vector (a relation given twice is refused)
     ["--id", "AAPL", "--filter", "gics_sector=Information Technology"],
     ["video game publisher"],
 ])
@@ -93,5 +94,9 @@ def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
     assert server.aliases["mirror"] == {second["index"]} and first["index"] not in server.indices  # old one deleted
     hits = run("query", "--id", "AAPL", "--index", target, "-k", "119", "--json", "--backend", "es", *es)
     assert len(hits) == 118 and "ADBE" not in {h["id"] for h in hits}
+    ids.write_text("AAPL\n")
     out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])  # no mirror this time
     assert open_index(target).manifest.backends["elasticsearch"]["stale"] is True
+    before = os.path.realpath(target)
+    out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])  # nothing left to delete
+    assert "no new generation published" in out.output and os.path.realpath(target) == before
