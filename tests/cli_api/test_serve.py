@@ -513,8 +513,6 @@ def test_an_empty_api_key_is_refused_at_start(index_dir, monkeypatch):
 
 
 def test_405_carries_allow_and_the_schema_lists_the_real_errors(server):
-    import jsonschema
-
     host, port = server.removeprefix("http://").split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
     conn.request("GET", "/search")
@@ -534,16 +532,12 @@ def test_405_carries_allow_and_the_schema_lists_the_real_errors(server):
         responses = schema["paths"][path][method]["responses"]
         for status in statuses:
             assert responses[str(status)]["content"]["application/json"]["schema"] == error_ref, (path, status)
-    resolver = {"$ref": "#/components/schemas/DocumentsBody", "components": schema["components"]}
-    jsonschema.validate({"documents": [{"id": "a", "text": "b", "sector": "c"}]}, resolver)
-    for invalid in ({"documents": [{}]}, {"documents": [{"id": "a"}]}, {"documents": [{"text": "b"}]}):
-        with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(invalid, resolver)
-    search = {"$ref": "#/components/schemas/SearchBody", "components": schema["components"]}
-    jsonschema.validate({"text": "x", "k": 3}, search)
-    for invalid in ({}, {"text": "x", "id": "y"}, {"text": "x", "k": True}, {"text": "x", "k": "5"}):
-        with pytest.raises(jsonschema.ValidationError):
-            jsonschema.validate(invalid, search)
+    schemas = schema["components"]["schemas"]
+    document = schemas["DocumentsBody"]["properties"]["documents"]["items"]
+    assert document["type"] == "object" and set(document["required"]) == {"id", "text"}  # {} is not a document
+    search = schemas["SearchBody"]
+    assert search["oneOf"] == [{"required": ["text"]}, {"required": ["id"]}]  # {} is not a search
+    assert search["properties"]["k"]["type"] == "integer" and search["properties"]["explain"]["type"] == "boolean"
 
 
 def test_a_body_shorter_than_its_content_length_is_cut_off(index):
