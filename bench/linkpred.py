@@ -37,7 +37,7 @@ from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.relations import Operator, lookup, normalize
 from ..retrieval.hybrid import check as check_fusion
 from ..retrieval.hybrid import rrf_matrix, weighted_matrix
-from .lexical import BM25
+from ..indexer.lexical import BM25
 from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
 from ..files import sha256_file
 from .report import BenchInputError, BenchResult, Table, file_fingerprint, finish, read_jsonl

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ..encoder.bundle import load_bundle
 from ..encoder.metrics import aspect_retrieval_metrics as evaluate
 from ..encoder.relations import lookup, normalize
-from .lexical import BM25
+from ..indexer.lexical import BM25
 from .linkpred import raw_vectors
 from .report import BenchInputError, BenchResult, Table, file_fingerprint, finish, read_jsonl
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..encoder.bundle import load_bundle
 from ..encoder.relations import lookup, normalize
-from .lexical import BM25
+from ..indexer.lexical import BM25
 from .linkpred import raw_vectors
 from .report import BenchInputError, BenchResult, Table, file_fingerprint, finish, read_jsonl
 

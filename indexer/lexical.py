@@ -2,7 +2,7 @@
 
 Each segment has ``{prefix}bm25.npz``, written with the segment: bm25s builds the BM25 index
 (Lucene BM25, k1 = 1.5, b = 0.75; lower-cased ``\\w\\w+`` tokens, English stop words, no stemming:
-the tokenisation of the BM25 baseline in bench/lexical.py) and the file holds its per-term score
+the tokenisation of :class:`BM25`, the score matrices of benchmarks and recipe choice) and the file holds its per-term score
 lists (CSC: for each term, the rows that contain it and their BM25 contribution), the vocabulary
 and the global position of every row. A query's score for a row is the sum of its terms'
 contributions, computed here over those lists, so deleted and filtered-out positions are masked
@@ -37,6 +37,29 @@ def bm25s_module():
 
 def tokenize(texts: list[str]) -> list[list[str]]:
     return bm25s_module().tokenize(list(texts), stopwords="en", show_progress=False, return_ids=False)
+
+
+class BM25:
+    """BM25 over ``candidates`` (n_c texts); :meth:`scores` gives (n_q, n_c) float32: the lexical
+    baseline of the benchmarks and of recipe choice (retrieval/recipe.py). The tokenisation and
+    parameters of the index's lists; IDF statistics from the candidates, as an index of them has."""
+
+    def __init__(self, candidates: list[str], *, k1: float = K1, b: float = B):
+        self.n = len(candidates)
+        self._retriever = bm25s_module().BM25(k1=k1, b=b)
+        self._retriever.index(tokenize(candidates), show_progress=False)
+
+    def tokens(self, texts: list[str]) -> list[list[str]]:
+        return tokenize(texts)
+
+    def scores(self, queries: list[str]) -> np.ndarray:
+        """(n_q, n_c) BM25 scores of every candidate for each query text (0 where no term matches)."""
+        out = np.zeros((len(queries), self.n), dtype=np.float32)
+        for i, toks in enumerate(self.tokens(queries)):
+            if toks:  # a query of stop words only matches nothing
+                # each distinct term once, as LexicalSegment.scores counts it: the index's scores
+                out[i] = self._retriever.get_scores(list(dict.fromkeys(toks)))
+        return out
 
 
 def write(path: Path, positions: np.ndarray, texts: list[str]) -> None:

@@ -155,9 +155,53 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
     Checkpoint(out, {}).clear()
     for line in summary_lines(result.bundle):
         click.echo(line)
+    if trainer.name.startswith("rse") and data.dev:
+        _fit_recipes(path, data, run, lambda bundle: trainer.card(bundle, notes=notes))
     if result.encoder is not None:
         click.echo("the encoder was fine-tuned: re-index your corpus with --model " + str(path))
     click.echo(f"bundle written to {path} (card: {Path(path) / CARD})")
+
+
+def _fit_recipes(path, data, run, card) -> None:
+    """Choose each trained relation's recipe on dev by whole-corpus retrieval (retrieval/recipe.py),
+    compare it on test with identity, BM25 and hybrid, say plainly when it does not beat them,
+    and write the bundle again with the recipes and the comparison in its card."""
+    from .encoder.bundle import load_bundle
+    from .encoder.model import Encoder
+    from .encoder.training import encode_cached
+    from .encoder.training.data import INVERSE_SUFFIX, read_triples
+    from .encoder.training.loop import write_bundle
+    from .retrieval.recipe_fit import Corpus, card_section, fit, verdict
+
+    bundle = load_bundle(str(path))
+    encoder = Encoder(bundle.encoder_config())
+    if any(op.needs_text for op in bundle.operators.values()):
+        from .encoder.tower import attach_towers
+
+        attach_towers(bundle.operators, encoder)
+
+    def encode(texts):
+        return encode_cached(encoder, texts, cache_dir=run.cache_dir, progress=False)
+
+    splits = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", data.dev), ("test", data.test))}
+    texts = {s: sorted({x for t in triples for x in (t.head, t.tail)}) for s, triples in splits.items()}
+    reports = {}
+    for name, op in sorted(bundle.operators.items()):
+        base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
+        pairs = {s: [(t.tail, t.head) if inverse else (t.head, t.tail) for t in triples if t.relation == base]
+                 for s, triples in splits.items()}
+        if not pairs["dev"] or op.kind == "identity" or op.both_sides:
+            continue
+        corpus = {s: Corpus.of_pairs(pairs[s], texts[s]) if pairs[s] else None for s in splits}
+        reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
+        wins, line = verdict(name, reports[name])
+        click.echo(line)
+        if not wins:
+            click.echo(f"warning: {name} does not beat plain retrieval on its whole-corpus "
+                       f"{'test' if corpus['test'] else 'dev'} split; query with identity or --hybrid instead",
+                       err=True)
+    if reports:
+        write_bundle(bundle, path, card=card(bundle) + card_section(reports))
 
 
 def _data(objective, train, dev, test, given: dict):

@@ -50,7 +50,7 @@ def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, wei
     out_s = np.full((n, k), -np.inf, np.float32)
     for i in range(n):
         contributions = [_rrf(dense, i, exclude[i]), _rrf(lexical, i, exclude[i])] if method == "rrf" else \
-            [_minmax(dense, i, exclude[i], weight), _minmax(lexical, i, exclude[i], 1.0 - weight)]
+            [minmax_part(dense, i, exclude[i], weight), minmax_part(lexical, i, exclude[i], 1.0 - weight)]
         fused: dict[int, float] = {}
         for part in contributions:
             for pos, score in part.items():
@@ -96,6 +96,15 @@ def weighted_matrix(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIG
     return out.astype(np.float32)
 
 
+def top_mask(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None) -> np.ndarray:
+    """(n, m) bool: the candidates among each row's top ``depth`` (as :func:`weighted_matrix` takes
+    them): the pool that fusion and retrieval/recipe.py's bonuses re-order."""
+    rows, order, valid, _ = _top(scores, depth, must_match, exclude)
+    mask = np.zeros(scores.shape, bool)
+    mask[rows, order] = valid
+    return mask
+
+
 def _top(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None):
     """(rows, order, valid, top scores) of each row's ``depth`` best candidates, best first; valid
     drops the excluded ones and, with ``must_match``, scores of 0 (no BM25 term matched)."""
@@ -113,7 +122,9 @@ def _rrf(result: SearchResult, row: int, exclude: int) -> dict[int, float]:
     return {int(p): 1.0 / (RRF_K + rank) for rank, p in enumerate(kept, 1)}
 
 
-def _minmax(result: SearchResult, row: int, exclude: int, weight: float) -> dict[int, float]:
+def minmax_part(result: SearchResult, row: int, exclude: int, weight: float) -> dict[int, float]:
+    """Row ``row`` of a result list, ``exclude`` left out: position → ``weight`` · its min-max
+    normalised score (weighted fusion's share of that list; retrieval/recipe.py adds bonuses to it)."""
     valid = (result.positions[row] >= 0) & (result.positions[row] != exclude)
     positions, scores = result.positions[row][valid], result.scores[row][valid].astype(np.float64)
     if not len(scores):

@@ -138,10 +138,35 @@ def run(searcher, queries: list[Query], options: SearchOptions, *,
 
             return search_reranked(searcher, queries, head=options.rerank, k=fetch, depth=options.rerank_depth,
                                    filters=options.filters, explain=options.explain)
-        fused = {"hybrid": options.hybrid, "hybrid_weight": options.hybrid_weight} if options.hybrid else {}
-        return searcher.search(queries, k=fetch, filters=options.filters, explain=options.explain, **fused)
+        if options.hybrid:
+            return searcher.search(queries, k=fetch, filters=options.filters, explain=options.explain,
+                                   hybrid=options.hybrid, hybrid_weight=options.hybrid_weight)
+        return search_with_recipes(searcher, queries, k=fetch, filters=options.filters, explain=options.explain)
 
     ranked = search_collapsed(top, need=options.offset + options.k, field=options.collapse,
                               limit=searcher.live_count, stop=stop)
     return [page(hits, offset=options.offset, k=options.k, min_score=options.min_score) for hits in ranked]
 
+
+def search_with_recipes(searcher, queries: list[Query], **options) -> list[list[Hit]]:
+    """``searcher.search``, except that a query asking for one relation alone (weight 1) whose
+    bundle entry holds a recipe (retrieval/recipe.py) is answered by that recipe. Explicit mixtures,
+    ``hybrid`` and ``rerank`` use the operators as given; the Elasticsearch backend has no recipes."""
+    from .recipe import recipe_of, search as recipe_search
+
+    groups: dict[str | None, list[int]] = {}
+    for i, q in enumerate(queries):
+        name = next(iter(q.relations)) if len(q.relations) == 1 and list(q.relations.values()) == [1.0] else None
+        op = searcher.operators.get(name) if name and getattr(searcher, "runs_recipes", False) else None
+        recipe = recipe_of(op) if op is not None else None
+        groups.setdefault(name if recipe is not None and not recipe.plain else None, []).append(i)
+    if list(groups) == [None]:
+        return searcher.search(queries, **options)
+    out: list[list[Hit]] = [[] for _ in queries]
+    for name, rows in groups.items():
+        part = [queries[i] for i in rows]
+        hits = searcher.search(part, **options) if name is None else \
+            recipe_search(searcher, part, recipe_of(searcher.operators[name]), **options)
+        for i, row in zip(rows, hits):
+            out[i] = row
+    return out

@@ -90,6 +90,8 @@ def _encoder_key(encoder: dict) -> tuple:
 class Searcher:
     """Opens one index generation and a bundle whose encoder matches the index's."""
 
+    runs_recipes = True  # a relation's stored recipe (retrieval/recipe.py) runs here; not on Elasticsearch
+
     def __init__(self, index_dir: str, model: str | None = None, *, precision: str = "auto",
                  search_params: dict | None = None, exact_subset_max: int = EXACT_SUBSET_MAX,
                  gpu_facts: gpu.GpuFacts | None = None):

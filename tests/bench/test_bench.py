@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from scipy import stats
 
 from conftest import shared, write_jsonl
-from relsearch.bench.lexical import BM25
+from relsearch.indexer.lexical import BM25
 from relsearch.bench.linkpred import Candidates, evaluate, raw_vectors
 from relsearch.bench.report import BenchInputError, sha256_file
 from relsearch.bench.retrieval import evaluate as retrieval_evaluate

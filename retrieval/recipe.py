@@ -1,0 +1,223 @@
+"""A relation's recipe: what ``--relation NAME`` runs, chosen on dev at training time (design.md §3).
+
+A query-side operator on frozen embeddings learns its training label and loses the fine-grained
+similarity that plain cosine and BM25 keep, so a trained relation is stored with the way of using
+it that won on its dev split, by whole-corpus retrieval:
+
+    score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
+
+- dense = ⟨Σ_k w_k normalize(op_k(h)), t̂⟩: the operator mixed with identity (``mixture``), one
+  query vector and one ANN search, as any relation mixture (design.md §3);
+- bm25 on the query text, fused by min-max normalised scores with BM25 share ``b``
+  (retrieval/hybrid.py's ``weighted`` fusion: each list's top ``depth``, 0 outside a list);
+- a bonus per metadata field a hit shares with the query document (``same``: only ``--id``
+  queries have metadata; a text query gets none), e.g. the same GICS sub-industry as a weak prior.
+
+Candidates are the dense list's top ``depth`` and, when b > 0, BM25's: fusion and bonuses only
+reorder this bounded list. The recipe is stored in the operator's bundle entry
+(``info["recipe"]``); :func:`choose` searches its weights on dev, :func:`score_matrix` scores a
+whole candidate table the way :func:`search` scores an index, so dev, test and the index agree.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from ..encoder.metrics import linkpred_metrics
+from ..indexer.ann import SearchResult
+from . import hybrid
+from .search import Query
+
+DEPTH = hybrid.HYBRID_DEPTH
+MIXES = (1.0, 0.75, 0.5, 0.25, 0.0)  # the operator's share of the dense query vector (the rest: identity)
+BM25_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5)
+BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    """``mixture``: operator → weight of the dense query vector; ``bm25``: BM25's share in [0, 1];
+    ``same``: metadata field → bonus for sharing the query document's value; ``depth``: candidates
+    taken from each list."""
+
+    mixture: dict[str, float]
+    bm25: float = 0.0
+    same: dict[str, float] = field(default_factory=dict)
+    depth: int = DEPTH
+
+    def __post_init__(self):
+        weights = list(self.mixture.values()) + [self.bm25] + list(self.same.values())
+        if not self.mixture or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
+                                       for w in weights):
+            raise ValueError(f"a recipe needs finite numeric weights, got {self.to_json()}")
+        if not 0.0 <= self.bm25 <= 1.0 or not 1 <= self.depth <= 10_000 or not any(self.mixture.values()):
+            raise ValueError(f"recipe out of range: bm25 share in [0, 1], depth in [1, 10000], a non-zero mixture; "
+                             f"got {self.to_json()}")
+
+    @property
+    def plain(self) -> bool:
+        """True when the recipe is one operator alone (nothing to fuse or re-order)."""
+        return len(self.mixture) == 1 and not self.bm25 and not any(self.same.values())
+
+    def to_json(self) -> dict:
+        return {"mixture": self.mixture, "bm25": self.bm25, "same": self.same, "depth": self.depth}
+
+    @classmethod
+    def from_json(cls, entry, where: str = "recipe") -> Recipe:
+        """A recipe from a bundle's ``recipe`` entry; ValueError naming ``where`` when malformed."""
+        try:
+            if not isinstance(entry, dict) or not isinstance(entry.get("mixture"), dict) \
+                    or not isinstance(entry.get("same", {}), dict):
+                raise ValueError("not an object with a mixture")
+            return cls(mixture={str(k): v for k, v in entry["mixture"].items()}, bm25=entry.get("bm25", 0.0),
+                       same={str(k): v for k, v in entry.get("same", {}).items()},
+                       depth=entry.get("depth", DEPTH))
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"{where}: malformed recipe ({e})") from None
+
+    def describe(self) -> str:
+        parts = [" + ".join(f"{w:g}·{name}" for name, w in self.mixture.items())]
+        if self.bm25:
+            parts = [f"{1 - self.bm25:g}·minmax({parts[0]}) + {self.bm25:g}·minmax(bm25)"]
+        parts += [f"{w:g}·same {f}" for f, w in self.same.items() if w]
+        return " + ".join(parts)
+
+
+def recipe_of(operator) -> Recipe | None:
+    """The recipe stored with ``operator`` (its bundle entry), or None."""
+    entry = operator.info.get("recipe")
+    return None if entry is None else Recipe.from_json(entry, f"relation {operator.name!r}")
+
+
+# ---- scoring a whole candidate table (dev, test, benchmarks) -------------------------------------
+
+def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
+                 same: dict[str, np.ndarray], exclude: np.ndarray) -> np.ndarray:
+    """(n, m) recipe scores: ``dense`` operator → (n, m) cosines (every operator of the mixture),
+    ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
+    "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate."""
+    mixed = sum(w * dense[name] for name, w in recipe.mixture.items())
+    lex = lexical if recipe.bm25 else np.zeros_like(mixed)
+    fused = hybrid.weighted_matrix(mixed, lex, 1.0 - recipe.bm25, depth=recipe.depth, exclude=exclude)
+    bonus = sum((w * same[f] for f, w in recipe.same.items() if w), np.zeros_like(fused))
+    pool = hybrid.top_mask(mixed, recipe.depth, False, exclude) | hybrid.top_mask(lex, recipe.depth, True, exclude)
+    return np.where(pool, fused + bonus, -1.0).astype(np.float32)
+
+
+def mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> float:
+    """Filtered MRR (realistic ranks) of every (query, gold) pair: each gold ranked with the
+    query's other golds removed, the query itself excluded."""
+    rows = [i for i, g in enumerate(gold) for _ in g]
+    cols = np.asarray([c for g in gold for c in sorted(g)], np.int64)
+    others = np.zeros((len(rows), scores.shape[1]), bool)
+    for r, i in enumerate(rows):
+        others[r, sorted(gold[i])] = True
+    return linkpred_metrics(scores[rows], cols, filter_mask=others, exclude=exclude[rows])["mrr"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    recipe: Recipe
+    dev_mrr: float
+    tried: int
+
+
+def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, same: dict[str, np.ndarray],
+           exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH) -> Choice:
+    """The recipe for operator ``name`` with the best dev MRR: its share of the dense vector
+    against identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is
+    given), then a bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`).
+    Ties keep the simpler recipe (tried first). Arrays as in :func:`score_matrix`."""
+    tried = 0
+
+    def evaluate(recipe: Recipe) -> float:
+        nonlocal tried
+        tried += 1
+        return mrr(score_matrix(recipe, dense, lexical, same, exclude), gold, exclude)
+
+    best, best_mrr = None, -1.0
+    for share, b in itertools.product(MIXES, BM25_SHARES if lexical is not None else (0.0,)):
+        mixture = {k: w for k, w in ((name, share), ("identity", 1.0 - share)) if w}
+        recipe = Recipe(mixture=mixture, bm25=b, depth=depth)
+        value = evaluate(recipe)
+        if value > best_mrr + 1e-9:
+            best, best_mrr = recipe, value
+    for _ in range(2 if same else 0):
+        for f in same:
+            for bonus in BONUSES:
+                recipe = replace(best, same={**best.same, f: bonus})
+                value = evaluate(recipe)
+                if value > best_mrr + 1e-9:
+                    best, best_mrr = recipe, value
+    best = replace(best, same={f: w for f, w in best.same.items() if w})
+    return Choice(best, best_mrr, tried)
+
+
+# ---- scoring an index ----------------------------------------------------------------------------
+
+def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=None, explain: bool = False):
+    """Top-k hits per query under ``recipe`` over ``searcher``'s index: one ANN search of the
+    mixture vector, BM25 when the recipe uses it, then fusion and bonuses over the candidates.
+    ``explain`` adds each part's contribution (``recipe:dense``, ``recipe:bm25``,
+    ``recipe:same:FIELD``) beside every operator's own score."""
+    k = min(k, searcher.live_count)
+    mixed = [replace(q, relations=dict(recipe.mixture)) for q in queries]
+    h, qv = searcher.query_vectors(mixed, filters)
+    subset = searcher.matching(filters) if filters else None
+    depth = max(recipe.depth, k)
+    own = searcher.own_positions(queries)
+    # one extra candidate, then each list without the query document and cut to depth: the lists
+    # that score_matrix takes from a whole table
+    dense = _without_own(searcher.ann(qv, depth + 1, subset=subset), own, depth)
+    lexical = _without_own(searcher.lexical_search(searcher.query_texts(queries), depth + 1, subset), own, depth) \
+        if recipe.bm25 else None
+    wanted = {f: w for f, w in recipe.same.items() if w and f in searcher.metadata_fields}
+    query_meta = _query_metadata(searcher, own) if wanted else [{}] * len(queries)
+    pool = sorted({int(p) for p in dense.positions.ravel().tolist() + ([] if lexical is None else
+                                                                        lexical.positions.ravel().tolist()) if p >= 0})
+    docs = searcher.files.docstore.get(pool) if wanted else {}
+    rows_p, rows_s, parts = [], [], []
+    for i in range(len(queries)):
+        contributions = {"recipe:dense": hybrid.minmax_part(dense, i, -1, 1.0 - recipe.bm25)}
+        if lexical is not None:
+            contributions["recipe:bm25"] = hybrid.minmax_part(lexical, i, -1, recipe.bm25)
+        candidates = set().union(*contributions.values())
+        for f, w in wanted.items():
+            value = query_meta[i].get(f)
+            contributions[f"recipe:same:{f}"] = {p: w for p in candidates
+                                                 if value is not None and docs[p]["metadata"].get(f) == value}
+        total = {p: sum(part.get(p, 0.0) for part in contributions.values()) for p in candidates}
+        order = sorted(total, key=lambda p: (-total[p], p))[:k]
+        rows_p.append(order + [-1] * (k - len(order)))
+        rows_s.append([total[p] for p in order] + [-np.inf] * (k - len(order)))
+        parts.append({p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p in order})
+    result = SearchResult(np.asarray(rows_p, np.int64).reshape(len(queries), k),
+                          np.asarray(rows_s, np.float32).reshape(len(queries), k))
+    hits = searcher.hits(result, queries, k, h if explain else None, own=own)
+    if not explain:
+        return hits
+    out = []
+    for i, row in enumerate(hits):
+        order = [p for p in rows_p[i] if p >= 0]
+        out.append([replace(hit, explain={**parts[i][p], **(hit.explain or {})}) for hit, p in zip(row, order)])
+    return out
+
+
+def _without_own(result: SearchResult, own: np.ndarray, depth: int) -> SearchResult:
+    """Each row without its query's own position (and -1 pads), cut to ``depth``; -1 pads again."""
+    positions = np.full((len(own), depth), -1, np.int64)
+    scores = np.full((len(own), depth), -np.inf, np.float32)
+    for i, (row, row_scores) in enumerate(zip(result.positions, result.scores)):
+        keep = (row >= 0) & (row != own[i])
+        kept_p, kept_s = row[keep][:depth], row_scores[keep][:depth]
+        positions[i, :len(kept_p)], scores[i, :len(kept_s)] = kept_p, kept_s
+    return SearchResult(positions, scores)
+
+
+def _query_metadata(searcher, own: np.ndarray) -> list[dict]:
+    """Each query document's metadata ({} for a text query)."""
+    found = searcher.files.docstore.get(sorted({int(p) for p in own if p >= 0}))
+    return [found[int(p)]["metadata"] if p >= 0 else {} for p in own]

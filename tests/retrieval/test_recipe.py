@@ -1,0 +1,111 @@
+"""A relation's recipe (retrieval/recipe.py): the index answers as the whole-table scoring that
+chose it on dev, `--relation R` runs it and mixtures do not, explain shows its parts, and the dev
+search picks what the data rewards."""
+import numpy as np
+import pytest
+
+from relsearch.encoder.bundle import Bundle
+from relsearch.encoder.relations import Operator, normalize
+from relsearch.indexer.build import Block, build_published
+from relsearch.indexer.faiss_index import FaissSpec
+from relsearch.indexer.lexical import BM25
+from relsearch.retrieval import recipe as recipes
+from relsearch.retrieval.recipe import Recipe, choose, score_matrix
+from relsearch.retrieval.request import SearchOptions, run
+from relsearch.retrieval.search import Query, Searcher
+
+from synthetic_index import D, encoder_identity, raw_vectors
+
+WORDS = ["oil", "gas", "bank", "loan", "chip", "cloud", "drug", "trial", "ship", "rail"]
+N = 150
+# depth N: every document is a candidate of both lists, so ties at the cut (BM25 has many) cannot differ
+RECIPE = Recipe(mixture={"rel": 0.5, "identity": 0.5}, bm25=0.3, same={"group": 0.2}, depth=N)
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory):
+    """An index of N documents (words, a group field) and a bundle whose ``rel`` carries RECIPE."""
+    rng = np.random.default_rng(3)
+    docs = [{"id": f"d{i}", "text": " ".join(rng.choice(WORDS, 4)), "metadata": {"group": i % 4}} for i in range(N)]
+    raw = raw_vectors(N, 5)
+    target = tmp_path_factory.mktemp("recipe") / "idx"
+    build_published(str(target), [Block(docs, raw)], n=N, d=D, encoder=encoder_identity(),
+                    spec=FaissSpec(factory="Flat"))
+    w = np.eye(D, dtype=np.float32) + 0.3 * rng.standard_normal((D, D)).astype(np.float32) / np.sqrt(D)
+    op = Operator(name="rel", kind="linear", params={"W": w, "b": np.zeros(D, np.float32)},
+                  info={"recipe": RECIPE.to_json()})
+    bundle_path = Bundle(encoder=encoder_identity(), operators={"rel": op}).save(tmp_path_factory.mktemp("b") / "b")
+    return Searcher(str(target), model=str(bundle_path)), docs, raw
+
+
+def whole_table(searcher, docs, raw, heads):
+    """The recipe's parts over every document, as recipe_fit scores a dev split."""
+    unit = normalize(raw)
+    op = searcher.operators["rel"]
+    dense = {"identity": unit[heads] @ unit.T, "rel": op.apply(raw[heads]) @ unit.T}
+    lexical = BM25([d["text"] for d in docs]).scores([docs[h]["text"] for h in heads])
+    group = np.array([d["metadata"]["group"] for d in docs])
+    same = {"group": group[heads][:, None] == group[None, :]}
+    exclude = np.zeros((len(heads), len(docs)), bool)
+    exclude[np.arange(len(heads)), heads] = True
+    return dense, lexical, same, exclude
+
+
+def test_the_index_answers_as_the_whole_table_scores(indexed):
+    searcher, docs, raw = indexed
+    heads = [0, 7, 42, 99]
+    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
+    raw_heads = raw.copy()
+    raw_heads[heads] = stored  # --id queries use the stored vector: t̂·‖h‖
+    expected = score_matrix(RECIPE, *whole_table(searcher, docs, raw_heads, heads))
+    pages = run(searcher, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=8))
+    for row, hits in zip(expected, pages):
+        top = np.sort(row)[::-1][:8]  # the same scores in the same order (ties may trade places)
+        np.testing.assert_allclose([h.score for h in hits], top, atol=2e-4)
+        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
+
+
+def test_only_the_relation_alone_runs_its_recipe_and_explain_shows_the_parts(indexed):
+    searcher, _, _ = indexed
+    query = Query(doc_id="d7", relations={"rel": 1.0})
+    with_recipe = run(searcher, [query], SearchOptions(k=5, explain=True))[0]
+    for hit in with_recipe:
+        parts = {k: v for k, v in hit.explain.items() if k.startswith("recipe:")}
+        assert set(parts) <= {"recipe:dense", "recipe:bm25", "recipe:same:group"}
+        assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
+        assert "rel" in hit.explain and "identity" in hit.explain  # every operator's own cosine too
+    mixed = run(searcher, [Query(doc_id="d7", relations={"rel": 0.5, "identity": 0.5})], SearchOptions(k=5))[0]
+    plain = searcher.search([Query(doc_id="d7", relations={"rel": 0.5, "identity": 0.5})], k=5)[0]
+    assert [h.id for h in mixed] == [h.id for h in plain]  # an explicit mixture is the operators as given
+    assert [h.id for h in with_recipe] != [h.id for h in plain]
+    # a text query has no metadata: dense and BM25 only, never a same-field bonus
+    text_hits = run(searcher, [Query(text="oil gas bank", relations={"rel": 1.0})], SearchOptions(k=5, explain=True))
+    assert all(h.explain.get("recipe:same:group", 0.0) == 0.0 for h in text_hits[0])
+
+
+def test_choose_follows_what_dev_rewards():
+    rng = np.random.default_rng(0)
+    n, m = 30, 200
+    exclude = np.zeros((n, m), bool)
+    exclude[np.arange(n), np.arange(n)] = True
+    noise = {"identity": rng.random((n, m)), "rel": rng.random((n, m))}
+    gold = [{int(g)} for g in rng.integers(n, m, n)]
+    lexical = rng.random((n, m)) * 0.1
+    for i, g in enumerate(gold):
+        lexical[i, next(iter(g))] = 5.0  # BM25 knows the answer, the dense scores do not
+    picked = choose("rel", noise, lexical, {}, exclude, gold).recipe
+    assert picked.bm25 > 0
+    group = rng.integers(0, 10, m)
+    same = {"group": group[:n][:, None] == group[None, :]}
+    gold = [{int(j) for j in np.flatnonzero(same["group"][i]) if j >= n} or {n} for i in range(n)]
+    picked = choose("rel", noise, None, same, exclude, gold).recipe
+    assert picked.same.get("group", 0) > 0 and picked.bm25 == 0
+    assert Recipe.from_json(picked.to_json()) == picked
+
+
+def test_malformed_recipes_are_named():
+    for entry in (5, {"mixture": 5}, {"mixture": {"rel": float("nan")}}, {"mixture": {"rel": 1.0}, "bm25": 2.0},
+                  {"mixture": {}}, {"mixture": {"rel": True}}):
+        with pytest.raises(ValueError, match="relation 'x': malformed recipe"):
+            Recipe.from_json(entry, "relation 'x'")
+    assert recipes.Recipe(mixture={"rel": 1.0}).plain
