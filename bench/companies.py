@@ -100,6 +100,8 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
     cross = [dict(c, method=(f"{ref or 'pack'}:" if len(bundles) > 1 and c["method"] != "bm25" else "") + c["method"])
              for ref, bundle in zip(job.models, bundles)
              for c in _cross_source(rows, bundle, bm25, job, with_bm25=bundle is bundles[0])]
+    peers = [dict(p, method=(f"{ref or 'pack'}:" if len(bundles) > 1 else "") + p["method"])
+             for ref, bundle in zip(job.models, bundles) for p in _peers(job, bundle)]
     ident = next(r for r in results if r["method"].endswith("identity"))
     table_rows = [[r["method"]] + [r[a][key] for a, _ in ASPECTS for key in (f"p@{K}", f"r@{K}", f"mrr@{K}")]
                   + [r["industry"][f"p@{K}"] - ident["industry"][f"p@{K}"]] for r in results]
@@ -114,8 +116,14 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
                              "industry P@10 (others)"],
                             [[c["source"], c["method"], c["queries"], c["self_mrr@10"], c["self_hits@1"],
                               c["industry_p@10"]] for c in cross]))
+    if peers:
+        tables.append(Table(f"competitors: {job.split} companies with peers their own texts name, as --id queries over "
+                            f"every company of the corpus (MRR, filtered)",
+                            ["method", "MRR", "queries", "candidates"],
+                            [[p["method"], p["mrr"], p["queries"], p["candidates"]] for p in peers],
+                            note="peers: relsearch/bench/peers.py; recipe = what --relation NAME runs"))
     payload = {"protocol": __doc__.split("\n\n")[1], "split": job.split, "companies": len(rows), "k": K,
-               "rows": results, "cross_source": cross}
+               "rows": results, "cross_source": cross, "competitors": peers}
     res = finish("companies", payload, tables, inputs={"corpus": file_fingerprint(job.corpus)}, bundle=bundles[0],
                  command=command, started=started, clock=clock, json_out=json_out, precision=job.precision)
     if plot_out:
@@ -157,4 +165,44 @@ def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob, *, wi
             out.append({"source": source, "method": method, "queries": len(idx),
                         "self_mrr@10": float(np.where(rank <= K, 1.0 / rank, 0.0).mean()),
                         "self_hits@1": float((rank == 1).mean()), "industry_p@10": float(p)})
+    return out
+
+
+def _peers(job: CompaniesJob, bundle) -> list[dict]:
+    """Competitor retrieval: each ``job.split`` company with mined peers (bench/peers.py) queries the
+    whole corpus; identity, BM25, hybrid, and every company operator alone and as its recipe."""
+    from ..retrieval.recipe import recipe_of
+    from ..retrieval.recipe_fit import Corpus, baselines, measure, tables
+    from .peers import mine_peers
+
+    rows = list({r["text"]: r for r in read_jsonl(job.corpus) if isinstance(r.get("text"), str) and r["text"].strip()
+                 }.values())
+    position = {r["id"]: i for i, r in enumerate(rows)}
+    gold: dict[int, set[int]] = {}
+    for a, b in mine_peers(rows):
+        if rows[position[a]].get("split") == job.split:
+            gold.setdefault(position[a], set()).add(position[b])
+    if not gold:
+        return []
+    ops = [op for name, op in sorted(bundle.operators.items())
+           if name == "similar-company" or name.startswith("aspect:") and not op.both_sides]
+    fields = {f for op in ops if recipe_of(op) for f in recipe_of(op).same}  # the metadata bonuses need
+    heads = sorted(gold)
+    corpus = Corpus([r["text"] for r in rows], heads, [gold[h] for h in heads],
+                    {f: [r.get(f) for r in rows] for f in sorted(fields)})
+
+    def encode(texts):
+        return raw_vectors(bundle, texts, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
+
+    out = []
+    for op in ops:
+        recipe = recipe_of(op)
+        scores = measure(recipe, op, corpus, encode) if recipe else baselines(tables(corpus, op, encode), op.name)
+        if not out:
+            out += [{"method": m, "mrr": scores[m]} for m in ("identity", "bm25", "hybrid")]
+        out.append({"method": f"{op.name} (operator alone)", "mrr": scores["operator"]})
+        if recipe:
+            out.append({"method": f"{op.name} (recipe: {recipe.describe()})", "mrr": scores["recipe"]})
+    for row in out:
+        row.update(queries=len(heads), candidates=len(rows))
     return out

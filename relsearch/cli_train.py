@@ -184,7 +184,8 @@ def _fit_recipes(path, data, run, card) -> None:
         return encode_cached(encoder, texts, cache_dir=run.cache_dir, progress=False)
 
     splits = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", data.dev), ("test", data.test))}
-    texts = {s: sorted({x for t in triples for x in (t.head, t.tail)}) for s, triples in splits.items()}
+    # what an index of the split would hold: every tail and hard negative (heads that are also tails)
+    texts = {s: sorted({x for t in triples for x in (t.tail, t.negative) if x}) for s, triples in splits.items()}
     reports = {}
     for name, op in sorted(bundle.operators.items()):
         base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)

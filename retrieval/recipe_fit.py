@@ -27,27 +27,31 @@ BASELINES = ("identity", "bm25", "hybrid", "operator")
 
 @dataclass(frozen=True)
 class Corpus:
-    """One split's whole corpus: candidate ``texts`` (m), the queries (``heads``: candidate
-    positions), each query's gold positions, and per metadata field each candidate's value."""
+    """One split's whole corpus: ``texts`` (m) the candidates and the queries, the queries
+    (``heads``: positions in ``texts``), each query's gold positions, ``metadata`` field → each
+    text's value, and ``candidate`` (m bools, default all): which texts an index of the split
+    holds (a question is a query of qa-entailment, never one of its answers)."""
 
     texts: list[str]
     heads: list[int]
     gold: list[set[int]]
     metadata: dict[str, list] = field(default_factory=dict)
+    candidate: list[bool] | None = None
 
     @classmethod
     def of_pairs(cls, pairs: list[tuple[str, str]], texts: list[str] = ()) -> Corpus:
-        """Every distinct text of ``pairs`` (head, tail) and of ``texts`` (the rest of the split) is
-        a candidate; each distinct head a query."""
-        index: dict[str, int] = {t: i for i, t in enumerate(dict.fromkeys(texts))}
-        for head, tail in pairs:
+        """The candidates are every tail of ``pairs`` (head, tail) and every text of ``texts``
+        (the rest of the split: other relations' texts, negatives, unlabelled sentences); a head
+        is a candidate too when it is one of them. Each distinct head is a query."""
+        index: dict[str, int] = {t: i for i, t in enumerate(dict.fromkeys([*texts, *(t for _, t in pairs)]))}
+        candidates = len(index)
+        for head, _ in pairs:
             index.setdefault(head, len(index))
-            index.setdefault(tail, len(index))
         gold: dict[int, set[int]] = {}
         for head, tail in pairs:
             if head != tail:
                 gold.setdefault(index[head], set()).add(index[tail])
-        return cls(list(index), list(gold), list(gold.values()))
+        return cls(list(index), list(gold), list(gold.values()), candidate=[i < candidates for i in range(len(index))])
 
     def same(self) -> dict[str, np.ndarray]:
         """field → (n_queries, m) bool: the candidate holds the query's (non-null) value."""
@@ -59,9 +63,16 @@ class Corpus:
         return out
 
     def exclude(self) -> np.ndarray:
+        """(n_queries, m) bool: each query itself, and every text that is not a candidate."""
         mask = np.zeros((len(self.heads), len(self.texts)), bool)
         mask[np.arange(len(self.heads)), self.heads] = True
+        if self.candidate is not None:
+            mask |= ~np.asarray(self.candidate, bool)[None, :]
         return mask
+
+    @property
+    def candidates(self) -> int:
+        return len(self.texts) if self.candidate is None else int(sum(self.candidate))
 
 
 @dataclass(frozen=True)
@@ -101,7 +112,7 @@ def fit(operator, dev: Corpus, test: Corpus | None, encode: Callable[[list[str]]
     dev_t = tables(dev, operator, encode)
     choice: Choice = choose(operator.name, dev_t.dense, dev_t.lexical, dev_t.same, dev_t.exclude, dev_t.gold)
     report = {"recipe": choice.recipe.to_json(), "dev": {**baselines(dev_t, operator.name), "recipe": choice.dev_mrr,
-                                                          "queries": len(dev.heads), "candidates": len(dev.texts),
+                                                          "queries": len(dev.heads), "candidates": dev.candidates,
                                                           "recipes_tried": choice.tried}}
     if test is not None:
         report["test"] = measure(choice.recipe, operator, test, encode)
@@ -115,7 +126,7 @@ def measure(recipe: Recipe, operator, corpus: Corpus, encode) -> dict:
     t = tables(corpus, operator, encode)
     return {**baselines(t, operator.name), "recipe": mrr(score_matrix(recipe, t.dense, t.lexical, t.same, t.exclude),
                                                          t.gold, t.exclude),
-            "queries": len(corpus.heads), "candidates": len(corpus.texts)}
+            "queries": len(corpus.heads), "candidates": corpus.candidates}
 
 
 def verdict(name: str, report: dict) -> tuple[bool, str]:

@@ -21,13 +21,16 @@ Relations and their preparation (splits are always the datasets' own):
 - ``entailment``          sick/triples A→B; hard negative = a contradiction of the same premise.
 - ``contradiction``       sick/triples, both directions; hard negative = an entailment of the
                           same premise (A→B direction only).
-- ``similar-company``     russell3000_companies/corpus.jsonl (Yahoo description, GICS
-                          sub-industry code, its ``split`` field): ordered pairs of distinct
-                          companies of one split sharing a sub-industry, group = sub-industry, so
-                          no company crosses splits. Train keeps ``--company-partners`` random
-                          partners per company (the group mask removes the unsampled ones from the
-                          softmax); dev and test keep every pair. sp500_companies is not used: 153
-                          of its 475 tickers shared with russell3000 sit in a different split there.
+- ``similar-company``     russell3000_companies/corpus.jsonl: peers that the companies' own Wikipedia
+                          and Bloomberg texts name (relsearch/bench/peers.py), head in the split (train:
+                          both companies in train), plus ``--company-partners`` same-sub-industry
+                          partners per training company as a weak prior (group = sub-industry).
+
+After training, every relation's recipe (what ``--relation NAME`` runs: the operator mixed with
+identity, BM25 and metadata bonuses) is chosen on dev by whole-corpus retrieval and measured on
+test (relsearch/retrieval/recipe_fit.py); a relation ships only when its recipe beats identity on
+test by ``SHIP_MARGIN``. ``--relation R --reuse relsearch/pack`` retrains R only and keeps the
+other operators, choosing all recipes again.
 
 Training: ``linear`` operators, default hyperparameters of ``TrainConfig`` except
 ``max_candidates=4096`` (sampled softmax above 4,096 texts: same-caption, paraphrase and
@@ -45,6 +48,8 @@ from collections import defaultdict
 from pathlib import Path
 
 SPLITS = ("train", "dev", "test")
+COMPANY_FIELDS = ("gics_sub_industry_code", "gics_industry_code", "gics_sector")  # recipe bonus candidates
+SHIP_MARGIN = 0.02  # a relation ships when its recipe's whole-corpus test MRR beats identity by this much
 
 SOURCES = {
     "duplicate-question": {
@@ -84,17 +89,17 @@ SOURCES = {
         "files": "sick/triples/{train,dev,test}.jsonl (contradiction; entailments as hard negatives)",
     },
     "similar-company": {
-        "description": "tail describes a company in the same GICS sub-industry as the head company",
+        "description": "tail is a peer of the head company: one that either company's Wikipedia or Bloomberg text "
+                       "names, in the same GICS sector",
         "dataset": "russell3000_companies — Yahoo Finance descriptions + Bloomberg GICS codes "
                    "(github.com/Sivalavida/Text-based-Industry-Classification)",
         "licence": "no licence stated; Yahoo/Bloomberg texts, GICS is an MSCI/S&P classification — "
                    "research/evaluation use only",
-        "files": "russell3000_companies/corpus.jsonl (text, gics_sub_industry_code, split)",
+        "files": "russell3000_companies/corpus.jsonl (text, name, text_wikipedia, text_bloomberg, GICS codes, split)",
     },
 }
 # Company operators trained by company_extras(): same data and licence as similar-company.
-for _name, _files in (("aspect:sector", "text, gics_sector, split"), ("aspect:industry", "text, gics_industry, split"),
-                      ("similar-company-pu", "text, gics_industry_code, split → labelled pairs")):
+for _name, _files in (("aspect:sector", "text, gics_sector, split"), ("aspect:industry", "text, gics_industry, split")):
     SOURCES[_name] = dict(SOURCES["similar-company"], files=f"russell3000_companies/corpus.jsonl ({_files})")
 
 
@@ -159,47 +164,56 @@ def prepare(data: Path, *, flickr_train_images: int | None, company_partners: in
     return out
 
 
+def _companies(data: Path) -> list[dict]:
+    return [c for c in _read(data / "russell3000_companies" / "corpus.jsonl") if c.get("text")]
+
+
 def _company_pairs(data: Path, split: str, partners: int | None, rng: random.Random) -> list[dict]:
-    groups = defaultdict(list)
-    for c in _read(data / "russell3000_companies" / "corpus.jsonl"):
-        if c["split"] == split and c.get("text") and c.get("gics_sub_industry_code"):
-            groups[str(c["gics_sub_industry_code"])].append(c)
-    triples = []
-    for code, members in sorted(groups.items()):
-        for c in members:
-            others = [o for o in members if o["id"] != c["id"] and o["text"] != c["text"]]
-            if partners is not None and len(others) > partners:
-                others = rng.sample(others, partners)
-            triples += [{"head": c["text"], "relation": "similar-company", "tail": o["text"], "group": code}
-                        for o in others]
+    """similar-company triples: mined peers (relsearch/bench/peers.py) whose head is in ``split``;
+    for train both companies are, plus ``partners`` companies of the head's GICS sub-industry as a
+    weak prior (group = sub-industry, so sub-industry mates are never each other's negatives)."""
+    from relsearch.bench.peers import mine_peers
+
+    rows = _companies(data)
+    by_id = {c["id"]: c for c in rows}
+    triples = [{"head": by_id[a]["text"], "relation": "similar-company", "tail": by_id[b]["text"]}
+               for a, b in sorted(mine_peers(rows)) if by_id[a]["split"] == split
+               and (partners is None or by_id[b]["split"] == split) and by_id[a]["text"] != by_id[b]["text"]]
+    if partners:
+        groups = defaultdict(list)
+        for c in rows:
+            if c["split"] == split and c.get("gics_sub_industry_code"):
+                groups[str(c["gics_sub_industry_code"])].append(c)
+        for code, members in sorted(groups.items()):
+            for c in members:
+                others = [o for o in members if o["id"] != c["id"] and o["text"] != c["text"]]
+                triples += [{"head": c["text"], "relation": "similar-company", "tail": o["text"], "group": code}
+                            for o in rng.sample(others, min(partners, len(others)))]
     return triples
 
 
-def company_pairs(data: Path, split: str, partners: int, rng: random.Random) -> list[dict]:
-    """PU pairs: each company with ``partners`` same-GICS-industry companies (label 1) and as many from
-    other industries (label 0), all within one split."""
-    rows = [c for c in _read(data / "russell3000_companies" / "corpus.jsonl")
-            if c["split"] == split and c.get("text") and c.get("gics_industry_code")]
-    by_industry = defaultdict(list)
-    for c in rows:
-        by_industry[str(c["gics_industry_code"])].append(c)
-    pairs = []
-    for c in rows:
-        same = [o for o in by_industry[str(c["gics_industry_code"])] if o["text"] != c["text"]]
-        other = [o for o in rows if str(o["gics_industry_code"]) != str(c["gics_industry_code"])]
-        for o in rng.sample(same, min(partners, len(same))):
-            pairs.append({"a": c["text"], "b": o["text"], "label": 1})
-        for o in rng.sample(other, partners):
-            pairs.append({"a": c["text"], "b": o["text"], "label": 0})
-    return pairs
+def company_corpus(data: Path, split: str):
+    """The whole company corpus as one index holds it (every company with a description), queried by
+    the companies of ``split`` that have mined peers; metadata for the recipe's bonuses."""
+    from relsearch.bench.peers import mine_peers
+
+    from relsearch.retrieval.recipe_fit import Corpus
+
+    rows = list({c["text"]: c for c in _companies(data)}.values())  # one candidate per distinct text
+    position = {c["id"]: i for i, c in enumerate(rows)}
+    gold = defaultdict(set)
+    for a, b in mine_peers(rows):
+        if rows[position[a]]["split"] == split:
+            gold[position[a]].add(position[b])
+    heads = sorted(gold)
+    return Corpus([c["text"] for c in rows], heads, [gold[h] for h in heads],
+                  {f: [c.get(f) for c in rows] for f in COMPANY_FIELDS})
 
 
-def company_extras(data: Path, folder: Path, *, label_fraction: float, seed: int, threads: int,
-                   cache_dir: str | None) -> tuple[dict, dict]:
-    """Aspect operators (aspect:sector, aspect:industry) and the PU variant (similar-company-pu + pu-head),
-    all trained on Russell 3000 with its by-company splits. Returns (operators, heads)."""
+def company_extras(data: Path, *, seed: int, threads: int, cache_dir: str | None) -> dict:
+    """Aspect operators (aspect:sector, aspect:industry) trained on Russell 3000 with its
+    by-company splits."""
     from relsearch.encoder.training.aspect import AspectConfig, train_aspects
-    from relsearch.encoder.training.pu import PUConfig, train_pu
 
     corpus = data / "russell3000_companies" / "corpus.jsonl"
     operators = {}
@@ -209,20 +223,48 @@ def company_extras(data: Path, folder: Path, *, label_fraction: float, seed: int
         op = bundle.operators[f"aspect:{field}"]
         op.name, op.description = f"aspect:{short}", f"companies in the same GICS {short} (AspectCSE, query side)"
         operators[op.name] = op
-    rng = random.Random(seed)
-    files = {}
-    for split in SPLITS:
-        files[split] = folder / f"company-pairs-{split}.jsonl"
-        files[split].write_text("".join(json.dumps(p) + "\n" for p in company_pairs(data, split, 4, rng)))
-    config = PUConfig(positive="1", name="similar-company-pu", label_fraction=label_fraction, seed=seed,
-                      threads=threads, cache_dir=cache_dir)
-    bundle, _ = train_pu([str(files["train"])], dev_files=[str(files["dev"])], test_files=[str(files["test"])],
-                         config=config)
-    pu = bundle.operators["similar-company-pu"]
-    pu.description = (f"similar business, PU-trained (PAUSE) on {label_fraction:.0%} of the labelled company pairs; "
-                      "re-rank with --rerank pu-head")
-    operators[pu.name] = pu
-    return operators, dict(bundle.heads)
+    return operators
+
+
+def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | None) -> dict[str, dict]:
+    """Each RSE relation's recipe chosen on dev by whole-corpus retrieval and measured on test
+    (retrieval/recipe_fit.py). Text relations: every text of the relation's split is a candidate;
+    similar-company: the whole company corpus, peers as gold, GICS codes for the bonuses."""
+    from relsearch.encoder.training import encode_cached
+    from relsearch.retrieval.recipe_fit import Corpus, fit
+
+    def encode(texts):
+        return encode_cached(encoder, texts, cache_dir=cache_dir, progress=False)
+
+    reports = {}
+    for name in sorted(prepared):
+        if name == "similar-company":
+            dev, test = company_corpus(data, "dev"), company_corpus(data, "test")
+        else:  # an index of the split: every tail and negative, for qa-entailment every candidate sentence
+            dev, test = (Corpus.of_pairs([(t["head"], t["tail"]) for t in prepared[name][split]],
+                                         [x for t in prepared[name][split] for x in (t["tail"], t.get("negative")) if x]
+                                         + (_answer_candidates(data, split) if name == "qa-entailment" else []))
+                         for split in ("dev", "test"))
+        reports[name] = fit(bundle.operators[name], dev, test, encode)
+        print(f"{name}: recipe {reports[name]['recipe']}, test {reports[name]['test']}", flush=True)
+    return reports
+
+
+def _answer_candidates(data: Path, split: str) -> list[str]:
+    """Every candidate sentence of trecqa's split (answers and non-answers: 1,393 in test)."""
+    return sorted({p["b"] for p in _read(data / "trecqa" / "pairs" / f"{split}.jsonl")})
+
+
+def ship_winners(bundle, reports: dict[str, dict]) -> dict[str, dict]:
+    """Drop every relation whose recipe does not beat identity on its whole-corpus test by
+    ``SHIP_MARGIN`` MRR; returns the dropped ones' test figures (recorded in the bundle)."""
+    dropped = {}
+    for name, report in reports.items():
+        test = report["test"]
+        if test["recipe"] < test["identity"] + SHIP_MARGIN:
+            dropped[name] = test
+            del bundle.operators[name]
+    return dropped
 
 
 def _write(prepared: dict, folder: Path) -> dict[str, list[str]]:
@@ -237,12 +279,15 @@ def _write(prepared: dict, folder: Path) -> dict[str, list[str]]:
     return files
 
 
-def write_pack(bundle, folder: Path) -> None:
+def write_pack(bundle, folder: Path, reports: dict[str, dict]) -> None:
     """Save the bundle and its MODEL_CARD.md aside and swap them in (world-readable: it ships inside the package)."""
     from relsearch.encoder.training.card import render_model_card
     from relsearch.encoder.training.loop import write_bundle
+    from relsearch.retrieval.recipe_fit import card_section
 
-    write_bundle(bundle, folder, card=render_model_card(bundle, title="relsearch default relation pack", notes=[
+    dropped = "; ".join(f"{name} (recipe {t['recipe']:.3f} vs identity {t['identity']:.3f})"
+                        for name, t in sorted(bundle.info.get("dropped", {}).items()))
+    card = render_model_card(bundle, title="relsearch default relation pack", notes=[
         f"Built by `python {bundle.info['preparation']}` in {bundle.info['build_seconds']} s wall time on 2 CPU "
         "cores (including the encoding of texts not yet in the vector cache); see tools/build_pack.py for the "
         "preparation.",
@@ -251,9 +296,15 @@ def write_pack(bundle, folder: Path) -> None:
         "A best epoch of 0 means dev MRR never beat the starting point, so the operator is the identity "
         "initialisation (W = I, b = 0).",
         "Operators act on the query side only: indexes built with the encoder above stay valid.",
+        "similar-company: trained and judged on peers that the companies' own Wikipedia and Bloomberg texts name "
+        "(relsearch/bench/peers.py), with a few same-sub-industry partners as a weak prior; its recipe may add a bonus "
+        "for sharing the query company's GICS codes, which needs an index holding those metadata fields and an "
+        "`--id` query.",
+        f"A relation ships only when its recipe beats identity on its whole-corpus test by {SHIP_MARGIN} MRR; "
+        f"dropped in this build: {dropped or 'none'}.",
         "aspect:sector / aspect:industry: AspectCSE adapter operators (multi-positive contrastive loss over all training "
-        "companies). similar-company-pu and the pu-head re-ranker: PAUSE (nnPU) on company pairs (same GICS industry = "
-        "1, other industry = 0), keeping labels on only part of the training pairs (see the head's metrics)."]))
+        "companies), judged by same-label retrieval over all test companies."])
+    write_bundle(bundle, folder, card=card + card_section(reports))
     for f in folder.iterdir():
         f.chmod(0o644)
 
@@ -267,37 +318,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lr", type=float, default=None)
     ap.add_argument("--seed", type=int, default=13)
     ap.add_argument("--flickr-train-images", type=int, default=None, help="subsample the 6,000 training images")
-    ap.add_argument("--company-partners", type=int, default=8, help="partners per training company")
+    ap.add_argument("--company-partners", type=int, default=2,
+                    help="same-sub-industry partners per training company (the weak prior)")
     ap.add_argument("--max-candidates", type=int, default=4096, help="sampled softmax above this many texts")
     ap.add_argument("--threads", type=int, default=1, help="torch threads while training")
-    ap.add_argument("--relation", action="append", help="build only these relations (repeatable)")
-    ap.add_argument("--pu-label-fraction", type=float, default=0.1,
-                    help="fraction of the labelled company pairs the PU variant keeps")
+    ap.add_argument("--relation", action="append", help="train only these relations (repeatable)")
+    ap.add_argument("--reuse", default=None, metavar="PACK",
+                    help="with --relation: take the other relations' operators from this pack instead of training "
+                         "them (their recipes are chosen again)")
     ap.add_argument("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
     args = ap.parse_args(argv)
 
-    from relsearch.encoder.training.card import summary_lines
+    from relsearch.encoder.bundle import load_bundle
     from relsearch.encoder.model import Encoder, EncoderConfig
     from relsearch.encoder.training import TrainConfig, train_adapter
+    from relsearch.encoder.training.card import summary_lines
 
     t0 = time.time()
     data, out = Path(args.data), Path(args.out)
     prepared = prepare(data, flickr_train_images=args.flickr_train_images,
                        company_partners=args.company_partners, seed=args.seed)
-    if args.relation:
-        prepared = {r: prepared[r] for r in args.relation}
+    trained = {r: prepared[r] for r in args.relation} if args.relation else prepared
     config = TrainConfig(operator=args.operator, epochs=args.epochs, lr=args.lr, seed=args.seed,
                          max_candidates=args.max_candidates, threads=args.threads, cache_dir=args.cache_dir)
+    encoder = Encoder(EncoderConfig())
     with tempfile.TemporaryDirectory(prefix="relsearch-pack-") as tmp:
-        files = _write(prepared, Path(tmp))
+        files = _write(trained, Path(tmp))
         bundle = train_adapter(files["train"], dev_files=files["dev"], test_files=files["test"], config=config,
-                               encoder=Encoder(EncoderConfig()),
-                               descriptions={r: SOURCES[r]["description"] for r in prepared})
-        if not args.relation or "similar-company" in args.relation:
-            extra_ops, heads = company_extras(data, Path(tmp), label_fraction=args.pu_label_fraction, seed=args.seed,
-                                              threads=args.threads, cache_dir=args.cache_dir)
-            bundle.operators.update(extra_ops)
-            bundle.heads.update(heads)
+                               encoder=encoder, descriptions={r: SOURCES[r]["description"] for r in trained})
+    if args.reuse:
+        kept = load_bundle(args.reuse)
+        for name, op in kept.operators.items():
+            if name not in bundle.operators and (name in prepared or name.startswith("aspect:")):
+                op.info.pop("recipe", None)
+                op.info.pop("whole_corpus", None)
+                bundle.operators[name] = op
+    if not args.relation:
+        bundle.operators.update(company_extras(data, seed=args.seed, threads=args.threads, cache_dir=args.cache_dir))
+    reports = fit_recipes(bundle, {r: prepared[r] for r in prepared if r in bundle.operators}, data, encoder,
+                          args.cache_dir)
+    bundle.info["dropped"] = ship_winners(bundle, reports)
+    reports = {r: rep for r, rep in reports.items() if r in bundle.operators}
     for op in bundle.operators.values():  # temp paths mean nothing later: keep the file names only
         for split in op.info.get("data", {}).values():
             if "files" in split:
@@ -306,9 +367,9 @@ def main(argv: list[str] | None = None) -> int:
                               for r in bundle.operators if r in SOURCES}
     bundle.info["preparation"] = "tools/build_pack.py " + " ".join(sys.argv[1:] if argv is None else argv)
     bundle.info["build_seconds"] = round(time.time() - t0)
-    write_pack(bundle, out)
+    write_pack(bundle, out, reports)
     print("\n".join(summary_lines(bundle)))
-    print(f"pack written to {out} in {time.time() - t0:.0f} s")
+    print(f"pack written to {out} in {time.time() - t0:.0f} s; dropped: {', '.join(bundle.info['dropped']) or 'none'}")
     return 0
 
 

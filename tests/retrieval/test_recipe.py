@@ -109,3 +109,52 @@ def test_malformed_recipes_are_named():
         with pytest.raises(ValueError, match="relation 'x': malformed recipe"):
             Recipe.from_json(entry, "relation 'x'")
     assert recipes.Recipe(mixture={"rel": 1.0}).plain
+
+
+def test_corpus_of_pairs_holds_what_an_index_of_the_split_would():
+    from relsearch.retrieval.recipe_fit import Corpus
+
+    corpus = Corpus.of_pairs([("q1", "a1"), ("q1", "a2"), ("q2", "a3")], texts=["n1", "a1"])
+    assert corpus.candidates == 4  # n1, a1, a2, a3: questions are queries, not answers
+    assert [corpus.texts[h] for h in corpus.heads] == ["q1", "q2"]
+    assert [{corpus.texts[g] for g in gold} for gold in corpus.gold] == [{"a1", "a2"}, {"a3"}]
+    excluded = corpus.exclude()
+    assert excluded[:, [corpus.texts.index("q1"), corpus.texts.index("q2")]].all()
+    both_ways = Corpus.of_pairs([("x", "y"), ("y", "x")])
+    assert both_ways.candidates == 2 and both_ways.exclude().sum() == 2  # each query only excludes itself
+
+
+def test_verdict_says_plainly_when_the_recipe_loses():
+    from relsearch.retrieval.recipe_fit import verdict
+
+    report = {"recipe": RECIPE.to_json(),
+              "test": {"recipe": 0.50, "identity": 0.61, "bm25": 0.40, "hybrid": 0.47, "operator": 0.45,
+                       "queries": 40, "candidates": 900}}
+    wins, line = verdict("rel", report)
+    assert not wins and "MRR 0.500 (identity 0.610" in line
+    report["test"]["recipe"] = 0.62
+    assert verdict("rel", report)[0]
+
+
+def test_relsearch_train_stores_a_recipe_chosen_on_dev(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    from conftest import shared
+
+    data = shared("meta_se_dupq", "triples")
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join((data / "train.jsonl").read_text().splitlines(keepends=True)[:80]))
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(cli, ["train", str(train), "--dev", str(data / "dev.jsonl"), "--test",
+                                      str(data / "test.jsonl"), "--epochs", "2", "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "duplicate-question: recipe " in result.output and "whole-corpus test MRR" in result.output
+    entry = next(op for op in json.loads((out / "bundle.json").read_text())["operators"]
+                 if op["name"] == "duplicate-question")
+    assert Recipe.from_json(entry["recipe"]).mixture
+    assert set(entry["whole_corpus"]["test"]) >= {"recipe", "identity", "bm25", "hybrid", "operator"}
+    assert "## Recipes" in (out / "MODEL_CARD.md").read_text()

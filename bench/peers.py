@@ -1,0 +1,94 @@
+"""Peer companies mined from a company corpus's own texts: what ``similar-company`` is trained
+and judged on (tools/build_pack.py, ``relsearch bench companies``).
+
+"Same GICS sub-industry" is not what an analyst means by similar; the companies a description
+names are closer ("one of the Big Four banks, along with ..."). For each company of the Russell
+3000 corpus, its Wikipedia and Bloomberg texts are searched for the names of the *other*
+companies of the corpus; a mention within the same GICS sector makes the two peers (both ways).
+Nothing is hand-listed: names come from the corpus's ``name`` field.
+
+Names → aliases: the legal suffixes are cut ("JPMorgan Chase & Co." → "JPMorgan Chase"), and the
+first word of a multi-word name is an alias too when it is long. An alias is dropped when
+- it names more than one company (ambiguous),
+- it occurs as a lower-case word anywhere in the corpus ("american", "national": a common word),
+- or the texts mentioning it come from more than ``MAX_SECTORS`` GICS sectors (a place or a
+  generic name, e.g. "California", mentioned by companies of every kind).
+
+    python -m relsearch.bench.peers russell3000_companies/corpus.jsonl > peers.jsonl
+
+writes ``{"a", "b", "split_a", "split_b"}`` lines (a mentions b, or b mentions a) for inspection.
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections import defaultdict
+
+MAX_SECTORS = 3
+MENTIONING = ("text_wikipedia", "text_bloomberg")
+ALL_TEXTS = ("text",) + MENTIONING
+_SUFFIX = re.compile(r"(,?\s+(inc\.?|incorporated|corporation|corp\.?|company|co\.?|holdings?|group|plc|ltd\.?|"
+                     r"limited|llc|l\.?p\.?|n\.?v\.?|s\.?a\.?|bancorp(oration)?|trust|the|& co))+$", re.I)
+
+
+def short_name(name: str) -> str:
+    """The name without "The " and legal suffixes ("The Coca-Cola Company" → "Coca-Cola")."""
+    out, previous = re.sub(r"^the\s+", "", name.strip(), flags=re.I), None
+    while previous != out:
+        previous, out = out, _SUFFIX.sub("", out).strip(" ,&.")
+    return out
+
+
+def _aliases(rows: list[dict]) -> dict[str, str]:
+    candidates: dict[str, set[str]] = defaultdict(set)
+    for r in rows:
+        name = short_name(r.get("name") or "")
+        if len(name) >= 3:
+            candidates[name].add(r["id"])
+        words = name.split()
+        if len(words) > 1 and len(words[0]) >= 4:
+            candidates[words[0]].add(r["id"])
+    text = " ".join(r.get(f) or "" for r in rows for f in ALL_TEXTS)
+    common = set(re.findall(r"\b[a-z][a-z\-]+\b", text))
+    return {a: next(iter(ids)) for a, ids in candidates.items() if len(ids) == 1 and a.lower() not in common}
+
+
+def mine_peers(rows: list[dict], *, max_sectors: int = MAX_SECTORS) -> set[tuple[str, str]]:
+    """Ordered peer pairs (a, b), both directions, of companies in ``rows`` (corpus records with
+    ``id``, ``name``, ``gics_sector`` and the texts)."""
+    aliases = _aliases(rows)
+    if not aliases:
+        return set()
+    pattern = re.compile(r"\b(" + "|".join(re.escape(a) for a in sorted(aliases, key=len, reverse=True)) + r")\b")
+    by_id = {r["id"]: r for r in rows}
+    sectors: dict[str, set] = defaultdict(set)
+    for r in rows:
+        for alias in set(pattern.findall(" ".join(r.get(f) or "" for f in ALL_TEXTS))):
+            if aliases[alias] != r["id"]:
+                sectors[alias].add(r.get("gics_sector"))
+    peers = set()
+    for r in rows:
+        for alias in set(pattern.findall(" ".join(r.get(f) or "" for f in MENTIONING))):
+            other = aliases[alias]
+            if other != r["id"] and len(sectors[alias]) <= max_sectors and r.get("gics_sector") \
+                    and by_id[other].get("gics_sector") == r["gics_sector"]:
+                peers |= {(r["id"], other), (other, r["id"])}
+    return peers
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print(__doc__.split("\n\n")[-2].strip(), file=sys.stderr)
+        return 2
+    with open(argv[0], encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f if line.strip()]
+    split = {r["id"]: r.get("split") for r in rows}
+    for a, b in sorted(mine_peers(rows)):
+        print(json.dumps({"a": a, "b": b, "split_a": split[a], "split_b": split[b]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
