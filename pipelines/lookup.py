@@ -99,6 +99,7 @@ class LookupReport:
     id_search_seconds: float = 0.0  # inside Searcher.search for id inputs, summed over batches and workers
     text_lookups: int = 0
     text_search_seconds: float = 0.0  # the same for new-text inputs: includes encoding the texts
+    warnings: list[str] = field(default_factory=list)  # --filter operators that can never match (Searcher.filter_warnings)
 
     def summary(self) -> str:
         line = f"read {self.read}, answered {self.answered}, rejected {self.rejected}"
@@ -326,6 +327,7 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
     try:
         searcher = opener()
         searcher.check(dict(job.relations), dict(job.filters))
+        warnings = searcher.filter_warnings(dict(job.filters))
         unknown = [f for f in job.same if f not in searcher.metadata_fields]
         if unknown:
             raise QueryError(f"unknown --same field {unknown[0]!r}; metadata fields: "
@@ -363,6 +365,7 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
             shardfs.remove([shards])
         del holder
     report.seconds = clock() - started
+    report.warnings = warnings
     return report
 
 

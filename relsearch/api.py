@@ -57,12 +57,24 @@ class SearchRequest(SearchOptions):
         return SearchOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SearchOptions)})
 
 
+class Hits(list):
+    """The hits of one search, a ``list`` of :class:`~relsearch.retrieval.search.Hit`, with
+    ``warnings``: one line per filter operator that can never match in this index because its value's
+    type never occurs in its field (``{"founded": {"gte": 1990}}`` where ``founded`` holds strings;
+    negated, it keeps every document), with the quoted form to use (``Searcher.filter_warnings``)."""
+
+    def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = ()):
+        super().__init__(hits)
+        self.warnings: list[str] = list(warnings)
+
+
 @dataclass(frozen=True)
 class BatchAnswer:
     """What :meth:`Index.search_batch` returns: the generation that answered, and per request its
     hits or the exception that request alone raised: its :class:`RequestError`, a
     :class:`~relsearch.retrieval.paging.SearchStopped` (its deadline passed), or an unexpected
-    error (the server answers 500 for that request only)."""
+    error (the server answers 500 for that request only). Hits come as :class:`Hits`, whose
+    ``warnings`` name filter operators that can never match."""
 
     generation: str
     results: list[list[Hit] | Exception]
@@ -190,8 +202,9 @@ class Index:
                k: int = 10, offset: int = 0, min_score: float | None = None, collapse: str | None = None,
                filters: dict[str, FilterValue | dict] | None = None, explain: bool = False, rerank: str | None = None,
                rerank_depth: int | None = None, hybrid: str | None = None,
-               hybrid_weight: float | None = None) -> list[Hit]:
-        """Hits for one query (see :class:`SearchRequest`); raises :class:`RequestError`."""
+               hybrid_weight: float | None = None) -> Hits:
+        """Hits for one query (see :class:`SearchRequest`), a list with ``warnings`` (:class:`Hits`:
+        filter operators that can never match); raises :class:`RequestError`."""
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
                             min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
                             rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight)
@@ -226,9 +239,19 @@ class Index:
                 except Exception as e:  # noqa: BLE001 - this request's own failure, answered alone
                     out[i] = _logged(e)
             for rows in groups.values():
+                warnings = _filter_warnings(searcher, requests[rows[0]].filters)  # the group shares its filters
                 for i, result in zip(rows, self._answer(searcher, requests, rows, late)):
-                    out[i] = result
+                    out[i] = result if isinstance(result, Exception) else Hits(result, warnings)
             return BatchAnswer(searcher.files.root.name, out)
+
+    def filter_warnings(self, filters: dict | None) -> list[str]:
+        """One line per operator of ``filters`` that can never match in the generation the next
+        search uses (a value type its field never holds), with the quoted form to use; what
+        :meth:`search` puts in ``Hits.warnings``. Raises :class:`RequestError` for an invalid filter."""
+        with self._lock:
+            searcher = self.searcher()
+        with blame("filters"):
+            return searcher.filter_warnings(filters)
 
     @staticmethod
     def _answer(searcher: Searcher, requests, rows: list[int], late) -> list:
@@ -349,6 +372,16 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
     typed_filters = json.dumps(req.filters, sort_keys=True)
     return (req.k + req.offset, req.collapse, typed_filters, req.explain, req.rerank, req.rerank_depth,
             projection, req.hybrid, req.hybrid_weight)
+
+
+def _filter_warnings(searcher: Searcher, filters) -> list[str]:
+    """``Searcher.filter_warnings`` for a validated request; advice only, so a failure here is no
+    warning (the search itself reports a bad filter)."""
+    try:
+        return searcher.filter_warnings(filters)
+    except Exception:  # noqa: BLE001
+        logging.getLogger(__name__).debug("filter warnings failed", exc_info=True)
+        return []
 
 
 def _logged(e: Exception) -> Exception:

@@ -51,6 +51,8 @@ def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_te
         raise click.ClickException(str(e)) from e
     except OSError as e:  # e.g. a Dask scheduler that cannot be reached; --out is untouched
         raise click.ClickException(f"{e.strerror or e}; nothing was written") from None
+    for line in report.warnings:  # a --filter operator that can never match
+        click.echo(f"warning: {line}", err=True)
     click.echo(report.summary())
     click.echo(f"results: {report.out}")
     if report.rejected:

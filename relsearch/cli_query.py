@@ -144,6 +144,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
             req = SearchRequest(text=text, id=doc_id, relations=weights, **vars(options))
             validate_request(searcher, req)
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
+        for line in searcher.filter_warnings(filters) if filters else ():  # a filter that can never match says so
+            click.echo(f"warning: {line}", err=True)
         results = request.run(searcher, queries, options)
         if filters and queries and not any(results) and not len(searcher.matching(filters)):
             click.echo(f"no document matches the filter {json.dumps(filters, ensure_ascii=False)}", err=True)

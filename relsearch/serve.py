@@ -485,6 +485,12 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
     def head(name: str, generation: str) -> str:
         return json.dumps({"index": name, "generation": generation}, ensure_ascii=False)[:-1]
 
+    def warnings_json(results) -> str:
+        """The filter warnings of these results (api.Hits.warnings: operators that can never match),
+        each once: the queries of one request share their filters."""
+        said = [w for result in results for w in getattr(result, "warnings", ())]
+        return json.dumps(list(dict.fromkeys(said)), ensure_ascii=False)
+
     def failed(result: Exception) -> HTTPException | Exception:
         if isinstance(result, SearchStopped):
             return HTTPException(503, f"search did not finish within {limits.timeout_s} s")
@@ -503,7 +509,8 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
         if isinstance(result, Exception):
             raise failed(result)
         # written here, hit by hit, within max_response_bytes (FastAPI's generic encoder is not needed)
-        content = head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes]) + "}"
+        content = (head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes])
+                   + ',"warnings":' + warnings_json([result]) + "}")
         return Response(content, media_type="application/json")
 
     @app.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query",
@@ -526,7 +533,8 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
                 out.append('{"results":' + hits_json(result, body.offset, budget) + "}")
                 continue
             out.append(json.dumps({"error": error}, ensure_ascii=False))
-        return Response(head(name, generation) + ',"batch":[' + ",".join(out) + "]}", media_type="application/json")
+        return Response(head(name, generation) + ',"batch":[' + ",".join(out) + '],"warnings":' + warnings_json(results)
+                        + "}", media_type="application/json")
 
     @app.get("/relations", summary="The relation operators and re-ranking heads of an index's bundle",
              responses=READ_ERRORS)
@@ -549,7 +557,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
         report = await asyncio.get_running_loop().run_in_executor(writer, fn, *args)
         return {"op": report.op, "documents": report.documents, "added": report.added, "replaced": report.replaced,
                 "deleted": report.deleted, "not_found": report.not_found, "tombstones": report.tombstones,
-                "seconds": round(report.seconds, 3), "generation": os.path.basename(os.path.realpath(report.index))}
+                "published": report.published, "seconds": round(report.seconds, 3), "generation": os.path.basename(os.path.realpath(report.index))}
 
     @app.post("/documents", summary="Add documents (a known id replaces its document); one new generation",
               responses=WRITE_ERRORS)

@@ -674,3 +674,25 @@ def test_score_refuses_empty_texts_in_every_interface(server, index, a, b, field
     assert e.value.field == field
     status, payload = _post(server, "/score", json.dumps({"a": a, "b": b}))
     assert (status, payload["error"]["field"]) == (422, field)
+
+
+def test_search_answers_carry_filter_warnings_and_a_delete_says_whether_it_published(server):
+    """Issue 28 item 1: ``founded`` holds strings, so ``{"not": {"eq": 1902}}`` keeps every document
+    and ``{"gte": 1990}`` none; /search and /search/batch name it in ``warnings`` (the quoted form
+    to use), and /documents/delete says ``published`` (a delete of nothing publishes nothing)."""
+    status, one = _post(server, "/search", json.dumps({"id": "MMM", "k": 3,
+                                                       "filters": {"founded": {"not": {"eq": 1902}}}}))
+    assert status == 200 and len(one["results"]) == 3
+    assert len(one["warnings"]) == 1 and one["warnings"][0].startswith("filter 'founded'") and '"1902"' in one["warnings"][0]
+    status, fine = _post(server, "/search", json.dumps({"id": "MMM", "k": 3, "filters": {"founded": "1902"}}))
+    assert status == 200 and fine["warnings"] == []
+    status, batch = _post(server, "/search/batch", json.dumps({"queries": [{"id": "MMM"}, {"text": "banks"}],
+                                                               "filters": {"founded": {"gte": 1990}}}))
+    assert status == 200 and [b["results"] for b in batch["batch"]] == [[], []]
+    assert len(batch["warnings"]) == 1 and "holds no numbers" in batch["warnings"][0]
+    client = Client(server)
+    nothing = client.delete(["NEVER-THERE"])
+    assert nothing["published"] is False and nothing["not_found"] == ["NEVER-THERE"]
+    doc = {"id": "ZZ-PUB", "text": "A maker of artisanal anvils and forging hammers."}
+    assert client.add([doc])["published"] is True
+    assert client.delete(["ZZ-PUB"])["published"] is True
