@@ -5,7 +5,9 @@ and judged on (tools/build_pack.py, ``relsearch bench companies``).
 names are closer ("one of the Big Four banks, along with ..."). For each company of the Russell
 3000 corpus, its Wikipedia and Bloomberg texts are searched for the names of the *other*
 companies of the corpus; a mention within the same GICS sector makes the two peers (both ways).
-Nothing is hand-listed: names come from the corpus's ``name`` field.
+With ``competitors=True`` only mentions in a sentence that speaks of competition count: fewer
+pairs (82 one-way in Russell 3000), closer to what an analyst calls a competitor. Nothing is
+hand-listed: names come from the corpus's ``name`` field, cue words are generic.
 
 Names → aliases: the legal suffixes are cut ("JPMorgan Chase & Co." → "JPMorgan Chase"), and the
 first word of a multi-word name is an alias too when it is long. An alias is dropped when
@@ -26,6 +28,9 @@ import sys
 from collections import defaultdict
 
 MAX_SECTORS = 3
+_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+_CUE = re.compile(r"\b(compet\w*|rivals?|peers?|alongside|along with|Big (Three|Four|Five|Six)|"
+                  r"one of the (largest|biggest|leading)|(second|third)?.?largest)\b", re.I)
 MENTIONING = ("text_wikipedia", "text_bloomberg")
 ALL_TEXTS = ("text",) + MENTIONING
 _SUFFIX = re.compile(r"(,?\s+(inc\.?|incorporated|corporation|corp\.?|company|co\.?|holdings?|group|plc|ltd\.?|"
@@ -54,9 +59,11 @@ def _aliases(rows: list[dict]) -> dict[str, str]:
     return {a: next(iter(ids)) for a, ids in candidates.items() if len(ids) == 1 and a.lower() not in common}
 
 
-def mine_peers(rows: list[dict], *, max_sectors: int = MAX_SECTORS) -> set[tuple[str, str]]:
+def mine_peers(rows: list[dict], *, competitors: bool = False, max_sectors: int = MAX_SECTORS) -> set[tuple[str, str]]:
     """Ordered peer pairs (a, b), both directions, of companies in ``rows`` (corpus records with
-    ``id``, ``name``, ``gics_sector`` and the texts)."""
+    ``id``, ``name``, ``gics_sector`` and the texts). ``competitors``: only mentions in a sentence
+    that speaks of competition (:data:`_CUE`: "competitors include ...", "one of the Big Four
+    banks, alongside ...", "rival", "peer", "largest"), not acquisitions, customers or owners."""
     aliases = _aliases(rows)
     if not aliases:
         return set()
@@ -69,7 +76,9 @@ def mine_peers(rows: list[dict], *, max_sectors: int = MAX_SECTORS) -> set[tuple
                 sectors[alias].add(r.get("gics_sector"))
     peers = set()
     for r in rows:
-        for alias in set(pattern.findall(" ".join(r.get(f) or "" for f in MENTIONING))):
+        text = " ".join(r.get(f) or "" for f in MENTIONING)
+        passages = [s for s in _SENTENCE.split(text) if _CUE.search(s)] if competitors else [text]
+        for alias in {a for passage in passages for a in pattern.findall(passage)}:
             other = aliases[alias]
             if other != r["id"] and len(sectors[alias]) <= max_sectors and r.get("gics_sector") \
                     and by_id[other].get("gics_sector") == r["gics_sector"]:
@@ -85,8 +94,9 @@ def main(argv: list[str] | None = None) -> int:
     with open(argv[0], encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
     split = {r["id"]: r.get("split") for r in rows}
+    competitors = mine_peers(rows, competitors=True)
     for a, b in sorted(mine_peers(rows)):
-        print(json.dumps({"a": a, "b": b, "split_a": split[a], "split_b": split[b]}))
+        print(json.dumps({"a": a, "b": b, "split_a": split[a], "split_b": split[b], "competitor": (a, b) in competitors}))
     return 0
 
 

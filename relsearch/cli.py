@@ -61,7 +61,8 @@ def relations(index_dir, model, as_json):
         raise click.ClickException(str(e)) from None
     rows = []
     for name, op in sorted(bundle.operators.items()):
-        rows.append({"name": name, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {})})
+        rows.append({"name": name, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {}),
+                     **{k: op.info[k] for k in ("recipe", "whole_corpus") if k in op.info}})
     for name, head in sorted(bundle.heads.items()):  # re-rankers (relsearch query --rerank NAME)
         rows.append({"name": name, "kind": head.kind, "description": head.description,
                      "metrics": head.info.get("metrics", {}), "labels": list(head.labels), "positive": head.positive})
@@ -73,6 +74,21 @@ def relations(index_dir, model, as_json):
     for row in rows:
         metrics = _format_metrics(row["metrics"])
         click.echo(f"  {row['name']:<20} {row['kind']:<12} {row['description']}" + (f"\n  {'':<20} {metrics}" if metrics else ""))
+        if "recipe" in row:
+            click.echo(f"  {'':<20} {_format_recipe(row['recipe'], row.get('whole_corpus', {}))}")
+
+
+def _format_recipe(recipe: dict, whole_corpus: dict) -> str:
+    """What ``--relation NAME`` runs, and its whole-corpus test MRR beside identity, BM25 and hybrid."""
+    from relsearch.retrieval.recipe import Recipe
+
+    line = f"runs: {Recipe.from_json(recipe).describe()}"
+    test = whole_corpus.get("test")
+    if isinstance(test, dict) and all(isinstance(test.get(k), (int, float)) for k in ("recipe", "identity", "bm25",
+                                                                                       "hybrid")):
+        line += (f"; whole-corpus test MRR {test['recipe']:.3f} (identity {test['identity']:.3f}, BM25 "
+                 f"{test['bm25']:.3f}, hybrid {test['hybrid']:.3f})")
+    return line
 
 
 def _format_metrics(metrics: dict) -> str:

@@ -184,8 +184,10 @@ def _fit_recipes(path, data, run, card) -> None:
         return encode_cached(encoder, texts, cache_dir=run.cache_dir, progress=False)
 
     splits = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", data.dev), ("test", data.test))}
-    # what an index of the split would hold: every tail and hard negative (heads that are also tails)
-    texts = {s: sorted({x for t in triples for x in (t.tail, t.negative) if x}) for s, triples in splits.items()}
+    # what an index of the split would hold: every head, tail and hard negative; with --candidates
+    # (the corpus a user indexes) those texts, the tails and negatives, and heads only among them
+    texts = {s: sorted({x for t in triples for x in (t.tail, t.negative) if x} | set(data.candidates or ()))
+             for s, triples in splits.items()}
     reports = {}
     for name, op in sorted(bundle.operators.items()):
         base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
@@ -193,7 +195,8 @@ def _fit_recipes(path, data, run, card) -> None:
                  for s, triples in splits.items()}
         if not pairs["dev"] or op.kind == "identity" or op.both_sides:
             continue
-        corpus = {s: Corpus.of_pairs(pairs[s], texts[s]) if pairs[s] else None for s in splits}
+        corpus = {s: Corpus.of_pairs(pairs[s], texts[s], heads=not data.candidates) if pairs[s] else None
+                  for s in splits}
         reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
         wins, line = verdict(name, reports[name])
         click.echo(line)

@@ -33,8 +33,8 @@ from .search import Query
 
 DEPTH = hybrid.HYBRID_DEPTH
 MIXES = (1.0, 0.75, 0.5, 0.25, 0.0)  # the operator's share of the dense query vector (the rest: identity)
-BM25_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5)
-BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
+BM25_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
+BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +126,7 @@ class Choice:
 
 
 def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, same: dict[str, np.ndarray],
-           exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH) -> Choice:
+           exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH, mixes: tuple = MIXES) -> Choice:
     """The recipe for operator ``name`` with the best dev MRR: its share of the dense vector
     against identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is
     given), then a bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`).
@@ -139,7 +139,7 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         return mrr(score_matrix(recipe, dense, lexical, same, exclude), gold, exclude)
 
     best, best_mrr = None, -1.0
-    for share, b in itertools.product(MIXES, BM25_SHARES if lexical is not None else (0.0,)):
+    for share, b in itertools.product(mixes, BM25_SHARES if lexical is not None else (0.0,)):
         mixture = {k: w for k, w in ((name, share), ("identity", 1.0 - share)) if w}
         recipe = Recipe(mixture=mixture, bm25=b, depth=depth)
         value = evaluate(recipe)

@@ -20,7 +20,7 @@ import numpy as np
 from ..encoder.relations import normalize
 from ..indexer.lexical import BM25
 from . import hybrid
-from .recipe import Choice, Recipe, choose, mrr, score_matrix
+from .recipe import MIXES, Choice, Recipe, choose, mrr, score_matrix
 
 BASELINES = ("identity", "bm25", "hybrid", "operator")
 
@@ -39,11 +39,13 @@ class Corpus:
     candidate: list[bool] | None = None
 
     @classmethod
-    def of_pairs(cls, pairs: list[tuple[str, str]], texts: list[str] = ()) -> Corpus:
-        """The candidates are every tail of ``pairs`` (head, tail) and every text of ``texts``
-        (the rest of the split: other relations' texts, negatives, unlabelled sentences); a head
-        is a candidate too when it is one of them. Each distinct head is a query."""
-        index: dict[str, int] = {t: i for i, t in enumerate(dict.fromkeys([*texts, *(t for _, t in pairs)]))}
+    def of_pairs(cls, pairs: list[tuple[str, str]], texts: list[str] = (), *, heads: bool = True) -> Corpus:
+        """The candidates are every tail of ``pairs`` (head, tail), every text of ``texts`` (the
+        rest of the split: negatives, a corpus) and, with ``heads``, every head (questions of a
+        forum are its documents; questions of answer selection are not its answers: heads=False
+        keeps a head only when it is among the others). Each distinct head is a query."""
+        index: dict[str, int] = {t: i for i, t in enumerate(dict.fromkeys(
+            [*texts, *(t for _, t in pairs), *(h for h, _ in pairs if heads)]))}
         candidates = len(index)
         for head, _ in pairs:
             index.setdefault(head, len(index))
@@ -110,7 +112,10 @@ def fit(operator, dev: Corpus, test: Corpus | None, encode: Callable[[list[str]]
     """Choose ``operator``'s recipe on ``dev`` and measure it on ``test``; store both in the
     operator's info and return the report ``{"recipe", "dev", "test"?}``."""
     dev_t = tables(dev, operator, encode)
-    choice: Choice = choose(operator.name, dev_t.dense, dev_t.lexical, dev_t.same, dev_t.exclude, dev_t.gold)
+    # an identity-kind relation (a recipe over plain cosine) has no operator share to choose
+    mixes = (1.0,) if operator.kind == "identity" else MIXES
+    choice: Choice = choose(operator.name, dev_t.dense, dev_t.lexical, dev_t.same, dev_t.exclude, dev_t.gold,
+                            mixes=mixes)
     report = {"recipe": choice.recipe.to_json(), "dev": {**baselines(dev_t, operator.name), "recipe": choice.dev_mrr,
                                                           "queries": len(dev.heads), "candidates": dev.candidates,
                                                           "recipes_tried": choice.tried}}

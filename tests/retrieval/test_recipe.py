@@ -114,14 +114,14 @@ def test_malformed_recipes_are_named():
 def test_corpus_of_pairs_holds_what_an_index_of_the_split_would():
     from relsearch.retrieval.recipe_fit import Corpus
 
-    corpus = Corpus.of_pairs([("q1", "a1"), ("q1", "a2"), ("q2", "a3")], texts=["n1", "a1"])
+    corpus = Corpus.of_pairs([("q1", "a1"), ("q1", "a2"), ("q2", "a3")], texts=["n1", "a1"], heads=False)
     assert corpus.candidates == 4  # n1, a1, a2, a3: questions are queries, not answers
     assert [corpus.texts[h] for h in corpus.heads] == ["q1", "q2"]
     assert [{corpus.texts[g] for g in gold} for gold in corpus.gold] == [{"a1", "a2"}, {"a3"}]
     excluded = corpus.exclude()
     assert excluded[:, [corpus.texts.index("q1"), corpus.texts.index("q2")]].all()
-    both_ways = Corpus.of_pairs([("x", "y"), ("y", "x")])
-    assert both_ways.candidates == 2 and both_ways.exclude().sum() == 2  # each query only excludes itself
+    forum = Corpus.of_pairs([("x", "y"), ("z", "y")])
+    assert forum.candidates == 3 and forum.exclude().sum() == 2  # each query only excludes itself
 
 
 def test_verdict_says_plainly_when_the_recipe_loses():
