@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 RELSEARCH := HF_HUB_OFFLINE=1 $(VENV)/bin/relsearch
 DEMO_INDEX ?= demo-index
 
-.PHONY: demo test test-slow test-kill test-dask pack company-bundle bench-speed clean
+.PHONY: demo test test-slow test-kill test-dask test-browser pack company-bundle bench-speed clean
 
 # torch==2.13.0 first: it is the CPU build on this machine's disk; a bare `torch` would pull CUDA wheels.
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -39,6 +39,10 @@ test-kill: $(VENV)/.installed
 # index + lookup on Beam's DaskRunner against a dask scheduler and two worker processes on loopback
 test-dask: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m dask -s
+
+# The explorer page (/) and /docs in headless Chromium against a live relsearch serve on loopback (Debian: apt-get install chromium)
+test-browser: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m browser tests/cli_api/test_browser.py
 
 pack: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --data ../shared/data --out relsearch/pack

@@ -275,9 +275,12 @@ class Index:
         return [found.get(i, stopped) for i in rows]
 
     def relations(self) -> list[dict]:
-        """The bundle's relation operators and re-ranking heads: name, kind, description, metrics."""
+        """The bundle's relation operators and re-ranking heads: name, kind, description, metrics; an
+        operator with a stored recipe (retrieval/recipe.py) also its ``recipe`` and ``whole_corpus``
+        (dev/test MRR of the recipe, identity, BM25, hybrid and the operator alone)."""
         bundle = self.searcher().bundle
-        rows = [{"name": n, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {})}
+        rows = [{"name": n, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {}),
+                 **{k: op.info[k] for k in ("recipe", "whole_corpus") if k in op.info}}
                 for n, op in sorted(bundle.operators.items())]
         rows += [{"name": n, "kind": h.kind, "description": h.description, "metrics": h.info.get("metrics", {}),
                   "labels": list(h.labels), "positive": h.positive} for n, h in sorted(bundle.heads.items())]

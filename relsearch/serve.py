@@ -37,6 +37,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
 from starlette.exceptions import HTTPException
 
+from . import explorer
 from .api import MAX_K, MAX_RERANK_DEPTH, Index, RequestError, SearchRequest
 from .retrieval.paging import SearchStopped, collapse_depth
 from .retrieval.rerank import DEFAULT_DEPTH as RERANK_DEFAULT_DEPTH
@@ -45,7 +46,8 @@ log = logging.getLogger("relsearch.serve")
 access_log = logging.getLogger("relsearch.access")
 
 API_KEY_ENV = "RELSEARCH_API_KEY"
-OPEN_PATHS = frozenset({"/health", "/docs", "/openapi.json", "/docs/oauth2-redirect"})  # no data behind them
+# no data behind them: the explorer page and its files ask for the key themselves (relsearch/explorer.py)
+OPEN_PATHS = frozenset({"/health", "/docs", "/openapi.json", "/docs/oauth2-redirect", *explorer.PAGE_PATHS})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -371,7 +373,8 @@ class Guard:
 
     def _refuse(self, scope) -> JSONResponse | None:
         headers = dict(scope["headers"])
-        if self.api_key is not None and scope["path"] not in OPEN_PATHS:
+        if (self.api_key is not None and scope["path"] not in OPEN_PATHS
+                and not scope["path"].startswith(explorer.OPEN_PREFIXES)):
             given = headers.get(b"x-api-key")
             auth = headers.get(b"authorization", b"")
             if given is None and auth[:7].lower() == b"bearer ":
@@ -443,7 +446,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
             task.cancel()
         log.info("stopped after %d requests", sum(metrics.requests.values()))
 
-    app = FastAPI(title="relsearch", version=__import__("relsearch").__version__, lifespan=lifespan,
+    app = FastAPI(title="relsearch", version=__import__("relsearch").__version__, lifespan=lifespan, docs_url=None,
                   description="Relational vector search over HTTP. Errors: `{\"error\": {\"field\", \"message\"}}`.")
 
     def pick(name: str | None) -> tuple[str, Batcher]:
@@ -553,6 +556,19 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
             raise HTTPException(503, f"score did not finish within {limits.timeout_s} s") from None
         return {"index": name, "scores": scores}
 
+    async def on_search_thread(index: str | None, fn: Callable, *args):
+        """``fn(searcher, *args)`` on the index's search thread (the generation a search uses now)."""
+        name, batcher = pick(index)
+        deadline = time.monotonic() + limits.timeout_s
+        try:
+            answer = await asyncio.wait_for(batcher.call(lambda: fn(batcher.index.searcher(), *args), deadline=deadline),
+                                            limits.timeout_s)
+        except (asyncio.TimeoutError, SearchStopped):
+            raise HTTPException(503, f"the request did not finish within {limits.timeout_s} s") from None
+        return name, answer
+
+    explorer.add_routes(app, on_search_thread, errors=READ_ERRORS)
+
     async def mutate(fn, *args) -> dict:
         report = await asyncio.get_running_loop().run_in_executor(writer, fn, *args)
         return {"op": report.op, "documents": report.documents, "added": report.added, "replaced": report.replaced,
@@ -602,6 +618,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
         log.exception("%s %s failed", request.method, request.url.path)  # the traceback stays in the server log
         return _error(500, None, f"internal error ({type(e).__name__}); see the server log")
 
+    explorer.add_pages(app, title=app.title)
     paths = {route.path for route in app.routes}
     app.add_middleware(Guard, api_key=api_key, limits=limits, metrics=metrics, paths=paths, access=access_log)
     return app

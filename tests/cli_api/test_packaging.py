@@ -14,7 +14,7 @@ def test_wheel_file_list(tmp_path):
     top = {n.split("/")[0] for n in names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"relsearch"}
     for module in ("cli.py", "encoder/model.py", "indexer/store.py", "retrieval/search.py", "pipelines/index.py",
-                   "bench/__init__.py", "data/sp500_2017.jsonl"):
+                   "bench/__init__.py", "data/sp500_2017.jsonl", "ui/index.html", "ui/app.js", "ui/style.css"):
         assert f"relsearch/{module}" in names, module
     assert not any(n.startswith("tests/") for n in names)
     entry_points = next(n for n in names if n.endswith("entry_points.txt"))

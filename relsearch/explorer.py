@@ -1,0 +1,158 @@
+"""The relation explorer page (``/``, ``/ui``) and the offline API docs (``/docs``) of ``relsearch serve``.
+
+Everything the browser loads comes from this server: the page is plain HTML, CSS and JavaScript
+modules shipped in ``relsearch/ui/`` (no build step), Swagger UI's files come from the installed
+``fastapi-offline`` package. The page calls the documented endpoints only; the two small ones it
+needs beyond them are read-only, bounded and behind the API key like every other data endpoint:
+
+- ``GET /fields``: the index's metadata fields with the value types stored in each, and for a text
+  field with few distinct values those values (the filter builder's choices).
+- ``GET /complete``: stored documents whose id or name starts with a prefix (the id box's completion).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI, Query
+from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.staticfiles import StaticFiles
+
+UI_DIR = Path(__file__).parent / "ui"
+UI_ASSETS, DOCS_ASSETS = "/ui/assets", "/docs/assets"
+PAGE_PATHS = frozenset({"/", "/ui", "/favicon.ico"})
+OPEN_PREFIXES = (UI_ASSETS + "/", DOCS_ASSETS + "/")  # static files, no data behind them
+# the page loads only from this server; it may fetch from it too (no inline script or style)
+PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+            "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+
+MAX_FIELDS = 200  # fields listed by /fields
+MAX_VALUES = 50  # distinct text values listed per field (more: none listed)
+MAX_COMPLETIONS = 50  # matches one /complete may ask for
+MAX_PREFIX = 200  # characters of a /complete prefix
+NAME_FIELDS = ("name", "title", "company", "security")  # the first present is what completion calls a name
+
+
+def swagger_assets() -> Path:
+    """Swagger UI's files (swagger-ui-bundle.js, swagger-ui.css, favicon.png) of the fastapi-offline package."""
+    import fastapi_offline
+
+    return Path(fastapi_offline.__file__).parent / "static"
+
+
+def add_pages(app: FastAPI, *, title: str) -> None:
+    """``/`` and ``/ui`` (the explorer), its assets, and ``/docs`` served without a CDN."""
+    app.mount(UI_ASSETS, StaticFiles(directory=UI_DIR), name="ui-assets")
+    app.mount(DOCS_ASSETS, StaticFiles(directory=swagger_assets()), name="docs-assets")
+
+    @app.get("/", include_in_schema=False)
+    @app.get("/ui", include_in_schema=False)
+    async def page():
+        return FileResponse(UI_DIR / "index.html", headers={"Content-Security-Policy": PAGE_CSP,
+                                                            "Referrer-Policy": "no-referrer",
+                                                            "Cache-Control": "no-cache"})
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon():
+        return FileResponse(swagger_assets() / "favicon.png")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(openapi_url=app.openapi_url, title=f"{title} - API docs",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css",
+                                   swagger_favicon_url=f"{DOCS_ASSETS}/favicon.png",
+                                   oauth2_redirect_url="/docs/oauth2-redirect",
+                                   swagger_ui_parameters={"validatorUrl": None})  # no call to a validator service
+
+    @app.get("/docs/oauth2-redirect", include_in_schema=False)
+    async def oauth2_redirect() -> HTMLResponse:
+        return get_swagger_ui_oauth2_redirect_html()
+
+
+# ---------------------------------------------------------------- what the filter builder and completion read
+
+
+def fields(searcher) -> dict:
+    """``{"fields": [{"name", "types", "values"?, "min"?, "max"?}], "truncated"}``: each metadata
+    field (at most MAX_FIELDS), the value types stored in it (indexer/filters.TYPES), the distinct
+    text values when there are at most MAX_VALUES, the smallest and largest number when it holds
+    numbers. Costs a few index seeks per field and segment, whatever the number of documents
+    (values of deleted documents may still be listed: a choice that then matches nothing)."""
+    parts = searcher.files.docstore.parts
+    names = searcher.metadata_fields
+    out = []
+    for name in names[:MAX_FIELDS]:
+        types = set().union(*(p.field_types(name) for p in parts))
+        row: dict = {"name": name, "types": sorted(types)}
+        if "text" in types:
+            values = _distinct_texts(parts, name, MAX_VALUES + 1)
+            if len(values) <= MAX_VALUES:
+                row["values"] = values
+        if "number" in types:
+            ends = [_number_end(p, name, order) for p in parts for order in ("ASC", "DESC")]
+            ends = [v for v in ends if v is not None]
+            row["min"], row["max"] = min(ends), max(ends)
+        out.append(row)
+    return {"fields": out, "truncated": len(names) > MAX_FIELDS}
+
+
+def _distinct_texts(parts, field: str, limit: int) -> list[str]:
+    """Up to ``limit`` distinct text values of ``field`` in code-point order, one index seek each
+    (a skip scan over the side table's (field, type, value) key)."""
+    first = "SELECT value FROM fields WHERE field = ? AND type = 'text' ORDER BY value LIMIT 1"
+    after = "SELECT value FROM fields WHERE field = ? AND type = 'text' AND value > ? ORDER BY value LIMIT 1"
+    found: set[str] = set()
+    for part in parts:
+        row, seen = part.conn.execute(first, (field,)).fetchone(), 0
+        while row is not None and seen < limit:
+            found.add(row[0])
+            seen += 1
+            row = part.conn.execute(after, (field, row[0])).fetchone()
+    return sorted(found)[:limit]
+
+
+def _number_end(part, field: str, order: str):
+    row = part.conn.execute(f"SELECT value FROM fields WHERE field = ? AND type = 'number' ORDER BY value {order} "
+                            "LIMIT 1", (field,)).fetchone()
+    return None if row is None else row[0]
+
+
+def complete(searcher, prefix: str, limit: int) -> list[dict]:
+    """Up to ``limit`` live documents whose id starts with ``prefix`` (as typed, or upper-cased), then
+    whose name field (NAME_FIELDS) starts with it, any case: ``[{"id", "name"}]``. Index range
+    scans only: the docs table's unique id index and the side table's case-folded index."""
+    docs = searcher.files.docstore
+    name_field = next((f for f in NAME_FIELDS if f in searcher.metadata_fields), None)
+    ids: list[str] = []
+    for part in docs.parts:
+        for start in dict.fromkeys((prefix, prefix.upper())):
+            ids += [i for (i,) in part.conn.execute("SELECT id FROM docs WHERE id >= ? AND id < ? ORDER BY id LIMIT ?",
+                                                    (start, start + "\U0010ffff", limit))]
+        if name_field is not None:
+            folded = prefix.casefold()
+            q = ("SELECT d.id FROM fields f JOIN docs d ON d.pos = f.pos WHERE f.field = ? AND f.elem = 0 "
+                 "AND f.folded >= ? AND f.folded < ? ORDER BY f.folded LIMIT ?")
+            ids += [i for (i,) in part.conn.execute(q, (name_field, folded, folded + "\U0010ffff", limit))]
+    live = docs.positions(list(dict.fromkeys(ids)))  # deleted ids drop out; a replaced id keeps its newest row
+    wanted = [i for i in dict.fromkeys(ids) if i in live][:limit]
+    stored = docs.get([live[i] for i in wanted])
+    by_id = {d["id"]: d["metadata"] for d in stored.values()}
+    return [{"id": i, "name": str(by_id.get(i, {}).get(name_field, "")) if name_field else ""} for i in wanted]
+
+
+def add_routes(app: FastAPI, run, *, errors: dict) -> None:
+    """``GET /fields`` and ``GET /complete``; ``run(index, fn, *args)`` answers ``fn(searcher, *args)``
+    on that index's search thread as ``(name, answer)``."""
+
+    @app.get("/fields", summary="Metadata fields of an index, their value types and (few) text values",
+             responses=errors)
+    async def list_fields(index: str | None = None):
+        name, answer = await run(index, fields)
+        return {"index": name, **answer}
+
+    @app.get("/complete", summary="Documents whose id or name starts with a prefix (at most 50)", responses=errors)
+    async def completions(prefix: str = Query(min_length=1, max_length=MAX_PREFIX), index: str | None = None,
+                          limit: int = Query(10, ge=1, le=MAX_COMPLETIONS)):
+        name, answer = await run(index, complete, prefix, limit)
+        return {"index": name, "matches": answer}

@@ -1,0 +1,242 @@
+// The explorer: form ↔ URL state, side-by-side search (identity vs the chosen mixture), score and relations panels.
+import {ApiError, call, get, setKey} from "./api.js";
+import {FILTER_OPS, filtersJson, parseFilter, readState, writeFilter, writeState} from "./query.js";
+import {bars, el, hitList, relationRows} from "./view.js";
+
+const $ = (id) => document.getElementById(id);
+const NAME_FIELDS = ["name", "title", "company", "security"];
+let fields = []; // GET /fields: [{name, types, values?}]
+let retry = null; // what to run again once an API key is given
+
+// ---------------------------------------------------------------- errors, next to the field at fault
+
+function clearErrors(scope) {
+  scope.querySelectorAll(".error").forEach((box) => { box.textContent = ""; });
+}
+
+function showError(error, scope = document) {
+  const field = error instanceof ApiError && error.field ? error.field.split(/[.[]/)[0] : "";
+  const box = document.querySelector(`.error[data-for="${CSS.escape(field)}"]`) ||
+              scope.querySelector('.error[data-for=""]') || document.querySelector('.error[data-for=""]');
+  box.textContent = error.message;
+  if (error.status === 401) $("key-form").hidden = false;
+}
+
+async function guarded(action, scope) {
+  try {
+    return await action();
+  } catch (error) {
+    if (error.status === 401) retry = action;
+    showError(error, scope);
+    return undefined;
+  }
+}
+
+$("key-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  setKey($("key").value.trim());
+  $("key").value = "";
+  $("key-form").hidden = true;
+  clearErrors($("key-form"));
+  const again = retry;
+  retry = null;
+  if (again) guarded(again);
+});
+
+// ---------------------------------------------------------------- the form
+
+function relationSlider(name, weight) {
+  const range = el("input", {type: "range", min: "0", max: "1", step: "0.05", value: String(weight), "data-relation": name,
+                             "aria-label": `${name} weight`});
+  const shown = el("output", {}, String(weight));
+  range.addEventListener("input", () => { shown.textContent = range.value; });
+  range.addEventListener("change", () => search());
+  return el("label", {class: "relation"}, el("span", {}, name), range, shown);
+}
+
+function fieldTypes(name) {
+  return (fields.find((f) => f.name === name) || {types: []}).types;
+}
+
+function filterRow(spec) {
+  const parsed = spec ? parseFilter(spec) : {field: fields[0] ? fields[0].name : "", op: "=", value: ""};
+  const field = el("select", {class: "field", "aria-label": "filter field"},
+    fields.map((f) => el("option", {value: f.name, selected: f.name === parsed.field}, f.name)));
+  const op = el("select", {class: "op", "aria-label": "filter operator"},
+    FILTER_OPS.map((o) => el("option", {value: o, selected: o === parsed.op}, o)));
+  const listId = `values-${Math.random().toString(36).slice(2)}`;
+  const values = el("datalist", {id: listId});
+  const value = el("input", {class: "value", list: listId, value: parsed.value, "aria-label": "filter value"});
+  const offerValues = () => values.replaceChildren(...((fields.find((f) => f.name === field.value) || {}).values || [])
+    .map((v) => el("option", {value: v})));
+  field.addEventListener("change", offerValues);
+  offerValues();
+  const remove = el("button", {type: "button", class: "remove", title: "remove this filter"}, "×");
+  const row = el("div", {class: "filter"}, field, op, remove, value, values);
+  remove.addEventListener("click", () => row.remove());
+  return row;
+}
+
+function readForm() {
+  const relations = {};
+  for (const range of document.querySelectorAll("[data-relation]")) {
+    if (Number(range.value) > 0) relations[range.dataset.relation] = Number(range.value);
+  }
+  const filters = [...document.querySelectorAll(".filter")].map((row) => {
+    const field = row.querySelector(".field").value;
+    return writeFilter(field, row.querySelector(".op").value, row.querySelector(".value").value.trim(), fieldTypes(field));
+  });
+  return {
+    index: $("index").value,
+    mode: document.querySelector('input[name="mode"]:checked').value,
+    text: $("text").value,
+    id: $("doc-id").value.trim(),
+    relations,
+    filters,
+    k: Number($("k").value) || 10,
+    hybrid: $("hybrid").value,
+    columns: [...document.querySelectorAll("[data-column]:checked")].map((box) => box.dataset.column),
+  };
+}
+
+function showMode(mode) {
+  document.querySelector(`input[name="mode"][value="${mode}"]`).checked = true;
+  $("text").hidden = mode !== "text";
+  $("doc-id").hidden = mode !== "id";
+}
+
+function fillForm(state, operators) {
+  showMode(state.mode);
+  $("text").value = state.text;
+  $("doc-id").value = state.id;
+  $("k").value = String(state.k);
+  $("hybrid").value = state.hybrid;
+  $("relations").replaceChildren(...operators.map((r) => relationSlider(r.name, state.relations[r.name] || 0)));
+  $("filters").replaceChildren();
+  clearErrors($("search-form"));
+  for (const spec of state.filters) {
+    try {
+      $("filters").append(filterRow(spec));
+    } catch (error) {
+      showError(new ApiError(0, "filters", error.message));
+    }
+  }
+  const nameField = NAME_FIELDS.find((n) => fields.some((f) => f.name === n));
+  const shown = new Set(state.columns || (nameField ? [nameField] : []));
+  $("columns").replaceChildren(...fields.filter((f) => !f.types.every((t) => t === "array" || t === "object"))
+    .map((f) => el("label", {}, el("input", {type: "checkbox", "data-column": f.name, checked: shown.has(f.name)}), f.name)));
+}
+
+// ---------------------------------------------------------------- searching
+
+async function search({push = true} = {}) {
+  const form = $("search-form");
+  const state = readForm();
+  clearErrors(form);
+  $("warnings").textContent = "";
+  let filters;
+  try {
+    filters = filtersJson(state.filters);
+  } catch (error) {
+    showError(new ApiError(0, "filters", error.message));
+    return;
+  }
+  const url = writeState(state);
+  if (push && url !== location.search) history.pushState(null, "", url);
+  const mixture = Object.keys(state.relations).length ? state.relations : {identity: 1};
+  const base = {index: state.index, k: state.k, filters, explain: true, [state.mode]: state[state.mode]};
+  if (state.hybrid) base.hybrid = state.hybrid;
+  $("results").classList.add("loading");
+  $("results").setAttribute("aria-busy", "true");
+  $("search").disabled = true;
+  $("status").textContent = "searching…";
+  const answer = await guarded(() => Promise.all([call("/search", {...base, relations: {identity: 1}}),
+                                                  call("/search", {...base, relations: mixture})]), form);
+  $("results").classList.remove("loading");
+  $("results").removeAttribute("aria-busy");
+  $("search").disabled = false;
+  if (!answer) {
+    $("status").textContent = "The search failed: see the message next to the field.";
+    return;
+  }
+  const [plain, mixed] = answer;
+  const before = new Map(plain.results.map((hit) => [hit.id, hit.rank]));
+  const kept = new Set(mixed.results.map((hit) => hit.id));
+  hitList($("identity-hits"), plain.results, {columns: state.columns, kept, chosen: new Set(["identity"])});
+  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, chosen: new Set(Object.keys(mixture))});
+  $("mixture-name").textContent = Object.entries(mixture).map(([name, w]) => `${name} ${w}`).join(" + ");
+  const warnings = [...new Set([...(plain.warnings || []), ...(mixed.warnings || [])])];
+  $("warnings").textContent = warnings.join("\n");
+  const moved = mixed.results.filter((hit) => before.get(hit.id) !== hit.rank).length;
+  $("status").textContent = `${mixed.results.length} hits · ${moved} ranked differently from identity · ` +
+                            `generation ${mixed.generation}`;
+}
+
+// ---------------------------------------------------------------- completion of stored document ids
+
+let completing = null;
+$("doc-id").addEventListener("input", () => {
+  clearTimeout(completing);
+  const prefix = $("doc-id").value.trim();
+  if (!prefix) return;
+  completing = setTimeout(async () => {
+    const answer = await guarded(() => get("/complete", {index: $("index").value, prefix, limit: 10}));
+    if (answer) {
+      $("id-options").replaceChildren(...answer.matches.map((m) => el("option", {value: m.id, label: m.name || m.id})));
+    }
+  }, 150);
+});
+
+// ---------------------------------------------------------------- score and relations panels
+
+$("score-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const panel = $("score-panel");
+  clearErrors(panel);
+  $("scores").replaceChildren(el("p", {class: "muted"}, "scoring…"));
+  const answer = await guarded(() => call("/score", {index: $("index").value, a: $("score-a").value,
+                                                      b: $("score-b").value}), panel);
+  $("scores").replaceChildren();
+  if (answer) {
+    const sorted = Object.entries(answer.scores).sort((x, y) => y[1] - x[1]);
+    $("scores").replaceChildren(bars(sorted));
+  }
+});
+
+// ---------------------------------------------------------------- start: indexes, then the index's relations and fields
+
+async function openIndex(state) {
+  $("status").textContent = "loading the index's relations and fields…";
+  const answer = await guarded(async () => {
+    const [rels, described] = await Promise.all([get("/relations", {index: state.index}),
+                                                 get("/fields", {index: state.index})]);
+    fields = described.fields;
+    const operators = rels.relations.filter((r) => !("labels" in r)); // re-ranking heads carry labels
+    relationRows(document.querySelector("#relation-table tbody"), rels.relations);
+    fillForm(state, operators);
+    $("status").textContent = "Type a text or pick a document, choose relations, then search.";
+    if (state.text.trim() || state.id) await search({push: false}); // a shared URL shows its results at once
+    return true;
+  });
+  if (!answer) $("status").textContent = "The index could not be opened: see the message above.";
+}
+
+async function start() {
+  const state = readState(location.search);
+  const health = await guarded(() => get("/health"));
+  if (!health) return;
+  const names = Object.keys(health.indexes);
+  $("index").replaceChildren(...names.map((n) => el("option", {value: n}, n)));
+  $("index").disabled = names.length < 2;
+  state.index = names.includes(state.index) ? state.index : names[0];
+  $("index").value = state.index;
+  $("index-info").textContent = `${health.indexes[state.index].documents} documents`;
+  await openIndex(state);
+}
+
+document.querySelectorAll('input[name="mode"]').forEach((radio) => radio.addEventListener("change", () => showMode(radio.value)));
+$("add-filter").addEventListener("click", () => $("filters").append(filterRow()));
+$("search-form").addEventListener("submit", (event) => { event.preventDefault(); search(); });
+$("index").addEventListener("change", () => openIndex({...readForm(), filters: [], index: $("index").value}));
+window.addEventListener("popstate", () => openIndex(readState(location.search)));
+start();

@@ -1,0 +1,187 @@
+"""The explorer page and /docs in a real headless Chromium (Debian's /usr/bin/chromium, driven by
+Playwright: no browser download) against a live `relsearch serve` on loopback behind an API key.
+
+Run with `make test-browser`. Screenshots go to $RELSEARCH_BROWSER_ARTIFACTS (default: the test's
+tmp folder). The page must show what `relsearch query` answers: the ids of both lists and the rank
+movements are compared with the CLI's JSON for the same query.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+pytestmark = [pytest.mark.browser,
+              pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="needs Debian's chromium (apt-get install chromium)")]
+playwright_api = pytest.importorskip("playwright.sync_api")
+
+KEY = "browser-test-key"
+DOC = "ADBE"  # in the test index (the first 120 demo companies)
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+RELSEARCH = [sys.executable, "-m", "relsearch.cli"]
+
+
+@pytest.fixture(scope="module")
+def served(small_index, tmp_path_factory):
+    """`relsearch serve` on a free loopback port, with an API key; yields (url, index dir)."""
+    key_file = tmp_path_factory.mktemp("key") / "key"
+    key_file.write_text(KEY + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.Popen([*RELSEARCH, "serve", "--index", str(small_index), "--port", "0", "--api-key-file",
+                             str(key_file), "--no-access-log"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+    line = proc.stdout.readline()
+    match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+    if match is None:
+        proc.kill()
+        pytest.fail(f"relsearch serve did not start: {line}{proc.stderr.read()}")
+    yield match[1], small_index
+    proc.terminate()
+    proc.wait(30)
+
+
+def cli(index: Path, *args: str) -> list[dict]:
+    out = subprocess.run([*RELSEARCH, "query", "--index", str(index), "--json", *args], capture_output=True, text=True,
+                         check=True, env={**os.environ, "HF_HUB_OFFLINE": "1"}).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def artifacts(tmp_path_factory) -> Path:
+    folder = Path(os.environ.get("RELSEARCH_BROWSER_ARTIFACTS") or tmp_path_factory.mktemp("screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+@pytest.fixture
+def browser_page(served, tmp_path):
+    """A fresh Chromium profile; every request and console error of the page is recorded."""
+    url = served[0]
+    with playwright_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
+                                                       headless=True, args=CHROMIUM_ARGS,
+                                                       viewport={"width": 1400, "height": 1800})
+        page = context.new_page()
+        page.requests, page.console_errors = [], []
+        page.on("request", lambda r: page.requests.append(r.url))
+        page.on("console", lambda m: page.console_errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: page.console_errors.append(str(e)))
+        yield page
+        context.close()
+    off_host = [u for u in page.requests if not u.startswith(url + "/") and not u.startswith("data:")]
+    assert not off_host, off_host  # nothing left 127.0.0.1
+    assert not any(KEY in u for u in page.requests)  # the key never went into a URL
+
+
+def listed(page, which: str) -> list[str]:
+    return page.eval_on_selector_all(f"#{which}-hits > li", "items => items.map(li => li.dataset.id)")
+
+
+def wait_until(page, condition, what: str, seconds: float = 30) -> None:
+    """Poll ``condition()`` from here: page.wait_for_function evaluates a string, which the page's CSP forbids."""
+    for _ in range(int(seconds * 10)):
+        if condition():
+            return
+        page.wait_for_timeout(100)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def movements(page) -> dict[str, str]:
+    return dict(page.eval_on_selector_all("#mixture-hits > li", "items => items.map(li => "
+                                          "[li.dataset.id, li.querySelector('.move').textContent])"))
+
+
+def expected_movements(identity: list[dict], mixture: list[dict]) -> dict[str, str]:
+    before = {h["id"]: h["rank"] for h in identity}
+    out = {}
+    for hit in mixture:
+        delta = before[hit["id"]] - hit["rank"] if hit["id"] in before else None
+        out[hit["id"]] = "new" if delta is None else "=" if delta == 0 else f"{'↑' if delta > 0 else '↓'}{abs(delta)}"
+    return out
+
+
+def test_docs_render_offline(served, browser_page, artifacts):
+    page = browser_page
+    page.goto(served[0] + "/docs")
+    page.wait_for_selector(".opblock-summary-path", timeout=30_000)
+    paths = page.eval_on_selector_all(".opblock-summary-path", "els => els.map(e => e.textContent.trim())")
+    assert {"/search", "/search/batch", "/relations", "/score", "/fields", "/complete", "/health"} <= set(paths)
+    page.screenshot(path=str(artifacts / "docs.png"), full_page=False)
+    assert not page.console_errors, page.console_errors
+
+
+def test_explorer_matches_the_cli(served, browser_page, artifacts):
+    url, index = served
+    page = browser_page
+    page.goto(f"{url}/?id={DOC}&relation=similar-company:1&k=10&cols=name,gics_sector")
+    page.wait_for_selector("#key-form:not([hidden])")  # the key is required: the page asks for it
+    page.fill("#key", KEY)
+    page.click("#key-form button")
+    page.wait_for_selector("#mixture-hits > li")  # the URL's state is searched without a click
+    assert page.evaluate("sessionStorage.getItem('relsearch.api-key')") == KEY and KEY not in page.url
+    identity, mixture = cli(index, "--id", DOC), cli(index, "--id", DOC, "-r", "similar-company")
+    assert listed(page, "identity") == [h["id"] for h in identity]
+    assert listed(page, "mixture") == [h["id"] for h in mixture]
+    assert movements(page) == expected_movements(identity, mixture)
+    page.screenshot(path=str(artifacts / "explorer-similar-company.png"), full_page=True)
+    # unauthenticated console noise was the 401s before the key; nothing else may fail
+    assert all("401" in e for e in page.console_errors), page.console_errors
+    page.console_errors.clear()
+
+    # sliders: similar-company 0.7 + identity 0.3 ranks as `-r similar-company=0.7 -r identity=0.3`
+    first = listed(page, "mixture")
+    for name, weight in (("identity", "0.3"), ("similar-company", "0.7")):
+        page.eval_on_selector(f'[data-relation="{name}"]', "(el, w) => { el.value = w; "
+                              "el.dispatchEvent(new Event('change')); }", weight)
+    mixed = cli(index, "--id", DOC, "-r", "similar-company=0.7", "-r", "identity=0.3")
+    wait_until(page, lambda: "0.7" in page.text_content("#mixture-name") and listed(page, "mixture") == [
+        h["id"] for h in mixed], "the page to show the CLI's answer for the mixture")
+    assert "relation=similar-company%3A0.7" in page.url and "relation=identity%3A0.3" in page.url
+    assert listed(page, "mixture") != first or [h["id"] for h in mixed] == first
+
+    # a filter narrows the results, as --filter does
+    page.click("#add-filter")
+    page.select_option(".filter .field", "gics_sector")
+    page.select_option(".filter .op", "=")
+    page.fill(".filter .value", "Information Technology")
+    page.click("#search")
+    narrowed = cli(index, "--id", DOC, "-r", "similar-company=0.7", "-r", "identity=0.3",
+                   "--filter", "gics_sector=Information Technology")
+    wait_until(page, lambda: listed(page, "mixture") == [h["id"] for h in narrowed], "the filtered answer")
+    sectors = [h["metadata"].get("gics_sector") for h in mixed]
+    assert set(sectors) != {"Information Technology"} and [h["id"] for h in narrowed] != [h["id"] for h in mixed]
+    assert all(h["metadata"]["gics_sector"] == "Information Technology" for h in narrowed)
+    page.screenshot(path=str(artifacts / "explorer-filtered.png"), full_page=True)
+
+    # an error from the API appears next to its field
+    page.fill("#k", "100000")
+    page.click("#search")
+    page.wait_for_selector('.error[data-for="k"]:not(:empty)')
+    assert not page.console_errors or all("422" in e for e in page.console_errors), page.console_errors
+
+
+def test_text_search_and_score_panel(served, browser_page, artifacts):
+    url = served[0]
+    page = browser_page
+    page.goto(url + "/ui/assets/style.css")  # this origin, without the page's requests
+    page.evaluate("key => sessionStorage.setItem('relsearch.api-key', key)", KEY)
+    page.goto(f"{url}/?text=cloud+software+for+enterprises&k=5")
+    page.wait_for_selector("#identity-hits > li")
+    assert len(listed(page, "identity")) == 5
+    page.fill("#score-a", "Apple makes phones.")
+    page.fill("#score-b", "Samsung makes phones.")
+    page.click("#score-form button")
+    page.wait_for_selector("#scores .bar")
+    labels = page.eval_on_selector_all("#scores .bar .label", "els => els.map(e => e.textContent)")
+    assert {"identity", "similar-company"} <= set(labels)
+    assert page.eval_on_selector_all("#relation-table tbody tr", "rows => rows.length") >= 2
+    page.screenshot(path=str(artifacts / "explorer-score.png"), full_page=True)
+    assert not page.console_errors, page.console_errors

@@ -1,0 +1,144 @@
+"""The explorer page, its assets and /docs are served by `relsearch serve` itself (no CDN, no key in
+a URL); /fields and /complete are authenticated and bounded. The page in a real browser: test_browser.py."""
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from email.message import Message
+
+import pytest
+from test_serve import _start
+
+from relsearch import explorer
+from relsearch.api import Index
+from relsearch.serve import create_app
+
+KEY = "explorer-test-key"
+ASSETS = sorted(p.name for p in explorer.UI_DIR.iterdir() if p.suffix in (".html", ".js", ".css"))
+
+
+@pytest.fixture(scope="module")
+def index(small_index) -> Index:
+    return Index(small_index)
+
+
+@pytest.fixture(scope="module")
+def keyed(index):
+    url, server = _start(create_app({"companies": index}, api_key=KEY, access_log=False))
+    yield url
+    server.should_exit = True
+
+
+def _get(url: str, key: str | None = KEY) -> tuple[int, Message, bytes]:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.headers, response.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def _local_references(html: str) -> list[str]:
+    return re.findall(r'(?:src|href)="([^"]*)"', html)
+
+
+def test_page_and_assets_are_served_without_a_key(keyed):
+    for path in ("/", "/ui"):
+        status, headers, body = _get(keyed + path, key=None)
+        assert status == 200 and headers["content-type"].startswith("text/html")
+        assert headers["Content-Security-Policy"].startswith("default-src 'self'")
+        assert b'<script type="module" src="/ui/assets/app.js">' in body
+    assert {"index.html", "app.js", "api.js", "query.js", "view.js", "style.css"} <= set(ASSETS)
+    for name in ASSETS:
+        status, headers, body = _get(f"{keyed}/ui/assets/{name}", key=None)
+        assert status == 200, name
+        kind = {".js": "javascript", ".css": "text/css", ".html": "text/html"}[name[name.rindex("."):]]
+        assert kind in headers["content-type"], name
+
+
+def test_no_served_asset_names_another_host(keyed):
+    for name in ASSETS:
+        text = (explorer.UI_DIR / name).read_text()
+        assert not re.search(r"https?:|//[a-z0-9]", text, re.I), name  # no URL to another origin, in any form
+        assert "@import" not in text and "url(" not in text, name
+    page = _get(keyed + "/", key=None)[2].decode()
+    assert all(ref.startswith("/") or ref.startswith("data:") for ref in _local_references(page))
+    for module in ("app.js", "api.js", "view.js"):  # modules import each other by relative path only
+        imports = re.findall(r'from "([^"]+)"', (explorer.UI_DIR / module).read_text())
+        assert all(i.startswith("./") for i in imports), imports
+
+
+def test_docs_load_swagger_ui_from_this_server(keyed):
+    status, _, body = _get(keyed + "/docs", key=None)
+    assert status == 200
+    html = body.decode()
+    refs = _local_references(html)
+    assert refs and all(ref.startswith("/docs/assets/") for ref in refs), refs
+    assert "cdn" not in html.lower() and "validatorUrl\": null" in html
+    for ref in refs:
+        status, _, asset = _get(keyed + ref, key=None)
+        assert status == 200 and len(asset) > 1000, ref
+    assert _get(keyed + "/docs/oauth2-redirect", key=None)[0] == 200
+    paths = json.loads(_get(keyed + "/openapi.json", key=None)[2])["paths"]
+    assert {"/search", "/fields", "/complete"} <= set(paths) and "/" not in paths and "/docs" not in paths
+
+
+def test_the_key_stays_out_of_urls():
+    api = (explorer.UI_DIR / "api.js").read_text()
+    assert "sessionStorage" in api and "localStorage" not in api and "headers.Authorization = `Bearer ${key}`" in api
+    for name in ASSETS:  # only api.js reads the stored key, and only into a header
+        text = (explorer.UI_DIR / name).read_text()
+        assert name == "api.js" or "sessionStorage" not in text, name
+        assert "localStorage" not in text and "document.cookie" not in text, name
+
+
+@pytest.mark.parametrize("path", ["/fields", "/complete?prefix=A", "/relations"])
+def test_data_endpoints_need_the_key(keyed, path):
+    for key in (None, "wrong-key"):
+        status, _, body = _get(keyed + path, key=key)
+        assert status == 401 and json.loads(body)["error"]["field"] == "authorization"
+    assert _get(keyed + path)[0] == 200
+
+
+def test_fields_list_types_and_few_values(keyed):
+    answer = json.loads(_get(keyed + "/fields")[2])
+    by_name = {f["name"]: f for f in answer["fields"]}
+    assert answer["index"] == "companies" and not answer["truncated"]
+    assert {"name", "gics_sector", "founded"} <= set(by_name)
+    assert "text" in by_name["gics_sector"]["types"] and "Financials" in by_name["gics_sector"]["values"]
+    assert "values" not in by_name["name"]  # 120 distinct names: more than MAX_VALUES, none listed
+    assert by_name["name"]["types"] == ["text"]
+
+
+def test_complete_by_id_and_name(keyed):
+    matches = json.loads(_get(keyed + "/complete?prefix=ad")[2])["matches"]  # an id prefix, any case
+    assert {"ADBE", "ADSK", "ADS", "ADM", "ADI", "ADP"} <= {m["id"] for m in matches}
+    matches = json.loads(_get(keyed + "/complete?prefix=adobe")[2])["matches"]  # a name prefix, any case
+    assert [m["id"] for m in matches] == ["ADBE"] and matches[0]["name"].startswith("Adobe")
+    assert json.loads(_get(keyed + "/complete?prefix=zzzz")[2])["matches"] == []
+
+
+@pytest.mark.parametrize("query, field", [("", "prefix"), ("?prefix=", "prefix"), ("?prefix=" + "A" * 201, "prefix"),
+                                          ("?prefix=A&limit=51", "limit"), ("?prefix=A&limit=0", "limit"),
+                                          ("?prefix=A&index=nope", "index")])
+def test_complete_is_bounded(keyed, query, field):
+    status, _, body = _get(keyed + "/complete" + query)
+    assert status in (404, 422) and json.loads(body)["error"]["field"] == field
+
+
+def test_complete_answers_at_most_limit(keyed):
+    assert len(json.loads(_get(keyed + "/complete?prefix=A&limit=3")[2])["matches"]) == 3
+    assert len(json.loads(_get(keyed + f"/complete?prefix=A&limit={explorer.MAX_COMPLETIONS}")[2])["matches"]) <= 50
+
+
+def test_relations_carry_a_stored_recipe(small_index):
+    index = Index(small_index)  # a private one: its bundle's operator is changed here
+    operator = index.searcher().bundle.operators["similar-company"]
+    operator.info["recipe"] = {"mixture": {"similar-company": 1.0}, "bm25": 0.2}
+    operator.info["whole_corpus"] = {"test": {"recipe": 0.61, "identity": 0.48, "bm25": 0.4}}
+    rows = {r["name"]: r for r in index.relations()}
+    assert rows["similar-company"]["recipe"]["bm25"] == 0.2
+    assert rows["similar-company"]["whole_corpus"]["test"]["recipe"] == 0.61
+    assert "recipe" not in rows["identity"]
