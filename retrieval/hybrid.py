@@ -84,8 +84,16 @@ def weighted_matrix(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIG
     row's top ``depth`` of each matrix (BM25: scores above 0 only), min-max normalised over
     themselves, ``weight`` · dense + (1 − ``weight``) · lexical, 0 outside a list; ``exclude`` as
     in :func:`rrf_matrix`."""
+    return weighted_pool(dense, lexical, weight, depth, exclude)[0]
+
+
+def weighted_pool(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIGHT, depth: int = HYBRID_DEPTH,
+                  exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(:func:`weighted_matrix`, pool): the pool (n, m) bool marks the candidates of either top
+    ``depth`` list, which retrieval/recipe.py's bonuses re-order."""
     check("weighted", weight)
     out = np.zeros(dense.shape, np.float64)
+    pool = np.zeros(dense.shape, bool)
     for scores, must_match, share in ((dense, False, weight), (lexical, True, 1.0 - weight)):
         rows, order, valid, top = _top(scores, depth, must_match, exclude)
         lo = np.where(valid, top, np.inf).min(axis=1, keepdims=True)
@@ -93,25 +101,22 @@ def weighted_matrix(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIG
         with np.errstate(invalid="ignore", over="ignore"):  # rows without candidates: masked below
             normalised = np.where(span > 0, (top - lo) / np.where(span > 0, span, 1.0), 1.0)
         out[rows, order] += share * np.where(valid, normalised, 0.0)
-    return out.astype(np.float32)
-
-
-def top_mask(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None) -> np.ndarray:
-    """(n, m) bool: the candidates among each row's top ``depth`` (as :func:`weighted_matrix` takes
-    them): the pool that fusion and retrieval/recipe.py's bonuses re-order."""
-    rows, order, valid, _ = _top(scores, depth, must_match, exclude)
-    mask = np.zeros(scores.shape, bool)
-    mask[rows, order] = valid
-    return mask
+        pool[rows, order] |= valid
+    return out.astype(np.float32), pool
 
 
 def _top(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None):
     """(rows, order, valid, top scores) of each row's ``depth`` best candidates, best first; valid
-    drops the excluded ones and, with ``must_match``, scores of 0 (no BM25 term matched)."""
+    drops the excluded ones and, with ``must_match``, scores of 0 (no BM25 term matched). Ties at
+    the depth cut may keep either candidate; within the top, ties go to the smaller column."""
     if exclude is not None:
         scores = np.where(exclude, -np.inf, scores)
     rows = np.arange(len(scores))[:, None]
-    order = np.argsort(-scores, axis=1, kind="stable")[:, :depth]
+    if depth < scores.shape[1]:  # a partition, then a sort of the top only: tables of 10⁴ × 10⁴ stay cheap
+        part = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
+        order = part[rows, np.lexsort((part, -scores[rows, part]), axis=1)]
+    else:
+        order = np.argsort(-scores, axis=1, kind="stable")
     top = scores[rows, order].astype(np.float64)
     return rows, order, top > 0 if must_match else top > -np.inf, top
 

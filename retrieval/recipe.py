@@ -101,9 +101,8 @@ def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarr
     "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate."""
     mixed = sum(w * dense[name] for name, w in recipe.mixture.items())
     lex = lexical if recipe.bm25 else np.zeros_like(mixed)
-    fused = hybrid.weighted_matrix(mixed, lex, 1.0 - recipe.bm25, depth=recipe.depth, exclude=exclude)
+    fused, pool = hybrid.weighted_pool(mixed, lex, 1.0 - recipe.bm25, depth=recipe.depth, exclude=exclude)
     bonus = sum((w * same[f] for f, w in recipe.same.items() if w), np.zeros_like(fused))
-    pool = hybrid.top_mask(mixed, recipe.depth, False, exclude) | hybrid.top_mask(lex, recipe.depth, True, exclude)
     return np.where(pool, fused + bonus, -1.0).astype(np.float32)
 
 
