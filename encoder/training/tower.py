@@ -224,7 +224,7 @@ class _Run:
         import torch
         from peft import LoraConfig, get_peft_model
 
-        from .finetune import TrainableEncoder
+        from .finetune import TrainableEncoder, adamw
 
         self.config, self.text_list, self.data, self.table = config, text_list, data, table
         self.budget = budget or Budget(config.time_budget)
@@ -237,8 +237,7 @@ class _Run:
         self.encoder.model = get_peft_model(self.encoder.model, self.lora)
         self.lora_params = _lora_state(self.encoder.model)
         self.log_inv_t = torch.tensor(math.log(1 / config.temperature), device=self.device, requires_grad=True)
-        self.opt = torch.optim.AdamW([*self.lora_params.values(), self.log_inv_t], lr=config.learning_rate,
-                                     weight_decay=0.0)
+        self.opt = adamw([*self.lora_params.values(), self.log_inv_t], lr=config.learning_rate, weight_decay=0.0)
         self.table_t = torch.from_numpy(table).to(self.device)
         rng = np.random.default_rng(config.seed)
         self.epochs = [even_batches(len(data["train"]), config.batch_size, np.random.default_rng([config.seed, e]))
