@@ -14,7 +14,8 @@ Relations and their preparation (splits are always the datasets' own):
 
 - ``duplicate-question``  meta_se_dupq/triples, both directions.
 - ``qa-entailment``       trecqa/triples; hard negative = a non-answer candidate (label 0) of the
-                          same question from trecqa/pairs, spread round-robin over its answers.
+                          same question from trecqa/pairs, spread round-robin over its answers;
+                          every training candidate sentence joins its softmax (``candidates``).
 - ``paraphrase``          msrp/triples, both directions.
 - ``same-caption``        flickr8k_captions/triples, both directions, group = image (all 6,000
                           training images unless ``--flickr-train-images`` asks for fewer).
@@ -322,14 +323,26 @@ def main(argv: list[str] | None = None) -> int:
                          max_candidates=args.max_candidates, threads=args.threads, cache_dir=args.cache_dir)
     encoder = Encoder(EncoderConfig())
     kept = load_bundle(args.reuse) if args.reuse else None
-    if trained:
+    bundle = None
+    # qa-entailment's softmax also contrasts against every training candidate sentence (answers and
+    # non-answers): it is judged against all of a split's sentences, as an index of them holds
+    for group, extra in (({r: t for r, t in trained.items() if r != "qa-entailment"}, None),
+                         ({r: t for r, t in trained.items() if r == "qa-entailment"},
+                          _answer_candidates(data, "train"))):
+        if not group:
+            continue
         with tempfile.TemporaryDirectory(prefix="relsearch-pack-") as tmp:
-            files = _write(trained, Path(tmp))
-            bundle = train_adapter(files["train"], dev_files=files["dev"], test_files=files["test"], config=config,
-                                   encoder=encoder, descriptions={r: SOURCES[r]["description"] for r in trained})
-    elif kept is not None:
+            files = _write(group, Path(tmp))
+            part = train_adapter(files["train"], dev_files=files["dev"], test_files=files["test"], config=config,
+                                 encoder=encoder, descriptions={r: SOURCES[r]["description"] for r in group},
+                                 candidates=extra)
+        if bundle is None:
+            bundle = part
+        else:
+            bundle.operators.update({n: op for n, op in part.operators.items() if n != "identity"})
+    if bundle is None and kept is not None:
         bundle = Bundle(encoder=dict(kept.encoder), info=dict(kept.info))
-    else:
+    elif bundle is None:
         ap.error("nothing to train: --relation names no text relation and there is no --reuse pack")
     if kept is not None:
         for name, op in kept.operators.items():
