@@ -214,9 +214,9 @@ def run_txtai_http(job: ServeBenchJob, queries: list[str]) -> list[dict]:
     except ImportError as e:
         raise RuntimeError("txtai is not installed (pip install \"txtai[api]\")") from e
     from ..encoder.model import resolve_model_path
-    from ..indexer.store import read_manifest
+    from ..indexer.store import current_generation, read_manifest
 
-    model = resolve_model_path(read_manifest(os.path.realpath(job.index)).encoder["model"])
+    model = resolve_model_path(read_manifest(current_generation(job.index)).encoder["model"])
     with tempfile.TemporaryDirectory(prefix="relsearch-txtai-") as tmp:
         config = os.path.join(tmp, "config.yml")
         with open(config, "w") as f:  # JSON is YAML

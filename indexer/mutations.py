@@ -95,7 +95,7 @@ def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[Manifest, Mut
         reports.append(report)
         return manifest
 
-    with store.writer_lock(target):
+    with store.writer_lock(target, create=False):
         src = store.open_index(target)
         try:
             if unchanged is not None and (report := unchanged(src)) is not None:

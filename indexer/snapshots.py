@@ -89,8 +89,8 @@ def set_keep(target: str | os.PathLike, keep: int) -> None:
     """Retain ``keep`` generations from now on (older ones are removed at once)."""
     if not 1 <= keep <= store.MAX_HISTORY:
         raise SnapshotError(f"keep must be between 1 (the published generation only) and {store.MAX_HISTORY}")
-    with store.writer_lock(target):
-        if not Path(target).is_symlink():
+    with store.writer_lock(target, create=False):
+        if not store.is_published(target):
             raise FileNotFoundError(f"no index at {target}")
         history = store.read_history(target)
         store.write_history(target, {**history, "keep": keep})
@@ -100,7 +100,7 @@ def set_keep(target: str | os.PathLike, keep: int) -> None:
 def rollback(target: str | os.PathLike, to: str | None = None) -> tuple[str, Manifest]:
     """Publish retained generation ``to`` again (default: the one published before the current
     one); returns (its name, its manifest). Its files are verified first."""
-    with store.writer_lock(target):
+    with store.writer_lock(target, create=False):
         gens = store.retained(target)
         if not gens:
             raise FileNotFoundError(f"no index at {target}")

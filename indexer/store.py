@@ -1,6 +1,16 @@
 """An index on disk, written aside and published atomically.
 
-``DIR`` is a symlink to one generation folder ``.DIR.generations/<gen>``, which holds::
+``DIR`` is one folder, so ``cp -r``, ``tar``, ``rsync`` and ``mv`` of it make a working index::
+
+    DIR/current          the published generation's name (one line), replaced atomically
+    DIR/generations/     the generation folders: the published one, retained snapshots, and the
+                         shards of an interrupted build (``build-<key>``)
+    DIR/history.json     the publish history (retention, rollback)
+    DIR/lock             the writer lock
+
+Indexes written before this layout (``DIR`` a symlink to ``.DIR.generations/<gen>``, with
+``.DIR.history.json`` and ``.DIR.lock`` beside it) open as they are and are migrated to it by their
+next writer (:func:`writer_lock`). A generation folder ``DIR/generations/<gen>`` holds::
 
     manifest.json   encoder identity, bundle, counts, FAISS spec, fields, input fingerprint
     index.faiss     inner-product FAISS index of unit vectors t̂
@@ -13,8 +23,8 @@
     rejected.jsonl  input lines of the last run that were not indexed, with line number and reason
 
 A build or a mutation (indexer/mutations.py) writes a new generation, writes its manifest last
-(with the size and sha256 of every file, indexer/integrity.py), fsyncs it, and then swaps the
-symlink with ``os.replace`` (atomic on POSIX): readers see the old index or the new one, never a
+(with the size and sha256 of every file, indexer/integrity.py), fsyncs it, and then replaces the
+``current`` pointer with ``os.replace`` (atomic on POSIX): readers see the old index or the new one, never a
 half-written one, and a killed writer leaves the previous index untouched. Opening verifies the
 files against the manifest, so a damaged file is a clear error naming it; every file it opens is a
 regular file of the generation listed in the manifest, never a symlink. Writers of one index take
@@ -26,6 +36,7 @@ after a later publish removes that generation's folder.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import datetime as _dt
 import errno
 import fcntl
@@ -35,6 +46,7 @@ import shutil
 import sqlite3
 import stat
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,14 +74,75 @@ DELETED_FILE = "deleted.npy"
 ES_REJECTED_FILE = "rejected-es.jsonl"
 
 
-def generations_dir(target: Path) -> Path:
-    return target.parent / f".{target.name}.generations"
+CURRENT = "current"  # DIR/current: the published generation's name
+GENERATIONS = "generations"
+HISTORY = "history.json"
+LOCK = "lock"
+MAX_POINTER_BYTES = 4096
+
+
+def legacy(target: str | os.PathLike) -> bool:
+    """True for an index of the layout before one-folder indexes: ``DIR`` a symlink to
+    ``.DIR.generations/<gen>`` (migrated by its next writer)."""
+    return Path(target).is_symlink()
+
+
+def _legacy_path(target: Path, suffix: str) -> Path:
+    return target.parent / f".{target.name}.{suffix}"
+
+
+def generations_dir(target: str | os.PathLike) -> Path:
+    target = Path(target).absolute()
+    return _legacy_path(target, "generations") if legacy(target) else target / GENERATIONS
+
+
+def current_generation(target: str | os.PathLike) -> Path | None:
+    """The generation folder ``target`` publishes now, None when it publishes none (no index, or a
+    first build that never finished). ``target`` is an index folder (``DIR/current`` names the
+    generation), an index of the old layout (a symlink to it), or a generation folder itself."""
+    target = Path(target).absolute()
+    if legacy(target):
+        return Path(os.path.realpath(target))
+    try:
+        fd = integrity.open_regular(target / CURRENT)
+    except FileNotFoundError:
+        return target if os.path.lexists(target / MANIFEST) else None
+    except NotADirectoryError:
+        return None
+    with os.fdopen(fd, "rb") as f:
+        raw = f.read(MAX_POINTER_BYTES)
+    try:
+        name = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        name = ""
+    if not safe_generation_name(name):
+        raise IndexCorruptError(f"{target / CURRENT} does not name a generation of the index; the index is damaged")
+    return target / GENERATIONS / name
+
+
+def is_published(target: str | os.PathLike) -> bool:
+    """``target`` publishes a generation (an index exists there)."""
+    try:
+        return current_generation(target) is not None
+    except (OSError, IndexCorruptError):
+        return True  # damaged, but an index: never build over it as if it were absent
+
+
+def _ours(target: Path) -> bool:
+    """``target`` is absent, an index (either layout) or an index folder a writer started (its lock,
+    its generations), or an empty folder: a writer may use it."""
+    if legacy(target) or not os.path.lexists(target):
+        return True
+    if not target.is_dir():
+        return False
+    names = set(os.listdir(target))
+    return not names or bool(names & {CURRENT, GENERATIONS, LOCK})  # rejected.jsonl alone: not ours
 
 
 def new_generation(target: str | os.PathLike) -> Path:
-    """Create an empty generation folder beside ``target`` (not yet visible to readers)."""
+    """Create an empty generation folder in ``target`` (not yet visible to readers)."""
     target = Path(target).absolute()
-    if target.exists() and not target.is_symlink():
+    if legacy(target) or not _ours(target):
         raise FileExistsError(f"{target} exists and is not a relsearch index; choose another --index")
     gens = generations_dir(target)
     gens.mkdir(parents=True, exist_ok=True)
@@ -80,30 +153,52 @@ def new_generation(target: str | os.PathLike) -> Path:
 
 
 def publish(target: str | os.PathLike, gen: Path, *, remove_builds: bool = True) -> None:
-    """Atomically point ``target`` at ``gen``, record it in the index's publish history, then
-    remove generations that are neither retained (:func:`retained`) nor being opened.
+    """Atomically point ``target`` at ``gen`` (a rename of ``DIR/current``), record it in the
+    index's publish history, then remove generations that are neither retained (:func:`retained`)
+    nor being opened. The caller holds :func:`writer_lock` (so the index has the one-folder layout).
 
     Shards of interrupted builds (``build-*``) go too: a build can be resumed until a build or
     append of other input to the same index starts (:func:`remove_stale_builds`) or succeeds.
     A rollback (``remove_builds=False``) is neither, so it leaves them.
     """
     target = Path(target).absolute()
-    if target.is_symlink():  # published before; a writer killed after its swap may not have recorded it
-        _record_published(target, Path(os.path.realpath(target)).name)
-    tmp_link = target.parent / f".{target.name}.link-{uuid.uuid4().hex[:8]}"
-    os.symlink(os.path.relpath(gen, target.parent), tmp_link)
+    if gen.parent != generations_dir(target) or legacy(target):
+        raise ValueError(f"{gen} is not a generation folder of {target}")
+    published = current_generation(target) if os.path.lexists(target / CURRENT) else None
+    if published is not None:  # a writer killed after its swap may not have recorded it
+        _record_published(target, published.name)
+    tmp = target / f".{CURRENT}-{uuid.uuid4().hex[:8]}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(gen.name + "\n")
+        f.flush()
+        os.fsync(f.fileno())
     faults.point("publish.link-created")
-    os.replace(tmp_link, target)
-    _fsync_dir(target.parent)  # the swap itself survives a power cut once this returns
+    os.replace(tmp, target / CURRENT)
+    _fsync_dir(target)  # the swap itself survives a power cut once this returns
     faults.point("publish.swapped")
+    _show_rejected(target, gen)
     _record_published(target, gen.name)
     remove_stale_generations(target, keep=gen, builds=remove_builds)
 
 
+def _show_rejected(target: Path, gen: Path) -> None:
+    """``DIR/rejected.jsonl``: a copy of the published generation's rejection log where users look
+    for it (replaced atomically; nothing reads it back, and editing it harms no generation)."""
+    source = gen / REJECTED_FILE
+    try:
+        if not source.is_file():
+            (target / REJECTED_FILE).unlink(missing_ok=True)
+            return
+        with replaced_atomically(target / REJECTED_FILE) as tmp:
+            shutil.copyfile(source, tmp)
+    except OSError:  # a convenience: never fails a publish that already happened
+        pass
+
+
 # ---------------------------------------------------------------- snapshots: the publish history
 #
-# ``.NAME.history.json`` beside the index: {"keep": N, "published": [generation names, oldest
-# first]}. Only publish() (under the writer lock, after or before a swap it made) adds names, so
+# ``DIR/history.json`` (``.NAME.history.json`` beside an index of the old layout): {"keep": N,
+# "published": [generation names, oldest first]}. Only publish() (under the writer lock, after or before a swap it made) adds names, so
 # every name in it was the published index once: a generation a killed writer completed but never
 # published is never listed, and is removed as debris. The newest ``keep`` listed generations that
 # still exist (the published one always among them) are retained: ``relsearch snapshots`` lists
@@ -115,7 +210,7 @@ MAX_HISTORY = 100
 
 def history_path(target: str | os.PathLike) -> Path:
     target = Path(target).absolute()
-    return target.parent / f".{target.name}.history.json"
+    return _legacy_path(target, "history.json") if legacy(target) else target / HISTORY
 
 
 def read_history(target: str | os.PathLike) -> dict:
@@ -148,7 +243,11 @@ def retained(target: str | os.PathLike) -> list[Path]:
     others that still exist, ``keep`` in all."""
     target = Path(target).absolute()
     gens, history = generations_dir(target), read_history(target)
-    out = [Path(os.path.realpath(target))] if target.is_symlink() else []
+    try:
+        published = current_generation(target)
+    except (OSError, IndexCorruptError):
+        published = None
+    out = [published] if published is not None and published.parent == gens else []
     for name in reversed(history["published"]):
         if len(out) >= history["keep"]:
             break
@@ -194,10 +293,10 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None, builds: 
     """
     gens = generations_dir(target)
     kept = set(retained(target)) | {keep}
-    # temporary links of publishes killed before their swap
-    for link in target.parent.glob(f".{target.name}.link-*"):
-        if link.is_symlink():
-            link.unlink(missing_ok=True)
+    # temporary pointers of publishes killed before their swap
+    for tmp in target.glob(f".{CURRENT}-*"):
+        if tmp.is_file() and not tmp.is_symlink():
+            tmp.unlink(missing_ok=True)
     if builds:
         remove_stale_builds(target)
     for gen in gens.glob("*") if gens.is_dir() else []:
@@ -205,6 +304,19 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None, builds: 
             continue
         if not _being_opened(gen):  # else a reader is opening it: the next write removes it
             shutil.rmtree(gen, ignore_errors=True)
+
+
+def remove_if_empty(target: str | os.PathLike) -> None:
+    """Remove the index folder ``target`` if it holds nothing but an empty ``generations`` folder
+    (what a first build that failed on its input leaves)."""
+    target = Path(target).absolute()
+    if legacy(target):
+        return
+    for path in (target / GENERATIONS, target):
+        try:
+            os.rmdir(path)
+        except OSError:  # not empty, or gone
+            pass
 
 
 def remove_stale_builds(target: str | os.PathLike, *, keep: Path | None = None) -> None:
@@ -232,17 +344,24 @@ _held = threading.local()  # the targets whose writer lock this thread holds
 
 
 @contextlib.contextmanager
-def writer_lock(target: str | os.PathLike):
-    """Exclusive lock for writers of ``target`` (blocks until the other writer publishes);
-    the lock file ``.NAME.lock`` sits beside the index. Re-entrant within a thread: the index
-    job decides under the lock whether to build or append, and the append takes it again."""
+def writer_lock(target: str | os.PathLike, *, create: bool = True):
+    """Exclusive lock for writers of ``target`` (blocks until the other writer publishes); the lock
+    file is ``DIR/lock``. An index of the old layout is migrated first (:func:`migrate`). ``create``:
+    make the index folder when it is absent (a first build); else FileNotFoundError. Re-entrant
+    within a thread: the index job decides under the lock whether to build or append, and the
+    append takes it again."""
     target = Path(target).absolute()
     held = _held.__dict__.setdefault("targets", set())
     if target in held:
         yield
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with os.fdopen(_open_lock_file(target.parent / f".{target.name}.lock"), "a") as f:
+    migrate(target)
+    if not _ours(target):
+        raise FileExistsError(f"{target} exists and is not a relsearch index; choose another --index")
+    if not create and not target.is_dir():
+        raise FileNotFoundError(f"no index at {target}; build one with `relsearch index CORPUS.jsonl --index {target}`")
+    target.mkdir(parents=True, exist_ok=True)
+    with os.fdopen(_open_lock_file(target / LOCK), "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         held.add(target)
         try:
@@ -253,9 +372,89 @@ def writer_lock(target: str | os.PathLike):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def migrate(target: str | os.PathLike) -> bool:
+    """Move an index of the old layout (``DIR`` a symlink to ``.DIR.generations/<gen>``, with
+    ``.DIR.history.json`` and ``.DIR.lock`` beside it) into one folder: every generation and build
+    folder is hard-linked (copied across file systems) into a new folder with its ``current``
+    pointer and history, which then takes the symlink's place in one atomic exchange
+    (``renameat2(RENAME_EXCHANGE)``; where that is missing, the link is removed and the folder renamed
+    in its place, and a writer killed between the two finishes the move next time). The old
+    folders go last. Under the old lock, so old writers and other migrators wait; readers that
+    opened a generation keep their open files, and an open racing the exchange retries.
+    Returns True when it migrated (or finished a killed migration)."""
+    target = Path(target).absolute()
+    old_lock = _legacy_path(target, "lock")
+    if not legacy(target) and not (not os.path.lexists(target) and any(_migrations(target))):
+        return False
+    with os.fdopen(_open_lock_file(old_lock), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        done = False
+        if legacy(target):
+            for stale in _migrations(target):  # a migration killed before its exchange
+                shutil.rmtree(stale, ignore_errors=True)
+            published = Path(os.path.realpath(target))
+            name = published.name
+            tmp = _legacy_path(target, f"migrating-{uuid.uuid4().hex[:8]}")
+            (tmp / GENERATIONS).mkdir(parents=True)
+            old_gens = _legacy_path(target, "generations")
+            for entry in sorted(old_gens.iterdir()) if old_gens.is_dir() else []:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.copytree(entry, tmp / GENERATIONS / entry.name, symlinks=True, copy_function=link_or_copy)
+            if published.parent != old_gens.resolve() and published.is_dir():  # a link to a folder elsewhere
+                if not safe_generation_name(name) or (tmp / GENERATIONS / name).exists():
+                    name = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+                shutil.copytree(published, tmp / GENERATIONS / name, symlinks=True, copy_function=link_or_copy)
+            history = read_history(target)
+            (tmp / HISTORY).write_text(json.dumps(history) + "\n", encoding="utf-8")
+            (tmp / CURRENT).write_text(name + "\n", encoding="utf-8")
+            fsync_generation(tmp)
+            if _exchange(tmp, target):
+                os.unlink(tmp)  # the old symlink, now under the temporary name
+            else:
+                os.unlink(target)
+                faults.point("migrate.link-removed")
+                os.rename(tmp, target)
+            done = True
+            _show_rejected(target, target / GENERATIONS / name)
+        elif not os.path.lexists(target):  # killed between removing the link and renaming the folder
+            for tmp in _migrations(target):
+                if (tmp / CURRENT).is_file() and not os.path.lexists(target):
+                    os.rename(tmp, target)
+                    done = True
+        _fsync_dir(target.parent)
+        if os.path.lexists(target) and not legacy(target):
+            for stale in _migrations(target):
+                if stale.is_symlink() or stale.is_file():
+                    stale.unlink(missing_ok=True)
+                else:
+                    shutil.rmtree(stale, ignore_errors=True)
+            shutil.rmtree(_legacy_path(target, "generations"), ignore_errors=True)
+            _legacy_path(target, "history.json").unlink(missing_ok=True)
+            for link in target.parent.glob(f".{target.name}.link-*"):  # temporary links of the old publish
+                if link.is_symlink():
+                    link.unlink(missing_ok=True)
+            old_lock.unlink(missing_ok=True)  # a writer waiting on it sees the new layout and takes DIR/lock
+        return done
+
+
+def _migrations(target: Path) -> list[Path]:
+    return list(target.parent.glob(f".{target.name}.migrating-*"))
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` atomically (Linux ``renameat2`` with ``RENAME_EXCHANGE``);
+    False where the system cannot."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+
+
 def _open_lock_file(path: Path) -> int:
     """The writer lock file, opened (created if need be) without following a symlink: a link planted
-    as ``.NAME.lock`` would make every writer create or lock a file outside the index."""
+    as ``DIR/lock`` would make every writer create or lock a file outside the index."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as e:
@@ -486,26 +685,42 @@ class IndexFiles:
 
 
 def open_index(path: str | os.PathLike) -> IndexFiles:
-    """Open the generation ``path`` points to now, after checking its files against the manifest;
-    later swaps do not affect this reader."""
+    """Open the generation ``path`` publishes now (``path/current``; or the generation an index of
+    the old layout links to; or ``path`` itself when it is a generation folder), after checking its
+    files against the manifest; later publishes do not affect this reader."""
     path = Path(path)
     for attempt in range(5):
-        root = os.path.realpath(path)
+        root = _pointed(path)
         try:
-            return _open(path)
+            return _open(path, root)
         except (OSError, IndexCorruptError, sqlite3.Error):
-            # a writer may have published and removed this generation between realpath and open:
-            # then the link points elsewhere now, and the new generation is what to open
-            if attempt < 4 and path.is_symlink() and os.path.realpath(path) != root:
+            # a writer may have published and removed this generation between reading the pointer and
+            # opening it (or be migrating an old-layout index): then the pointer names another one now
+            if attempt < 4 and _pointed(path) != root:
+                continue
+            if attempt < 4 and (root is None or not root.is_dir()) and any(_migrations(path.absolute())):
+                time.sleep(0.01 * (attempt + 1))
                 continue
             raise
     raise AssertionError("unreachable")
 
 
-def _open(path: Path) -> IndexFiles:
-    if not path.exists():
+def _pointed(path: Path) -> Path | None:
+    try:
+        return current_generation(path)
+    except (OSError, IndexCorruptError):
+        return None
+
+
+def _open(path: Path, root: Path | None) -> IndexFiles:
+    if root is None:
+        root = current_generation(path)  # raises for a damaged pointer
+    if root is None or not os.path.lexists(root):
+        if root is not None and os.path.lexists(path / CURRENT):
+            raise IndexCorruptError(f"{path / CURRENT} names generation {root.name}, which is missing from "
+                                    f"{root.parent}; the index is damaged (`relsearch rollback --index {path}` "
+                                    "publishes a retained one)")
         raise FileNotFoundError(f"no index at {path}; build one with `relsearch index CORPUS.jsonl --index {path}`")
-    root = Path(os.path.realpath(path))
     manifest_path = root / MANIFEST
     if not os.path.lexists(manifest_path):
         raise FileNotFoundError(f"{path} is not a relsearch index (no {MANIFEST})")

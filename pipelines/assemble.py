@@ -14,7 +14,6 @@ import io
 import json
 import os
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -98,7 +97,7 @@ def check_same_encoder(index: str, encoder: dict) -> None:
     from ..indexer.mutations import EncoderMismatchError, check_encoder
 
     try:
-        check_encoder(index, store.read_manifest(Path(os.path.realpath(index))).encoder, encoder)
+        check_encoder(index, store.read_manifest(store.current_generation(index)).encoder, encoder)
     except EncoderMismatchError as e:
         raise IndexInputError(f"--append: {e}") from None
 

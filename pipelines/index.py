@@ -336,8 +336,11 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     started = time.perf_counter()
     spool.sweep(job.index)  # standard-input copies of killed runs: never let them fill the disk this run needs
     check_input(job.input)
-    if bundle is None and job.model is None and job.append and Path(job.index).is_symlink():
-        recorded = recorded_ref(store.read_manifest(Path(os.path.realpath(job.index))).bundle)
+    if store.legacy(job.index):  # an index of the old layout becomes one folder before its build folder is chosen
+        with store.writer_lock(job.index):
+            pass
+    if bundle is None and job.model is None and job.append and store.is_published(job.index):
+        recorded = recorded_ref(store.read_manifest(store.current_generation(job.index)).bundle)
         bundle = load_bundle(recorded) if recorded else None
     bundle = bundle or load_bundle(job.model)
     options = pipeline_options(list(beam_args))
@@ -346,7 +349,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
                                    precision=job.precision, device=job.device, threads=_threads_per_worker(options))
     input_sha = sha256_file(job.input)
     chunks = plan_chunks(job.input, job.chunk_lines, job.chunk_bytes)
-    if Path(job.index).exists() and not Path(job.index).is_symlink():
+    if not store.is_published(job.index) and not store._ours(Path(job.index).absolute()):
         raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")
     build = _build_dir(job, encoder_config, input_sha)
     store.remove_stale_builds(job.index, keep=build)  # shards of other input: never let them fill the disk
@@ -383,6 +386,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         except IndexInputError:  # the same input would fail the same way: nothing worth resuming
             shardfs.remove([shards])
             shutil.rmtree(build, ignore_errors=True)
+            store.remove_if_empty(job.index)  # a first build of unusable input leaves no folder
             raise
         except Exception as e:
             store.raise_if_full(e, job.index, kept=build)
@@ -415,12 +419,12 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
     mirrors = mirrors_for(job.es)
     # decided under the lock: an append to a missing index must not overwrite one another writer publishes meanwhile
     with store.writer_lock(job.index):
-        if job.append and Path(job.index).is_symlink():
+        if job.append and store.is_published(job.index):
             check_same_encoder(job.index, encoder)
             done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run, encoder=encoder,
                                     rejected=plan.rejected, mirrors=mirrors, max_segments=job.max_segments)
             report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends
-            report.faiss = store.read_manifest(Path(os.path.realpath(job.index))).faiss
+            report.faiss = store.read_manifest(store.current_generation(job.index)).faiss
             return report
 
         def fill(gen: Path) -> Manifest:

@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 
 from ..indexer import records as rec
+from ..indexer import store
 from ..retrieval.inputs import MAX_K, FilterValue, check_at_most
 from .index import Chunk, IndexInputError, check_input, plan_chunks, read_numbered_lines
 from . import shardfs
@@ -183,8 +184,10 @@ def resolve_batch(batch: list[LookupInput], searcher, same: tuple[str, ...]):
 
 
 def search_batch(batch: list[LookupInput], searcher, job: LookupJob, clock=time.perf_counter):
-    """Answer a batch whose inputs share ``same`` values: one Searcher.search call for the id inputs, one
-    for the new texts. Returns ((line, result JSON line) rows, stats counts)."""
+    """Answer a batch whose inputs share ``same`` values: one search for the id inputs, one for the
+    new texts (a relation alone runs its recipe, as ``relsearch query`` does). Returns ((line,
+    result JSON line) rows, stats counts)."""
+    from ..retrieval.request import search_with_recipes
     from ..retrieval.search import Query
 
     filters = {**job.filters, **dict(batch[0].same)}
@@ -195,16 +198,16 @@ def search_batch(batch: list[LookupInput], searcher, job: LookupJob, clock=time.
     rows = []
     if by_id:
         started = clock()
-        hits = searcher.search([Query(doc_id=x.id, relations=relations, query_id=x.id) for x in by_id],
-                               k=job.k, filters=filters)
+        hits = search_with_recipes(searcher, [Query(doc_id=x.id, relations=relations, query_id=x.id)
+                                              for x in by_id], k=job.k, filters=filters)
         stats["id_seconds"] = clock() - started
         rows += zip(by_id, hits)
     if by_text:
         searcher.encoder  # load the transformer (once per process) outside the timed search
         started = clock()
         # one extra: new text sent under an indexed id must not get that document back
-        hits = searcher.search([Query(text=x.text, relations=relations, query_id=x.id) for x in by_text],
-                               k=job.k + 1, filters=filters)
+        hits = search_with_recipes(searcher, [Query(text=x.text, relations=relations, query_id=x.id)
+                                              for x in by_text], k=job.k + 1, filters=filters)
         stats["text_seconds"] = clock() - started
         rows += ((x, [h for h in hs if h.id != x.id][:job.k]) for x, hs in zip(by_text, hits))
     return [(x.line, json.dumps({"query_id": x.id, "results": [_hit_json(h, job.with_text) for h in hits]},
@@ -322,7 +325,8 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
         raise LookupInputError(str(e)) from e
     if not os.path.exists(job.index):
         raise LookupInputError(f"no index at {job.index}; build one with `relsearch index CORPUS.jsonl --index {job.index}`")
-    generation = os.path.realpath(job.index)  # every worker reads this generation, even if the index is rebuilt meanwhile
+    # every worker reads this generation folder, even if the index is rebuilt meanwhile
+    generation = str(store.current_generation(job.index) or job.index)
     opener = partial(open_searcher, generation, job.model, warm_faiss=not (job.filters or job.same))
     try:
         searcher = opener()

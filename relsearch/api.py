@@ -10,7 +10,7 @@
     index.add([{"id": "ACME", "text": "Acme makes anvils.", "sector": "Industrials"}])
     index.delete(["ACME"])
 
-An :class:`Index` follows the ``DIR`` symlink: when a writer (this process or another) publishes
+An :class:`Index` follows the index's ``current`` pointer: when a writer (this process or another) publishes
 a new generation, the next call opens it, and a call already running finishes on the generation
 it began with (its :class:`~relsearch.retrieval.search.Searcher` keeps that generation's files
 open). The transformer loads once per :class:`Index` and is handed on to each new generation built
@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .indexer import mutations
 from .indexer import records as rec
@@ -150,7 +151,7 @@ class Index:
         """The Searcher of the generation ``path`` points to now (opened when it changed)."""
         with self._lock:
             current = self._searcher
-            if current is not None and os.path.realpath(self.path) == str(current.files.root):
+            if current is not None and _published_root(self.path) == current.files.root:
                 return current
             try:
                 fresh = Searcher(self.path, self.model, search_params=self.search_params)
@@ -186,8 +187,8 @@ class Index:
         uses. Read from its manifest without waiting for a search in progress; the open one when
         the published one cannot be read (the next search keeps the open one then too)."""
         current = self._searcher
-        root = os.path.realpath(self.path)
-        if current is not None and root == str(current.files.root):
+        root = _published_root(self.path)
+        if current is not None and root == current.files.root:
             return current.files.root.name, current.files.manifest.counts.documents
         try:
             with open(os.path.join(root, "manifest.json"), "rb") as f:
@@ -359,6 +360,16 @@ def open_index(path: str | os.PathLike, model: str | None = None, *, search_para
 
 
 # ---------------------------------------------------------------- helpers
+
+
+def _published_root(path: str) -> Path | None:
+    """The generation folder ``path`` publishes now (its ``current`` pointer), None when unreadable."""
+    from .indexer import store
+
+    try:
+        return store.current_generation(path)
+    except (OSError, ValueError):
+        return None
 
 
 def _encoder_of(searcher: Searcher) -> tuple:

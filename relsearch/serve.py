@@ -569,11 +569,17 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
 
     explorer.add_routes(app, on_search_thread, errors=READ_ERRORS)
 
+    def published_generation(path: str) -> str:
+        """The generation the index at ``path`` publishes now (its ``current`` pointer)."""
+        from .indexer.store import current_generation
+
+        return current_generation(path).name
+
     async def mutate(fn, *args) -> dict:
         report = await asyncio.get_running_loop().run_in_executor(writer, fn, *args)
         return {"op": report.op, "documents": report.documents, "added": report.added, "replaced": report.replaced,
                 "deleted": report.deleted, "not_found": report.not_found, "tombstones": report.tombstones,
-                "published": report.published, "seconds": round(report.seconds, 3), "generation": os.path.basename(os.path.realpath(report.index))}
+                "published": report.published, "seconds": round(report.seconds, 3), "generation": published_generation(report.index)}
 
     @app.post("/documents", summary="Add documents (a known id replaces its document); one new generation",
               responses=WRITE_ERRORS)

@@ -57,3 +57,40 @@ def small_index(tmp_path_factory, small_corpus) -> Path:
 def write_jsonl(path: Path, rows) -> Path:
     path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
     return path
+
+
+def gen_of(index) -> str:
+    """The generation folder the index at ``index`` publishes now (``DIR/current``), as a string."""
+    from relsearch.indexer import store
+
+    return str(store.current_generation(index))
+
+
+def copy_published(src, dest, name: str | None = None) -> Path:
+    """``dest``: a new index folder publishing a copy of ``src``'s published generation (renamed
+    ``name``), without its snapshots or history."""
+    import shutil
+
+    from relsearch.indexer import store
+
+    gen = store.current_generation(src)
+    dest = Path(dest)
+    shutil.copytree(gen, dest / store.GENERATIONS / (name or gen.name))
+    (dest / store.CURRENT).write_text((name or gen.name) + "\n")
+    return dest
+
+
+def legacy_copy(src, dest) -> Path:
+    """``dest`` in the layout before one-folder indexes: a symlink to ``.DEST.generations/<gen>``, a
+    copy of ``src``'s published generation, with ``.DEST.history.json`` beside it."""
+    import shutil
+
+    from relsearch.indexer import store
+
+    gen = store.current_generation(src)
+    dest = Path(dest)
+    gens = dest.parent / f".{dest.name}.generations"
+    shutil.copytree(gen, gens / gen.name)
+    (dest.parent / f".{dest.name}.history.json").write_text(json.dumps({"keep": 3, "published": [gen.name]}) + "\n")
+    os.symlink(os.path.relpath(gens / gen.name, dest.parent), dest)
+    return dest

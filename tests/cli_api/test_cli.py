@@ -9,6 +9,7 @@ from pathlib import Path
 
 
 from conftest import DEMO_CORPUS, shared
+from conftest import gen_of
 
 RELSEARCH = shutil.which("relsearch") or str(Path(sys.executable).with_name("relsearch"))
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -41,8 +42,8 @@ def test_sigkill_mid_run_keeps_previous_index_and_rerun_resumes(tmp_path, small_
     """Kill `relsearch index` while it encodes: the old index still answers; the same command
     again resumes from the finished chunks and publishes the complete index."""
     target = tmp_path / "idx"
-    shutil.copytree(os.path.realpath(small_index), tmp_path / "gen-old")
-    os.symlink(tmp_path / "gen-old", target)
+    shutil.copytree(small_index, target, symlinks=True)
+    old = gen_of(target)
     before = run("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").stdout
     captions = shared("flickr8k_captions", "corpus.jsonl").read_text().splitlines()[:2000]
     corpus = tmp_path / "captions.jsonl"
@@ -55,10 +56,10 @@ def test_sigkill_mid_run_keeps_previous_index_and_rerun_resumes(tmp_path, small_
     assert os.WIFSTOPPED(status), f"indexing ended (status {status}) before its second shard"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    finished = len(list((tmp_path / ".idx.generations").glob("build-*/*.npz")))
+    finished = len(list((tmp_path / "idx" / "generations").glob("build-*/*.npz")))
     assert finished >= 2
     assert run("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").stdout == before
-    assert os.path.realpath(target) == str(tmp_path / "gen-old")
+    assert gen_of(target) == old
     out = run(*args).stdout
     assert f"resumed: {finished} chunks" in out and "read 2000, indexed 2000, rejected 0" in out
     assert "image" in json.loads(run("query", "--index", target, "two dogs play", "-k", "1", "--json").stdout)["metadata"]

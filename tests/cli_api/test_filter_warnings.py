@@ -8,7 +8,7 @@ import json
 
 from click.testing import CliRunner
 
-from tests.conftest import write_jsonl
+from conftest import write_jsonl
 
 
 def test_relsearch_query_prints_filter_warnings_on_stderr(small_index):

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from relsearch.cli import cli
+from relsearch.indexer import store
 
 from es_server import EsTestServer
 from synthetic_index import build, run_cli, write_ids
@@ -88,7 +89,7 @@ def test_no_command_output_or_written_file_contains_a_secret(server, tmp_path, c
         assert_no_secret(path.read_bytes().decode("utf-8", "replace"), str(path))
     stored = json.dumps({name: vars(index) for name, index in server.indices.items()}, default=str)
     assert_no_secret(stored, "the Elasticsearch indices (mappings, _meta, documents)")
-    manifest = json.loads((target / "manifest.json").read_text())
+    manifest = json.loads((store.current_generation(target) / "manifest.json").read_text())
     assert manifest["backends"]["elasticsearch"]["alias"] == "docs" and "url" not in json.dumps(manifest).lower()
 
 

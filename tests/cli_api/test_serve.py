@@ -18,17 +18,14 @@ from relsearch.api import Index, RequestError
 from relsearch.client import Client, ClientError
 from relsearch.retrieval.search import Query, Searcher
 from relsearch.serve import Batcher, Metrics, Pending, ServeLimits, create_app
+from conftest import gen_of
 
 KEY = "s3cret-key-for-tests"
 
 
 def _copy_index(src: Path, dest: Path) -> Path:
-    """A private copy (the session index is shared): its generation folder and the symlink to it."""
-    gen = Path(os.path.realpath(src))
-    gens = dest.parent / f".{dest.name}.generations"
-    gens.mkdir(parents=True)
-    shutil.copytree(gen, gens / gen.name)
-    os.symlink(os.path.relpath(gens / gen.name, dest.parent), dest)
+    """A private copy (the session index is shared): an index is one folder, copied as such."""
+    shutil.copytree(src, dest, symlinks=True)
     return dest
 
 
@@ -243,7 +240,7 @@ def test_a_rollback_and_its_undo_are_picked_up(server, index_dir):
     before = client.search(text="an oil and gas company", k=5)
     older = client.health()["indexes"]["companies"]["generation"]
     mutations.delete(str(index_dir), [before[0]["id"]])
-    newer = os.path.basename(os.path.realpath(index_dir))
+    newer = os.path.basename(gen_of(index_dir))
     assert before[0]["id"] not in [h["id"] for h in client.search(text="an oil and gas company", k=5)]
     assert snapshots.rollback(index_dir)[0] == older
     assert client.search(text="an oil and gas company", k=5) == before
@@ -573,7 +570,7 @@ def test_health_reports_the_generation_a_search_would_use_now(server, index_dir)
     victim = client.search(text="a railway", k=1)[0]["id"]
     mutations.delete(str(index_dir), [victim])
     after = client.health()["indexes"]["companies"]
-    assert after == {"generation": os.path.basename(os.path.realpath(index_dir)),
+    assert after == {"generation": os.path.basename(gen_of(index_dir)),
                      "documents": before["documents"] - 1}
     snapshots.rollback(index_dir, to=before["generation"])
     assert client.health()["indexes"]["companies"] == before

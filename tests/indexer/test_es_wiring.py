@@ -1,7 +1,7 @@
 """CLI wiring of the Elasticsearch backend against tests/es_server.py: index → mirror → query round trip
 whose ES results equal the FAISS backend's, per-backend rejections reconciled, mutations re-mirror."""
 import json
-import os
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -10,6 +10,7 @@ from relsearch.cli import cli
 from relsearch.indexer.store import open_index
 
 from es_server import EsTestServer
+from conftest import gen_of
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,7 @@ def test_index_mirrors_with_reconciled_counts_and_alias(mirrored, server):
     manifest = open_index(target).manifest
     es = manifest.backends["elasticsearch"]
     assert (es["read"], es["indexed"], es["rejected"]) == (120, 119, 1) == (manifest.counts.documents, 119, 1)
-    rejected = [json.loads(line) for line in (target / "rejected-es.jsonl").read_text().splitlines()]
+    rejected = [json.loads(line) for line in (Path(gen_of(target)) / "rejected-es.jsonl").read_text().splitlines()]
     assert [r["id"] for r in rejected] == ["ABBV"] and "scripted rejection" in rejected[0]["reason"]
     assert server.aliases["companies"] == {es["index"]} and es["index"].startswith("companies-")
     assert "elasticsearch: companies -> companies-" in output and "rejected 1" in output
@@ -78,9 +79,9 @@ def test_hybrid_and_client_fusion(mirrored, server):
 def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
     import shutil
 
-    target = tmp_path / "idx"  # a private copy of the small index, so other tests keep theirs
-    shutil.copytree(small_index.resolve(), tmp_path / "gen")
-    target.symlink_to(tmp_path / "gen")
+    target = tmp_path / "idx"  # a private copy of the small index, so other tests keep theirs; in the
+    shutil.copytree(gen_of(small_index), tmp_path / "gen")  # old layout, a link to a generation elsewhere:
+    target.symlink_to(tmp_path / "gen")  # the delete migrates it to one folder
     es = ["--es-url", server.url, "--es-index", "mirror"]
     ids = tmp_path / "ids.txt"
     ids.write_text("ADBE\n")
@@ -97,6 +98,6 @@ def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
     ids.write_text("AAPL\n")
     out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])  # no mirror this time
     assert open_index(target).manifest.backends["elasticsearch"]["stale"] is True
-    before = os.path.realpath(target)
+    before = gen_of(target)
     out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])  # nothing left to delete
-    assert "no new generation published" in out.output and os.path.realpath(target) == before
+    assert "no new generation published" in out.output and gen_of(target) == before

@@ -9,7 +9,6 @@ The default suite runs a few points of the fast (model-free) commands; the whole
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from relsearch.indexer import mutations, store
 
 from conftest import DEMO_CORPUS
 from synthetic_index import answers, build, run_cli, write_ids
+from conftest import copy_published, gen_of
 
 kill = pytest.mark.killpoints
 COMPANIES = ("MMM", "ABT", "ABBV", "ACN", "ATVI")
@@ -27,12 +27,8 @@ AFTER_SWAP = {"publish.swapped", "commit.published"}
 
 
 def published_copy(src: Path, dest: Path) -> Path:
-    """``dest`` → a copy of ``src``'s generation, named as if its writer were long gone."""
-    gen = Path(os.path.realpath(src))
-    copy = store.generations_dir(dest.absolute()) / "20000101T000000-999999-abcdef"
-    shutil.copytree(gen, copy)
-    os.symlink(os.path.relpath(copy, dest.parent), dest)
-    return dest
+    """``dest`` publishing a copy of ``src``'s generation, named as if its writer were long gone."""
+    return copy_published(src, dest, "20000101T000000-999999-abcdef")
 
 
 def killed(*args, point: str) -> subprocess.CompletedProcess:
@@ -45,22 +41,22 @@ def assert_clean(target: Path) -> None:
     """Only the retained generations are left (the published one first): no debris of the killed
     run, no build shards, no temporary links."""
     retained = [g.name for g in store.retained(target)]
-    assert retained[0] == os.path.basename(os.path.realpath(target))
+    assert retained[0] == os.path.basename(gen_of(target))
     assert sorted(os.listdir(store.generations_dir(target.absolute()))) == sorted(retained)
-    assert not list(target.parent.glob(f".{target.name}.link-*"))
+    assert not list(target.glob(".current-*")) and not list(target.parent.glob(f".{target.name}*"))
 
 
 def assert_only_published_is_an_index(target: Path, before_gen: str | None) -> None:
     """The link is intact and points at a complete, verified generation; any other folder beside it
     is debris that nothing opens (the next writer removes it)."""
     if before_gen is None:
-        assert not os.path.lexists(target)
+        assert not os.path.lexists(target / store.CURRENT)
         out = run_cli("query", "--id", "x", "--index", target)
         assert out.returncode == 1 and "no index at" in out.stderr and "Traceback" not in out.stderr
         return
-    assert target.is_symlink()
+    assert target.is_dir() and (target / store.CURRENT).is_file()
     files = store.open_index(target)  # verifies every file against the manifest's checksums
-    assert str(files.root) == os.path.realpath(target)
+    assert str(files.root) == gen_of(target)
 
 
 # ---------------------------------------------------------------- delete and compact (no model)
@@ -89,7 +85,7 @@ def _cases():
 @pytest.mark.parametrize("op, point", list(_cases()))
 def test_mutation_killed_at_any_point(base, tmp_path, op, point):
     target = published_copy(base, tmp_path / "idx")
-    before, before_gen = answers(target), os.path.realpath(target)
+    before, before_gen = answers(target), gen_of(target)
     args = ["delete", "--index", target, "--ids", write_ids(tmp_path / "ids.txt", ["d1", "d20", "d21"])] \
         if op == "delete" else ["compact", "--index", target]
     # what the finished command leaves, from an untouched copy
@@ -103,9 +99,9 @@ def test_mutation_killed_at_any_point(base, tmp_path, op, point):
     killed(*args, point=point)
     assert_only_published_is_an_index(target, before_gen)
     if point in AFTER_SWAP:
-        assert os.path.realpath(target) != before_gen and answers(target) == after
+        assert gen_of(target) != before_gen and answers(target) == after
     else:
-        assert os.path.realpath(target) == before_gen and answers(target) == before
+        assert gen_of(target) == before_gen and answers(target) == before
     out = run_cli(*args)  # the same command again completes
     assert out.returncode == 0, out.stderr
     assert answers(target) == after
@@ -118,13 +114,13 @@ def test_rollback_killed_at_any_point(base, tmp_path, point):
     target = published_copy(base, tmp_path / "idx")
     restored = answers(target)
     mutations.delete(str(target), ["d1", "d20"])
-    before, before_gen = answers(target), os.path.realpath(target)
+    before, before_gen = answers(target), gen_of(target)
     killed("rollback", "--index", target, point=point)
     assert_only_published_is_an_index(target, before_gen)
     if point in AFTER_SWAP:
         assert answers(target) == restored
     else:
-        assert os.path.realpath(target) == before_gen and answers(target) == before
+        assert gen_of(target) == before_gen and answers(target) == before
         assert run_cli("rollback", "--index", target).returncode == 0
     assert answers(target) == restored
     assert_clean(target)
@@ -147,7 +143,7 @@ def test_mirror_killed_between_the_two_switches(base, tmp_path, point):
         args = ["delete", "--index", target, "--ids", write_ids(tmp_path / "ids.txt", ["d1"]), *es]
         killed(*args, point=point)
         assert set(server.aliases["docs"]) == alias_before  # the alias never points at a half-loaded index
-        assert_only_published_is_an_index(target, os.path.realpath(target))
+        assert_only_published_is_an_index(target, gen_of(target))
         out = run_cli(*args)
         assert out.returncode == 0, out.stderr
         manifest = store.open_index(target).manifest
@@ -169,10 +165,10 @@ def test_rollback_with_a_mirror_killed_after_marking_it(base, tmp_path):
         restored = answers(target)
         ids = write_ids(tmp_path / "ids.txt", ["d1"])
         assert run_cli("delete", "--index", target, "--ids", ids, *es).returncode == 0
-        before, before_gen, alias = answers(target), os.path.realpath(target), set(server.aliases["docs"])
+        before, before_gen, alias = answers(target), gen_of(target), set(server.aliases["docs"])
         killed("rollback", "--index", target, point="rollback.mirrors-marked")
         assert_only_published_is_an_index(target, before_gen)
-        assert os.path.realpath(target) == before_gen and answers(target) == before
+        assert gen_of(target) == before_gen and answers(target) == before
         assert run_cli("rollback", "--index", target).returncode == 0
         assert answers(target) == restored and set(server.aliases["docs"]) == alias
         assert store.open_index(target).manifest.backends["elasticsearch"]["stale"] is True
@@ -217,14 +213,14 @@ def reference(small_index, corpora, tmp_path_factory):
 @pytest.mark.parametrize("op, point", [("index", p) for p in INDEX_POINTS] + [("append", p) for p in APPEND_POINTS])
 def test_index_killed_at_any_point(small_index, corpora, reference, tmp_path, op, point):
     target = published_copy(small_index, tmp_path / "idx")
-    before, before_gen = answers(target, ids=COMPANIES), os.path.realpath(target)
+    before, before_gen = answers(target, ids=COMPANIES), gen_of(target)
     args = _index_args(corpora, target, op)
     killed(*args, point=point)
     assert_only_published_is_an_index(target, before_gen)
     if point in AFTER_SWAP:
         assert answers(target, ids=COMPANIES) == reference[op]
     else:
-        assert os.path.realpath(target) == before_gen and answers(target, ids=COMPANIES) == before
+        assert gen_of(target) == before_gen and answers(target, ids=COMPANIES) == before
     out = run_cli(*args)
     assert out.returncode == 0, out.stderr
     if point.startswith("index.shard-written"):
@@ -241,9 +237,9 @@ def test_index_killed_while_the_workers_fill_ivf_units(small_index, corpora, tmp
     target = published_copy(small_index, tmp_path / "idx")
     ivf = ["--faiss-index", "IVF4,Flat", "--faiss-add-units", "3"]
     assert run_cli(*_index_args(corpora, reference, "index"), *ivf).returncode == 0
-    before, before_gen = answers(target, ids=COMPANIES), os.path.realpath(target)
+    before, before_gen = answers(target, ids=COMPANIES), gen_of(target)
     killed(*_index_args(corpora, target, "index"), *ivf, point="index.faiss-unit-written:2")
-    assert os.path.realpath(target) == before_gen and answers(target, ids=COMPANIES) == before
+    assert gen_of(target) == before_gen and answers(target, ids=COMPANIES) == before
     out = run_cli(*_index_args(corpora, target, "index"), *ivf)
     assert out.returncode == 0 and "resumed: 3 chunks" in out.stdout, out.stderr
     assert answers(target, ids=COMPANIES) == answers(reference, ids=COMPANIES)
@@ -259,9 +255,9 @@ def test_append_killed_while_merging_segments(small_index, corpora, tmp_path):
     for index in (reference, target):
         assert run_cli("index", rebuild, "--index", index, "--append", "--quiet").returncode == 0
     merge = ["index", more, "--index", target, "--append", "--max-segments", "2", "--quiet"]
-    before, before_gen = answers(target, ids=COMPANIES), os.path.realpath(target)
+    before, before_gen = answers(target, ids=COMPANIES), gen_of(target)
     killed(*merge, point="append.segments-merged")
-    assert os.path.realpath(target) == before_gen and answers(target, ids=COMPANIES) == before
+    assert gen_of(target) == before_gen and answers(target, ids=COMPANIES) == before
     assert run_cli(*merge).returncode == 0
     assert run_cli(*[reference if a == target else a for a in merge]).returncode == 0
     assert len(store.open_index(target).segments) == 2

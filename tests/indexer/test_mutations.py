@@ -2,6 +2,7 @@
 functions: counts, tombstones never returned, readers isolated, writers serialised, CLI delete."""
 import json
 import os
+from pathlib import Path
 import threading
 
 import numpy as np
@@ -15,6 +16,7 @@ from relsearch.indexer.manifest import Counts
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.retrieval.search import Query, Searcher
+from conftest import gen_of
 
 D = 384
 
@@ -55,7 +57,7 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     target = tmp_path / "idx"
     original = build(target, encoder_identity, factory=factory)
     old_reader = Searcher(str(target))  # opened before any mutation; FAISS not loaded yet
-    built_faiss = os.stat(target / store.FAISS_FILE).st_ino
+    built_faiss = os.stat(Path(gen_of(target)) / store.FAISS_FILE).st_ino
 
     replacement = docs([f"d{i}" for i in range(100)] + [f"d{i}" for i in range(3000, 3200)], seed=2)
     report = mutations.append(str(target), [replacement], n=300, run={"read": 300})
@@ -106,7 +108,7 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     assert not (files.root / store.DELETED_FILE).exists() and files.faiss.ntotal == 3197
     assert files.manifest.faiss["factory"] == factory
     # the published generation and the two before it are retained (snapshots); older ones are gone
-    assert sorted(os.listdir(tmp_path / ".idx.generations")) == sorted(g.name for g in store.retained(target))
+    assert sorted(os.listdir(tmp_path / "idx" / "generations")) == sorted(g.name for g in store.retained(target))
     assert len(store.retained(target)) == 3
 
 
@@ -181,7 +183,7 @@ def test_a_full_disk_mid_append_is_one_error_and_keeps_the_index(tmp_path, encod
 
     target = tmp_path / "idx"
     build(target, encoder_identity, n=200)
-    before = os.listdir(tmp_path / ".idx.generations")
+    before = os.listdir(tmp_path / "idx" / "generations")
 
     def no_fallocate(fd, offset, length):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -197,7 +199,7 @@ def test_a_full_disk_mid_append_is_one_error_and_keeps_the_index(tmp_path, encod
                                     lambda index, path: build_mod.save_faiss(index, Path("/dev/full")))}[where])
     with pytest.raises(store.NoSpaceError, match="^no space left on device while writing .*; nothing was published$"):
         mutations.append(str(target), [docs([f"d{i}" for i in range(1000, 1050)], seed=3)], n=50, run={"read": 50})
-    assert os.listdir(tmp_path / ".idx.generations") == before  # the half-written generation is gone
+    assert os.listdir(tmp_path / "idx" / "generations") == before  # the half-written generation is gone
     assert store.open_index(target).docstore.count() == 200
     monkeypatch.undo()
     mutations.append(str(target), [docs([f"d{i}" for i in range(1000, 1050)], seed=3)], n=50, run={"read": 50})
@@ -252,7 +254,7 @@ def test_an_append_checks_the_encoder_under_the_writer_lock(tmp_path, encoder_id
 
         adder = threading.Thread(target=add)
         adder.start()
-        lock_file = tmp_path / ".idx.lock"
+        lock_file = tmp_path / "idx" / "lock"
         for _ in range(600):  # the model loads and encodes, then the add waits for the lock
             if _waiting_for_lock(lock_file) or not adder.is_alive():
                 break
@@ -298,16 +300,16 @@ def test_rejections_of_every_operation_accumulate(tmp_path, encoder_identity):
 def test_a_delete_that_deletes_nothing_publishes_nothing_and_says_so(tmp_path, encoder_identity):
     target = tmp_path / "idx"
     build(target, encoder_identity, n=50)
-    before = os.path.realpath(target)
+    before = gen_of(target)
     report = mutations.delete(str(target), ["nope", "missing"])
     assert not report.published and report.deleted == 0 and report.not_found == ["nope", "missing"]
     assert "no new generation published" in report.summary() and report.documents == 50
-    assert os.path.realpath(target) == before and len(store.open_index(target).manifest.runs) == 1
+    assert gen_of(target) == before and len(store.open_index(target).manifest.runs) == 1
     ids = tmp_path / "ids.txt"
     ids.write_text("nope\n")
     out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])
     assert out.exit_code == 0 and "nothing changed, no new generation published" in out.output, out.output
-    assert "added to" not in out.output and os.path.realpath(target) == before
+    assert "added to" not in out.output and gen_of(target) == before
     mutations.delete(str(target), ["d3"])
-    assert os.path.realpath(target) != before
+    assert gen_of(target) != before
     assert not mutations.delete(str(target), ["d3"]).published  # already deleted: nothing to do

@@ -18,6 +18,7 @@ from relsearch.indexer import integrity, store
 from relsearch.indexer.store import IndexCorruptError, open_index
 
 from synthetic_index import answers, build
+from conftest import gen_of
 
 REPO = Path(__file__).resolve().parents[2]
 DATA_FILES = [store.FAISS_FILE, store.VECTORS_FILE, store.DOCSTORE_FILE, store.DELETED_FILE]
@@ -42,11 +43,8 @@ def pristine(tmp_path_factory):
 
 @pytest.fixture
 def index(pristine, tmp_path):
-    """A private copy of ``pristine`` (same layout: a symlink to a generation)."""
-    gen = Path(os.path.realpath(pristine))
-    copy = tmp_path / ".idx.generations" / gen.name
-    shutil.copytree(gen, copy)
-    os.symlink(os.path.relpath(copy, tmp_path), tmp_path / "idx")
+    """A private copy of ``pristine`` (an index is one folder)."""
+    shutil.copytree(pristine, tmp_path / "idx", symlinks=True)
     return tmp_path / "idx"
 
 
@@ -55,7 +53,7 @@ def query_cli(target):
 
 
 def test_manifest_lists_every_file_with_size_and_sha256(index):
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     files = store.read_manifest(root).files
     on_disk = sorted(p.name for p in root.iterdir() if p.name != store.MANIFEST)
     assert sorted(files) == on_disk and set(DATA_FILES) <= set(files)
@@ -67,7 +65,7 @@ def test_manifest_lists_every_file_with_size_and_sha256(index):
 @pytest.mark.parametrize("damage", ["truncate", "flip", "flip-keep-mtime"])
 def test_damaged_file_is_a_clear_error_naming_it(index, name, damage):
     expected = answers(index)  # also fills the verification cache: damage must invalidate it
-    path = Path(os.path.realpath(index)) / name
+    path = Path(gen_of(index)) / name
     size = path.stat().st_size
     st = path.stat()
     if damage == "truncate":
@@ -89,7 +87,7 @@ def test_damaged_file_is_a_clear_error_naming_it(index, name, damage):
 
 
 def test_size_mode_trades_the_hash_for_speed_full_mode_rehashes(index, monkeypatch):
-    path = Path(os.path.realpath(index)) / store.VECTORS_FILE
+    path = Path(gen_of(index)) / store.VECTORS_FILE
     answers(index)
     calls = []
     real = integrity.sha256_file
@@ -118,7 +116,7 @@ def test_a_fresh_build_is_verified_without_hashing(tmp_path, monkeypatch):
 
 
 def _rewrite_manifest(index, change):
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     manifest = json.loads((root / store.MANIFEST).read_text())
     change(manifest, root)
     (root / store.MANIFEST).write_text(json.dumps(manifest))
@@ -134,7 +132,7 @@ def test_manifest_paths_cannot_leave_the_index(index, name):
 
 
 def test_a_symlink_out_of_the_index_is_refused(index, tmp_path):
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     outside = tmp_path / "elsewhere.sqlite"
     shutil.move(root / store.DOCSTORE_FILE, outside)
     os.symlink(outside, root / store.DOCSTORE_FILE)  # same bytes, same size: only the link is wrong
@@ -143,7 +141,7 @@ def test_a_symlink_out_of_the_index_is_refused(index, tmp_path):
 
 
 def test_a_file_missing_from_the_manifest_or_the_disk(index):
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     os.remove(root / store.FAISS_FILE)
     with pytest.raises(IndexCorruptError, match=f"{store.FAISS_FILE} is missing"):
         open_index(index)
@@ -153,7 +151,7 @@ def test_a_file_missing_from_the_manifest_or_the_disk(index):
 
 
 def test_a_damaged_manifest_is_named(index):
-    (Path(os.path.realpath(index)) / store.MANIFEST).write_bytes(b'{"format": "relsearch-index/1", "files": {')
+    (Path(gen_of(index)) / store.MANIFEST).write_bytes(b'{"format": "relsearch-index/1", "files": {')
     with pytest.raises(IndexCorruptError, match="manifest.json is not valid JSON"):
         open_index(index)
     out = query_cli(index)
@@ -169,7 +167,7 @@ def test_a_pickled_array_is_refused_not_unpickled(index, tmp_path):
         def __reduce__(self):
             return (Path.touch, (sentinel,))
 
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     np.save(root / store.DELETED_FILE, np.array([Boom()], dtype=object), allow_pickle=True)
     _rewrite_manifest(index, lambda m, root: m["files"].update(
         {store.DELETED_FILE: {"size": (root / store.DELETED_FILE).stat().st_size,
@@ -209,7 +207,7 @@ def _open_within(index, seconds=20):
 
 def test_files_the_manifest_does_not_list_are_never_opened(index, tmp_path):
     """deleted.npy is opened only when listed; unlisted (here a symlink to a FIFO outside), refused."""
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     _rewrite_manifest(index, lambda m, root: m["files"].pop(store.DELETED_FILE))
     os.remove(root / store.DELETED_FILE)
     os.mkfifo(tmp_path / "fifo")
@@ -220,7 +218,7 @@ def test_files_the_manifest_does_not_list_are_never_opened(index, tmp_path):
 
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])
 def test_the_manifest_itself_must_be_a_regular_file(index, tmp_path, kind):
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     shutil.move(root / store.MANIFEST, tmp_path / "manifest.json")
     if kind == "symlink":  # the same bytes elsewhere: only the link is wrong
         os.symlink(tmp_path / "manifest.json", root / store.MANIFEST)
@@ -234,7 +232,7 @@ def test_the_manifest_itself_must_be_a_regular_file(index, tmp_path, kind):
 
 
 def test_a_listed_file_that_is_not_a_regular_file_is_refused(index):
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     os.remove(root / store.FAISS_FILE)
     os.mkfifo(root / store.FAISS_FILE)
     error = _open_within(index)
@@ -296,7 +294,7 @@ def test_the_verified_cache_forgets_files_that_are_gone(tmp_path):
     mutations.delete(str(target), ["d1"])
     snapshots.set_keep(target, 1)
     mutations.compact(str(target))
-    root = Path(os.path.realpath(target))
+    root = Path(gen_of(target))
     remembered = [Path(m.read_text().split("\n")[0]) for m in integrity._cache_dir().iterdir()]
     assert sorted(remembered) == sorted(root / name for name in store.read_manifest(root).files)
     open_index(target)  # and the ones kept still spare the hash
@@ -362,7 +360,7 @@ def _rehash(m, root, name):
 def test_a_faiss_file_claiming_more_vectors_than_the_manifest_is_refused_before_faiss_reads_it(index):
     """A recomputed checksum does not help: the header's ntotal (2^37) and d are checked against the
     segment's positions and the manifest's dim first, in one line (before: a bad_alloc traceback)."""
-    root = Path(os.path.realpath(index))
+    root = Path(gen_of(index))
     data = bytearray((root / store.FAISS_FILE).read_bytes())
     data[8:16] = (2**37).to_bytes(8, "little")
     (root / store.FAISS_FILE).write_bytes(bytes(data))
@@ -387,14 +385,15 @@ def test_a_segment_prefix_that_is_not_s_digits_is_refused_cleanly(index, prefix)
 
 
 def test_a_symlinked_writer_lock_is_refused_and_nothing_is_created_outside(index, tmp_path):
-    """`.NAME.lock` as a symlink would make `delete` create (and lock) a file anywhere: it is opened
+    """`DIR/lock` as a symlink would make `delete` create (and lock) a file anywhere: it is opened
     with O_NOFOLLOW, so the write is refused in one line and the index is unchanged."""
     outside = tmp_path / "elsewhere" / "planted"
     outside.parent.mkdir()
-    os.symlink(outside, tmp_path / ".idx.lock")
+    (tmp_path / "idx" / "lock").unlink(missing_ok=True)  # the copied index's own lock file
+    os.symlink(outside, tmp_path / "idx" / "lock")
     ids = tmp_path / "ids.txt"
     ids.write_text("d1\n")
-    before = os.path.realpath(index)
+    before = gen_of(index)
     out = CliRunner().invoke(cli, ["delete", "--index", str(index), "--ids", str(ids)])
-    assert out.exit_code == 1 and ".idx.lock is a symbolic link" in out.output and out.output.count("\n") == 1
-    assert not outside.exists() and os.path.realpath(index) == before
+    assert out.exit_code == 1 and "idx/lock is a symbolic link" in out.output and out.output.count("\n") == 1
+    assert not outside.exists() and gen_of(index) == before

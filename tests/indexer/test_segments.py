@@ -17,6 +17,7 @@ from relsearch.retrieval.search import Query, Searcher
 
 from synthetic_index import encoder_identity as identity_of
 from test_mutations import D, docs, raw_vectors
+from conftest import gen_of
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def test_a_damaged_segment_list_is_refused(tmp_path, encoder_identity, bad):
     target = tmp_path / "idx"
     build_published(str(target), [docs([f"d{i}" for i in range(300)], seed=1)], n=300, d=D,
                     encoder=encoder_identity, spec=FaissSpec(factory="Flat"))
-    root = os.path.realpath(target)
+    root = gen_of(target)
     manifest = json.loads((Path(root) / store.MANIFEST).read_text())
     manifest["segments"] = [bad]
     (Path(root) / store.MANIFEST).write_text(json.dumps(manifest))

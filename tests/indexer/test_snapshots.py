@@ -12,6 +12,7 @@ from relsearch.cli import cli
 from relsearch.indexer import integrity, mutations, snapshots, store
 
 from synthetic_index import answers, build
+from conftest import gen_of
 
 
 @pytest.fixture
@@ -26,11 +27,11 @@ def names(target):
 
 
 def test_the_last_three_published_generations_are_retained(index):
-    built = os.path.realpath(index)
+    built = gen_of(index)
     for i in range(4):
         mutations.delete(str(index), [f"d{i}"])
     kept = names(index)
-    assert len(kept) == 3 and kept[0] == os.path.basename(os.path.realpath(index))
+    assert len(kept) == 3 and kept[0] == os.path.basename(gen_of(index))
     assert sorted(os.listdir(store.generations_dir(index.absolute()))) == sorted(kept)
     assert not os.path.exists(built)
     assert store.read_history(index)["published"][-3:] == kept[::-1]
@@ -43,11 +44,11 @@ def test_the_last_three_published_generations_are_retained(index):
 
 
 def test_rollback_restores_the_previous_answers_and_can_be_undone(index):
-    before, first = answers(index), os.path.basename(os.path.realpath(index))
+    before, first = answers(index), os.path.basename(gen_of(index))
     mutations.delete(str(index), ["d1", "d2"])
     mutations.append(str(index), [], n=0, run={"read": 0})
     after = answers(index)
-    latest = os.path.basename(os.path.realpath(index))
+    latest = os.path.basename(gen_of(index))
     assert after != before
 
     name, manifest = snapshots.rollback(index, to=first)
@@ -67,7 +68,7 @@ def test_sizes_count_shared_hard_links_once(index):
     assert [s.current for s in listed] == [True, False] and [s.op for s in listed] == ["delete", "build"]
     current, built = listed
     assert current.documents == 299 and built.documents == 300
-    vectors = os.path.getsize(os.path.realpath(index) + "/vectors.npy")
+    vectors = os.path.getsize(gen_of(index) + "/vectors.npy")
     assert current.bytes > vectors and built.bytes > vectors
     # the delete generation shares every segment file: what it alone holds is its tombstones and manifest
     assert current.unique_bytes < 20_000 and built.unique_bytes < 20_000
@@ -86,22 +87,22 @@ def test_rollback_errors_name_the_way_out(index):
 
 
 def test_a_damaged_snapshot_is_refused_and_the_index_keeps_answering(index, monkeypatch):
-    previous = os.path.realpath(index)
+    previous = gen_of(index)
     mutations.delete(str(index), ["d1", "unknown"])  # a rejection: rejected.jsonl is written anew, not linked
-    current, before = os.path.realpath(index), answers(index)
+    current, before = gen_of(index), answers(index)
     (store.Path(previous) / "rejected.jsonl").write_text("tampered\n")  # not a hard link of the current one
     monkeypatch.setenv(integrity.ENV_VERIFY, "full")
     with pytest.raises(store.IndexCorruptError, match=f"cannot roll back to {os.path.basename(previous)}: .*rejected.jsonl"
                        f".* still serves {os.path.basename(current)}"):
         snapshots.rollback(index)
-    assert os.path.realpath(index) == current and answers(index) == before
+    assert gen_of(index) == current and answers(index) == before
 
 
 def test_a_generation_never_published_is_never_a_snapshot(index):
     mutations.delete(str(index), ["d1"])
     gens = store.generations_dir(index.absolute())
     orphan = gens / "20990101T000000-1-abcdef"  # what a writer killed after its manifest leaves
-    shutil.copytree(os.path.realpath(index), orphan)
+    shutil.copytree(gen_of(index), orphan)
     assert orphan.name not in names(index)
     with pytest.raises(snapshots.SnapshotError, match="no retained generation"):
         snapshots.rollback(index, to=orphan.name)
@@ -175,9 +176,9 @@ def test_a_rollback_marks_the_elasticsearch_mirror_stale_and_its_undo_fresh(inde
     with EsTestServer(lifetime_s=300) as server:
         es = ["--es-url", server.url, "--es-index", "docs", "--es-index-type", "flat"]
         assert runner.invoke(cli, ["compact", "--index", str(index), *es]).exit_code == 0
-        first = os.path.basename(os.path.realpath(index))
+        first = os.path.basename(gen_of(index))
         assert runner.invoke(cli, ["delete", "--index", str(index), "--ids", str(ids), *es]).exit_code == 0
-        latest = os.path.basename(os.path.realpath(index))
+        latest = os.path.basename(gen_of(index))
         newer = store.open_index(index).manifest.backends["elasticsearch"]["index"]
         assert server.aliases["docs"] == {newer}
 
@@ -239,7 +240,7 @@ def test_a_reader_of_a_generation_retention_removes_keeps_answering(index):
 
     reader = Searcher(str(index))
     try:
-        before, gen = searcher_answers(reader), os.path.realpath(index)
+        before, gen = searcher_answers(reader), gen_of(index)
         for i in range(3):  # keep 3: the reader's generation leaves the retained ones
             mutations.delete(str(index), [f"d{i}"])
         assert not os.path.exists(gen)

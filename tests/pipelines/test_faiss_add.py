@@ -8,7 +8,7 @@ import faiss
 import numpy as np
 import pytest
 
-from relsearch.indexer import sharded_add
+from relsearch.indexer import sharded_add, store
 from relsearch.pipelines import faiss_add
 from relsearch.pipelines.index import IndexJob, run_index
 from conftest import write_jsonl
@@ -30,7 +30,8 @@ def _build(tmp_path, corpus, name: str, factory: str, units: int):
     target = tmp_path / name
     report = run_index(IndexJob(input=str(corpus), index=str(target), chunk_lines=7, faiss_factory=factory,
                                 faiss_add_units=units, progress=False))
-    return report, faiss.read_index(str(target / "index.faiss")), np.load(target / "vectors.npy")
+    gen = store.current_generation(target)
+    return report, faiss.read_index(str(gen / "index.faiss")), np.load(gen / "vectors.npy")
 
 
 @pytest.mark.parametrize("factory", ["IVF8,Flat", "IVF8,PQ16x4"])
@@ -52,7 +53,7 @@ def test_units_filled_by_the_workers_give_the_index_the_driver_builds(tmp_path, 
     np.testing.assert_array_equal(p1, p2)
     np.testing.assert_array_equal(s1, s2)
     assert one.faiss["search_params"] == many.faiss["search_params"]
-    leftovers = [n for n in os.listdir(tmp_path / ".workers.generations") if n.startswith("build-")]
+    leftovers = [n for n in os.listdir(tmp_path / "workers" / "generations") if n.startswith("build-")]
     assert leftovers == []  # the units and the trained index went with the build folder
 
 

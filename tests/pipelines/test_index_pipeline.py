@@ -11,6 +11,7 @@ from relsearch.indexer.manifest import Counts, Fields
 from relsearch.indexer.store import open_index
 from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
 from conftest import DEMO_CORPUS, write_jsonl
+from conftest import gen_of
 
 GOOD = [json.loads(line) for line in DEMO_CORPUS.read_text().splitlines()[:30]]
 
@@ -58,11 +59,11 @@ def test_broken_lines_reconcile_with_one_rejection_each(tmp_path):
 def test_strict_refuses_and_keeps_previous_index(tmp_path):
     target = tmp_path / "idx"
     run_index(job(write_jsonl(tmp_path / "a.jsonl", GOOD[:5]), target))
-    before = os.path.realpath(target)
+    before = gen_of(target)
     with pytest.raises(IndexInputError, match="--strict"):
         run_index(job(write_jsonl(tmp_path / "b.jsonl", GOOD[:5] + ["{bad"]), target, strict=True))
-    assert os.path.realpath(target) == before and open_index(target).docstore.count() == 5
-    assert len(os.listdir(tmp_path / ".idx.generations")) == 1  # the failed generation is gone
+    assert gen_of(target) == before and open_index(target).docstore.count() == 5
+    assert len(os.listdir(tmp_path / "idx" / "generations")) == 1  # the failed generation is gone
 
 
 @pytest.mark.parametrize("content, message", [(None, "does not exist"), (b"", "is empty"),
@@ -88,14 +89,14 @@ def test_rebuild_replaces_atomically_and_custom_fields(tmp_path):
     assert open_index(target).docstore.count() == 3
     assert files.docstore.count() == 6  # a reader opened before the swap keeps its generation
     # the rebuilt generation and the one it replaced (a snapshot) are all that is left
-    assert sorted(os.listdir(tmp_path / ".idx.generations")) == sorted(g.name for g in store.retained(target))
+    assert sorted(os.listdir(tmp_path / "idx" / "generations")) == sorted(g.name for g in store.retained(target))
     assert len(store.retained(target)) == 2
 
 
 def test_bad_faiss_factory_is_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match="index-factory"):
         run_index(job(write_jsonl(tmp_path / "a.jsonl", GOOD[:3]), tmp_path / "idx", faiss_factory="Nonsense42"))
-    assert not (tmp_path / "idx").exists()
+    assert not store.is_published(tmp_path / "idx")
 
 
 def test_interrupted_build_resumes_and_matches_an_uninterrupted_one(tmp_path, small_corpus, monkeypatch):
@@ -117,8 +118,8 @@ def test_interrupted_build_resumes_and_matches_an_uninterrupted_one(tmp_path, sm
     monkeypatch.setattr(index_job, "encode_chunk", crash_after_two)
     with pytest.raises(Exception):
         run_index(job(small_corpus, tmp_path / "idx", chunk_lines=25))
-    assert not (tmp_path / "idx").exists()
-    finished = {int(p.stem) for p in (tmp_path / ".idx.generations").glob("build-*/*.npz")}
+    assert not store.is_published(tmp_path / "idx")  # the folder holds only the shards to resume
+    finished = {int(p.stem) for p in (tmp_path / "idx" / "generations").glob("build-*/*.npz")}
     assert finished <= {0, 1}  # chunk order after Reshuffle is not fixed; whatever finished is kept
     monkeypatch.setattr(index_job, "encode_chunk", logged)
     resumed = run_index(job(small_corpus, tmp_path / "idx", chunk_lines=25))
@@ -129,7 +130,7 @@ def test_interrupted_build_resumes_and_matches_an_uninterrupted_one(tmp_path, sm
     assert (resumed.read, resumed.indexed) == (clean.read, clean.indexed) == (120, 120)
     np.testing.assert_array_equal(np.asarray(a.vectors), np.asarray(b.vectors))
     assert a.docstore.get(list(range(120))) == b.docstore.get(list(range(120)))
-    assert os.listdir(tmp_path / ".idx.generations") == [os.path.basename(os.path.realpath(tmp_path / "idx"))]
+    assert os.listdir(tmp_path / "idx" / "generations") == [os.path.basename(gen_of(tmp_path / "idx"))]
 
 
 def test_append_adds_replaces_and_reconciles(tmp_path):
@@ -164,10 +165,10 @@ def test_two_appends_to_a_missing_index_keep_both_inputs(tmp_path, monkeypatch):
     a, b = write_jsonl(tmp_path / "a.jsonl", GOOD[:3]), write_jsonl(tmp_path / "b.jsonl", GOOD[3:6])
     b_waits, real_lock, reports = threading.Event(), store.writer_lock, []
 
-    def lock(index):
+    def lock(index, **kw):
         if threading.current_thread().name == "B":
             b_waits.set()
-        return real_lock(index)
+        return real_lock(index, **kw)
 
     monkeypatch.setattr(store, "writer_lock", lock)
     with real_lock(target):
@@ -199,7 +200,7 @@ def test_a_full_disk_is_one_error_and_never_blocks_the_next_build(tmp_path, monk
 
     target = tmp_path / "idx"
     build(target, n=20)
-    gens = tmp_path / ".idx.generations"
+    gens = tmp_path / "idx" / "generations"
     good = os.listdir(gens)
 
     def full_disk(path, **arrays):
@@ -229,7 +230,7 @@ def test_a_full_disk_is_one_error_and_never_blocks_the_next_build(tmp_path, monk
     report = run_index(job(write_jsonl(tmp_path / "c.jsonl", GOOD[6:9]), target))
     # the new build and the good one before it (a snapshot); the kept shards are gone
     assert report.documents == 3 and sorted(os.listdir(gens)) == sorted(g.name for g in store.retained(target))
-    assert [g.name for g in store.retained(target)] == [os.path.basename(os.path.realpath(target)), *good]
+    assert [g.name for g in store.retained(target)] == [os.path.basename(gen_of(target)), *good]
 
 
 def test_beam_scratch_space_stays_in_the_build_folder(tmp_path, monkeypatch):

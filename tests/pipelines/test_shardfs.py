@@ -94,7 +94,7 @@ def test_index_with_remote_shards_resumes_and_matches_a_local_build(tmp_path, sm
     (shards,) = (remote / "scratch").iterdir()
     finished = {int(p.stem) for p in shards.glob("*.npz")}
     assert finished <= {0, 1} and (shards / "input.jsonl").read_bytes() == corpus.read_bytes()  # staged input
-    assert not list((tmp_path / ".idx.generations").glob("*/*.npz"))  # nothing in the local build folder
+    assert not list((tmp_path / "idx" / "generations").glob("*/*.npz"))  # nothing in the local build folder
 
     monkeypatch.setattr(index_job, "encode_chunk", real)
     resumed = run_index(IndexJob(index=str(tmp_path / "idx"), **job), args)
