@@ -10,7 +10,10 @@ exact text — never only among test tails. Each triple is scored by
   each operator given with ``--relation`` (then applied to every triple);
 - ``hybrid``: that own operator's ranking fused with BM25's by RRF (retrieval/hybrid.py, as
   ``relsearch query --hybrid``), and ``hybrid-w<W>`` for each ``--hybrid-weight W``: their
-  weighted fusion (``--hybrid weighted --hybrid-weight W``). Choose W on a dev split, not on test.
+  weighted fusion (``--hybrid weighted --hybrid-weight W``). Choose W on a dev split, not on test;
+- ``recipe``: the own relation as ``--relation NAME`` runs it, its stored recipe
+  (retrieval/recipe.py: the operator mixed with identity, fused with BM25; metadata bonuses left
+  out, triples have no metadata), when the bundle stores recipes.
 
 Two settings side by side. *Filtered*: every other known true answer of (h, r) — from the
 ``--known`` files and the test file — is removed, and ranks are *realistic* (expectation under
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,6 +40,7 @@ from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.relations import Operator, lookup, normalize
 from ..retrieval.hybrid import check as check_fusion
 from ..retrieval.hybrid import rrf_matrix, weighted_matrix
+from ..retrieval.recipe import Recipe, recipe_of, score_matrix
 from ..indexer.lexical import BM25
 from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
 from ..files import sha256_file
@@ -46,6 +50,7 @@ BASELINES = ("bm25", "identity")
 OWN = "relation"  # method label: each triple's own relation operator
 HYBRID = "hybrid"  # each triple's own operator fused with BM25 by RRF, as `relsearch query --hybrid` does
 WEIGHTED = "hybrid-w"  # + W: the same two fused by weighted scores, `--hybrid weighted --hybrid-weight W`
+RECIPE = "recipe"  # each triple's own relation as `--relation NAME` runs it: its stored recipe (retrieval/recipe.py)
 DIRECTIONS = ("tail", "head")
 PROTOCOL = {
     "filtered": "other known true answers of (query, relation) from --known files and the test file removed; "
@@ -221,12 +226,17 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
     if method.startswith(WEIGHTED):
         return weighted_matrix(dense, bm25.scores([it.query for it in items]), float(method[len(WEIGHTED):]),
                                exclude=exclude)
+    if method == RECIPE:  # metadata bonuses need an index's metadata: triples have none
+        recipe = replace(recipe_of(op) or Recipe(mixture={op.name: 1.0}), same={})
+        parts = {op.name: dense, "identity": normalize(h) @ cands.unit.T}
+        lexical = bm25.scores([it.query for it in items]) if recipe.bm25 else None
+        return score_matrix(recipe, parts, lexical, {}, exclude)
     return dense
 
 
 def _own(method: str) -> bool:
     """Whether ``method`` scores each triple with its own relation's operator."""
-    return method in (OWN, HYBRID) or method.startswith(WEIGHTED)
+    return method in (OWN, HYBRID, RECIPE) or method.startswith(WEIGHTED)
 
 
 def _rank(method, items, cands, bm25, op, columns, chunk) -> tuple[Ranks, Ranks]:
@@ -353,7 +363,8 @@ def methods_for(job: LinkPredJob, bundle: Bundle, test: list[dict]) -> list[str]
     if absent:
         raise BenchInputError(f"the triples use relation(s) the bundle lacks: {', '.join(absent)}; available: "
                               f"{', '.join(sorted(bundle.operators))}; pick operators with --relation NAME")
-    return [*BASELINES, OWN, HYBRID, *dict.fromkeys(f"{WEIGHTED}{w:g}" for w in job.hybrid_weights)]
+    recipes = [RECIPE] if any(recipe_of(bundle.operators[t["relation"]]) for t in test) else []
+    return [*BASELINES, OWN, *recipes, HYBRID, *dict.fromkeys(f"{WEIGHTED}{w:g}" for w in job.hybrid_weights)]
 
 
 def run_linkpred(job: LinkPredJob, *, json_out: str | None = None, plot_out: str | None = None,

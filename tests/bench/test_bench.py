@@ -408,3 +408,39 @@ def test_hybrid_beats_bm25_and_identity_on_trecqa(tmp_path):
     rows = evaluate(test, known, cands, ["bm25", "identity", HYBRID])["rows"]
     mrr = {r["method"]: r["filtered"]["mrr"] for r in rows if r["relation"] == "overall"}
     assert mrr[HYBRID] > mrr["bm25"] > mrr["identity"]
+
+
+def test_bench_linkpred_scores_a_stored_recipe_as_the_index_runs_it(qa_data, qa_bundles, qa_index, tmp_path):
+    """The `recipe` method: each triple's relation as `--relation NAME` runs it over an index."""
+    from relsearch.encoder.bundle import load_bundle
+    from relsearch.encoder.metrics import Ranks, ranking_metrics
+    from relsearch.retrieval.request import SearchOptions, run
+    from relsearch.retrieval.search import Query, Searcher
+
+    bundle = load_bundle(qa_bundles[0])
+    bundle.operators["qa-entailment"].info["recipe"] = {"mixture": {"qa-entailment": 0.5, "identity": 0.5},
+                                                        "bm25": 0.3}
+    path = str(bundle.save(tmp_path / "with-recipe"))
+    out = tmp_path / "lp.json"
+    result = CliRunner().invoke(bench, ["linkpred", str(qa_data / "test.jsonl"), "--index", qa_index, "--model", path,
+                                        "--json", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    row = next(r for r in json.loads(out.read_text())["rows"] if r["method"] == "recipe"
+               and r["relation"] == "qa-entailment" and r["direction"] == "tail")
+    triples = [json.loads(line) for line in (qa_data / "test.jsonl").read_text().splitlines()]
+    searcher = Searcher(qa_index, path)
+    heads = list(dict.fromkeys(t["head"] for t in triples))
+    ids = {json.loads(line)["text"]: json.loads(line)["id"] for line in (qa_data / "corpus.jsonl").read_text().splitlines()}
+    # --id queries: the question itself leaves both lists, as the benchmark excludes the query's text
+    pages = run(searcher, [Query(doc_id=ids[h], relations={"qa-entailment": 1.0}) for h in heads],
+                SearchOptions(k=searcher.live_count))
+    lo, hi = [], []
+    for t in triples:
+        ranked = [(h.text, h.score) for h in pages[heads.index(t["head"])] if h.text != t["head"]]
+        others = {x["tail"] for x in triples if x["head"] == t["head"]} - {t["tail"]}
+        gold = next(s for text, s in ranked if text == t["tail"])
+        kept = [s for text, s in ranked if text not in others and text != t["tail"]]
+        lo.append(1 + sum(s > gold + 1e-6 for s in kept))
+        hi.append(lo[-1] + sum(abs(s - gold) <= 1e-6 for s in kept))
+    expected = ranking_metrics(Ranks(np.array(lo), np.array(hi)), "realistic")
+    assert row["filtered"]["mrr"] == pytest.approx(expected["mrr"], abs=0.02)
