@@ -20,6 +20,7 @@ MISSING_ID = "missing-id"
 EMPTY_ID = "empty-id"
 NON_STRING_ID = "non-string-id"  # a float, boolean, list or object where the id belongs
 MISSING_TEXT = "missing-text"
+NULL_TEXT = "null-text"  # the text field is there, holding JSON null
 EMPTY_TEXT = "empty-text"
 NON_STRING_TEXT = "non-string-text"
 DUPLICATE_ID = "duplicate-id"
@@ -199,8 +200,10 @@ def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: st
         return Rejection(line_no, EMPTY_ID, f"{id_field!r} is empty", preview)
     if _utf8_size(doc_id) is None:
         return Rejection(line_no, INVALID_UNICODE, f"{id_field!r} holds a lone surrogate escape", preview)
-    if text_field not in obj or obj[text_field] is None:
+    if text_field not in obj:
         return Rejection(line_no, MISSING_TEXT, f"no {text_field!r} field", preview)
+    if obj[text_field] is None:
+        return Rejection(line_no, NULL_TEXT, f"{text_field!r} is null", preview)
     text = obj[text_field]
     if not isinstance(text, str):
         return Rejection(line_no, NON_STRING_TEXT, f"{text_field!r} is {type(text).__name__}", preview)

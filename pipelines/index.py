@@ -309,15 +309,24 @@ def lines_done(shard_dir: str) -> int:
     return n
 
 
-def _watch_progress(shard_dir: str, total: int, already: int, stop: threading.Event, enabled: bool) -> None:
-    """Show progress (lines, updated per encoded batch) until ``stop`` is set."""
+def _watch_progress(shard_dir: str, total: int, already: int, stop: threading.Event, enabled: bool,
+                    model: str | None = None) -> None:
+    """Show progress (lines, updated per encoded batch) until ``stop`` is set. Until the first
+    lines are done the bar says it is loading the model (~10 s on a CPU, the bar at 0% otherwise
+    looks stuck), naming ``model``."""
     from tqdm import tqdm
 
-    with tqdm(total=total, initial=already, unit="line", desc="indexing", disable=not enabled,
-              mininterval=0.5, smoothing=0.1) as bar:
-        while not stop.wait(0.5):
-            bar.update(lines_done(shard_dir) - bar.n)
-        bar.update(lines_done(shard_dir) - bar.n)
+    loading = f"loading the model {os.path.basename(str(model).rstrip('/'))} …" if model else "loading the model …"
+    with tqdm(total=total, initial=already, unit="line", desc=loading if already < total else "indexing",
+              disable=not enabled, mininterval=0.5, smoothing=0.1) as bar:
+        while True:
+            stopped = stop.wait(0.5)
+            n = lines_done(shard_dir)
+            if enabled and (n > already or stopped) and bar.desc != "indexing":
+                bar.set_description_str("indexing", refresh=False)
+            bar.update(n - bar.n)
+            if stopped:
+                break
 
 
 def _threads_per_worker(options) -> int | None:
@@ -363,7 +372,8 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         resumed = [c for c in chunks if shardfs.exists(shardfs.join(shards, f"{c.number:06d}.npz"))]
         stop = threading.Event()
         watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
-            shards, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, job.progress))
+            shards, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, job.progress,
+            encoder_config.model))
         watcher.start()
         try:
             todo = [c for c in chunks if c not in resumed]

@@ -54,7 +54,9 @@ class LookupInputError(ValueError):
 class LookupJob:
     """What to look up. ``relations``: name → weight (a mixture is one query vector);
     ``filters``: exact metadata matches for every query; ``same``: metadata fields whose value must
-    equal the query document's own value."""
+    equal the query document's own value. What each result carries: ``id`` and ``score``, ``text``
+    with ``with_text``, and ``metadata``: the named ``fields`` only, every field with
+    ``with_metadata``, else none (``{}``: a company's metadata holds long texts)."""
 
     input: str
     index: str
@@ -65,6 +67,8 @@ class LookupJob:
     same: tuple[str, ...] = ()
     model: str | None = None  # None: the bundle recorded in the index manifest
     with_text: bool = False
+    fields: tuple[str, ...] = ()  # metadata fields each result keeps
+    with_metadata: bool = False  # every metadata field (default: none unless ``fields``)
     batch_size: int = 256  # queries per Searcher.search call
     id_field: str = "id"
     text_field: str = "text"
@@ -77,6 +81,8 @@ class LookupJob:
             raise LookupInputError(str(e)) from None
         if self.batch_size < 1:
             raise LookupInputError(f"batch_size must be at least 1, got {self.batch_size}")
+        if self.fields and self.with_metadata:
+            raise LookupInputError("give --fields (those metadata fields) or --with-metadata (all), not both")
         both = sorted(set(self.same) & set(self.filters))
         if both:
             raise LookupInputError(f"--filter and --same both name {', '.join(both)}; use one of them per field")
@@ -144,7 +150,7 @@ def parse_lookup_line(line_no: int, raw: bytes, *, id_field: str = "id", text_fi
             return rec.Rejection(line_no, MISSING_SAME_FIELD, f"the line (new text) has {values}",
                                  raw[:500].decode("utf-8", "replace"))
         return LookupInput(line_no, parsed.id, parsed.text, values)
-    if parsed.reason == rec.MISSING_TEXT:  # id and JSON already validated by parse_line (BOM and all)
+    if parsed.reason in (rec.MISSING_TEXT, rec.NULL_TEXT):  # id and JSON already validated by parse_line (BOM and all)
         return LookupInput(line_no, str(rec.decode_line(line_no, raw)[id_field]).strip())
     return parsed
 
@@ -210,13 +216,13 @@ def search_batch(batch: list[LookupInput], searcher, job: LookupJob, clock=time.
                                               for x in by_text], k=job.k + 1, filters=filters)
         stats["text_seconds"] = clock() - started
         rows += ((x, [h for h in hs if h.id != x.id][:job.k]) for x, hs in zip(by_text, hits))
-    return [(x.line, json.dumps({"query_id": x.id, "results": [_hit_json(h, job.with_text) for h in hits]},
+    return [(x.line, json.dumps({"query_id": x.id, "results": [_hit_json(h, job) for h in hits]},
                                 ensure_ascii=False)) for x, hits in rows], stats
 
 
-def _hit_json(hit, with_text: bool) -> dict:
-    out = hit.to_json()
-    if not with_text:
+def _hit_json(hit, job: LookupJob) -> dict:
+    out = hit.shaped(job.fields or None, metadata=bool(job.fields) or job.with_metadata).to_json()
+    if not job.with_text:
         out.pop("text", None)
     return out
 
@@ -332,10 +338,11 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
         searcher = opener()
         searcher.check(dict(job.relations), dict(job.filters))
         warnings = searcher.filter_warnings(dict(job.filters))
-        unknown = [f for f in job.same if f not in searcher.metadata_fields]
-        if unknown:
-            raise QueryError(f"unknown --same field {unknown[0]!r}; metadata fields: "
-                             f"{', '.join(searcher.metadata_fields) or '(none)'}")
+        for option, names in (("--same", job.same), ("--fields", job.fields)):
+            unknown = [f for f in names if f not in searcher.metadata_fields]
+            if unknown:
+                raise QueryError(f"unknown {option} field {unknown[0]!r}; metadata fields: "
+                                 f"{', '.join(searcher.metadata_fields) or '(none)'}")
     except KeyError as e:
         raise LookupInputError(e.args[0]) from e
     except (QueryError, FileNotFoundError, ValueError) as e:

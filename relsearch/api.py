@@ -45,7 +45,7 @@ class SearchRequest(SearchOptions):
     mixture ``{name: weight}`` (default identity), and how to answer it: the options of
     :class:`~relsearch.retrieval.request.SearchOptions` (k, offset, min_score, collapse, filters
     — JSON types match exactly: ``true`` is not ``1`` —, explain, rerank, rerank_depth, hybrid,
-    hybrid_weight)."""
+    hybrid_weight, and ``fields`` / ``metadata``: the metadata each hit carries)."""
 
     text: str | None = None
     id: str | None = None
@@ -203,12 +203,15 @@ class Index:
                k: int = 10, offset: int = 0, min_score: float | None = None, collapse: str | None = None,
                filters: dict[str, FilterValue | dict] | None = None, explain: bool = False, rerank: str | None = None,
                rerank_depth: int | None = None, hybrid: str | None = None,
-               hybrid_weight: float | None = None) -> Hits:
+               hybrid_weight: float | None = None, fields: Sequence[str] | None = None,
+               metadata: bool = True) -> Hits:
         """Hits for one query (see :class:`SearchRequest`), a list with ``warnings`` (:class:`Hits`:
-        filter operators that can never match); raises :class:`RequestError`."""
+        filter operators that can never match); raises :class:`RequestError`. ``fields``: the
+        metadata fields each hit keeps (default all); ``metadata=False``: none."""
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
                             min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
-                            rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight)
+                            rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight,
+                            fields=fields, metadata=metadata)
         out = self.search_batch([req]).results[0]
         if isinstance(out, Exception):
             raise out
@@ -408,12 +411,12 @@ def _logged(e: Exception) -> Exception:
 
 def _run(searcher: Searcher, requests: list[SearchRequest], stop=None) -> list[list[Hit]]:
     """One search for requests sharing a group key: each gets the group's top ``k + offset``,
-    then its own page (min_score may differ)."""
+    then its own page (min_score may differ) and its own metadata (fields, metadata)."""
     first = requests[0].options()
-    shared = dataclasses.replace(first, k=first.k + first.offset, offset=0, min_score=None)
+    shared = dataclasses.replace(first, k=first.k + first.offset, offset=0, min_score=None, fields=None, metadata=True)
     with blame("query"):
         ranked = search_request.run(searcher, [r.query() for r in requests], shared, stop=stop)
-    return [page(hits, offset=r.offset, k=r.k, min_score=r.min_score) for r, hits in zip(requests, ranked)]
+    return [r.shape(page(hits, offset=r.offset, k=r.k, min_score=r.min_score)) for r, hits in zip(requests, ranked)]
 
 
 def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits) -> rec.Record:

@@ -185,8 +185,10 @@ def companies(corpus, models, split, depth, cache_dir, precision, json_out, plot
     """Similar companies on held-out companies: same GICS industry / sector P@10, R@10, MRR@10 and
     cross-source lookups, for BM25, identity, every operator and re-ranking head.
 
-    CORPUS defaults to ../shared/data/russell3000_companies/corpus.jsonl (fields text, text_wikipedia,
-    text_bloomberg, gics_industry, gics_sector, split).
+    CORPUS defaults to russell3000_companies/corpus.jsonl in the datasets folder $RELSEARCH_DATA: the
+    public Russell 3000 descriptions (Yahoo, Wikipedia, Bloomberg) with GICS codes, one company a line
+    with fields text, text_wikipedia, text_bloomberg, gics_industry, gics_sector, split (README,
+    "Datasets").
     """
     import os
 
@@ -196,7 +198,8 @@ def companies(corpus, models, split, depth, cache_dir, precision, json_out, plot
         data = os.environ.get("RELSEARCH_DATA", os.path.join("..", "shared", "data"))
         corpus = os.path.join(data, "russell3000_companies", "corpus.jsonl")
         if not os.path.isfile(corpus):
-            raise click.UsageError(f"no CORPUS given and {corpus} does not exist")
+            raise click.UsageError(f"no CORPUS given and {corpus} does not exist; give CORPUS or set "
+                                   "RELSEARCH_DATA to the prepared datasets folder (README, \"Datasets\")")
     job = CompaniesJob(corpus=corpus, models=tuple(models) or (None,), split=split, depth=depth, cache_dir=cache_dir,
                        precision=precision, progress=not quiet)
     _run(run_companies, job, json_out, plot_out)
@@ -205,13 +208,14 @@ def companies(corpus, models, split, depth, cache_dir, precision, json_out, plot
 @bench.command(name="all")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the report.")
 @click.option("--data", "data_dir", default=None, type=click.Path(file_okay=False),
-              help="Shared datasets folder (default: $RELSEARCH_DATA or ../shared/data).")
+              help="Prepared datasets folder (default: $RELSEARCH_DATA; README, \"Datasets\").")
 @model_option
 @cache_option
 @precision_option
 @quiet_option
 def all_(out_dir, data_dir, model, cache_dir, precision, quiet):
-    """Run the default pack's relations on the shared datasets; write OUT/REPORT.md, JSON and PNGs."""
+    """Run the default pack's relations on the prepared public datasets (--data or $RELSEARCH_DATA);
+    write OUT/REPORT.md, JSON and PNGs."""
     from relsearch.bench.report import BenchInputError
     from relsearch.bench.suite import SuiteJob, run_suite
 
@@ -262,7 +266,8 @@ def train_speed(train, dev, regime, triples, dev_triples, batch_size, max_length
     """The project's trainer vs a minimal hand-written loop of the same model, batch, max length and
     dtype, in one process: triples/s of both and their ratio (design target >= 0.70).
 
-    TRAIN defaults to ../shared/data/msrp/triples/train.jsonl (with its dev split)."""
+    TRAIN defaults to msrp/triples/train.jsonl (with its dev split) in the datasets folder
+    $RELSEARCH_DATA (README, "Datasets")."""
     from relsearch.bench import train_speed as mod
 
     try:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from relsearch.cli_query import FILTER_HELP, typed_filters
+from relsearch.cli_query import FILTER_HELP, field_names, typed_filters
 from relsearch.retrieval.inputs import MAX_K
 
 
@@ -22,18 +22,23 @@ from relsearch.retrieval.inputs import MAX_K
               help="Keep only results whose FIELD equals the query document's; repeat = AND.")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSONL (written atomically).")
 @click.option("--with-text", is_flag=True, help="Include each result's text.")
+@click.option("--fields", "fields", multiple=True, callback=field_names, metavar="F1,F2",
+              help="Metadata fields each result carries (comma-separated or repeated); default: none.")
+@click.option("--with-metadata", is_flag=True, help="Include every metadata field of each result.")
 @click.option("--model", default=None, help="Relation bundle folder or model id (default: the one the index was built with).")
 @click.option("--batch-size", default=256, show_default=True, type=click.IntRange(min=1),
               help="Queries per search call.")
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
 @click.pass_context
-def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_text, model, batch_size, workers):
+def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_text, fields, with_metadata, model,
+           batch_size, workers):
     """Answer every line of INPUT.jsonl with a Beam job: its top-k documents in --relation.
 
     A line is {"id": ...} (an indexed document) or {"id": ..., "text": ...} (new text; with --same it
     must carry the --same fields). The query document itself is never returned. Results go to --out
-    in input order, one {"query_id", "results"} line per answered input; lines that cannot be
-    answered go to OUT's .rejected.jsonl with line number and reason. Unknown options (--runner,
+    in input order, one {"query_id", "results"} line per answered input, each result {"id", "score",
+    "metadata"} with no metadata unless --fields or --with-metadata (and no text unless --with-text);
+    lines that cannot be answered go to OUT's .rejected.jsonl with line number and reason. Unknown options (--runner,
     --direct_num_workers, ...) pass through to Apache Beam.
     """
     from relsearch.encoder.relations import parse_relation_args
@@ -45,7 +50,8 @@ def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_te
     try:
         job = LookupJob(input=input_file, index=index_dir, out=out, relations=parse_relation_args(relations), k=k,
                         filters=filters, same=tuple(dict.fromkeys(same)), model=model,
-                        with_text=with_text, batch_size=batch_size)
+                        with_text=with_text, fields=tuple(fields or ()), with_metadata=with_metadata,
+                        batch_size=batch_size)
         report = run_lookup(job, beam_args)
     except (LookupInputError, ValueError) as e:
         raise click.ClickException(str(e)) from e

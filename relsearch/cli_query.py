@@ -51,6 +51,13 @@ FILTER_HELP = ('Metadata filter, repeat = AND: FIELD=VALUE (typed: 1 and 2.5 num
                '"FIELD exists"; "not " before any negates it.')
 
 
+def field_names(ctx, param, specs) -> list[str] | None:
+    """Click callback for --fields: comma-separated names, repeatable → a list (None when not given)."""
+    if not specs:
+        return None
+    return list(dict.fromkeys(name.strip() for spec in specs for name in spec.split(",") if name.strip()))
+
+
 def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
     named = {"efSearch": ef_search, "nprobe": nprobe, "rerank": rerank}
     return {**extra, **{key: value for key, value in named.items() if value is not None}}
@@ -74,7 +81,13 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
               help="Keep only the best hit per value of metadata FIELD (e.g. one share class per company).")
 @click.option("--json", "as_json", is_flag=True,
               help='JSON lines: {"rank", "id", "score", "text", "metadata": {...}} per hit.')
-@click.option("--explain", is_flag=True, help="Add every operator's own score for each hit.")
+@click.option("--fields", "fields", multiple=True, callback=field_names, metavar="F1,F2",
+              help="Metadata fields each hit carries (comma-separated or repeated), in this order: columns of the "
+                   "table, the only keys of --json's \"metadata\" (default: all in --json, none in the table).")
+@click.option("--no-metadata", "no_metadata", is_flag=True, help='--json: hits carry no metadata ("metadata": {}).')
+@click.option("--explain", is_flag=True,
+              help="Add every operator's own score for each hit; a mixture's weighted parts (mixture:NAME, summing "
+                   "to the relational score) or a recipe's parts come first.")
 @click.option("--model", default=None, help="Relation bundle folder or model id (default: the index's bundle).")
 @click.option("--ef-search", type=click.IntRange(min=1), default=None, help="HNSW efSearch (default: tuned at build).")
 @click.option("--nprobe", type=click.IntRange(min=1), default=None, help="IVF lists probed (default: tuned at build).")
@@ -103,7 +116,8 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
                    "(default 0.5).")
 @click.option("--fusion", type=click.Choice(["server", "client"]), default="server", show_default=True,
               help="--backend es --hybrid: the server's rrf retriever, or two searches fused here.")
-def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json, explain, model, ef_search, nprobe,
+def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json,
+          fields, no_metadata, explain, model, ef_search, nprobe,
           rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion,
           hybrid_weight):
     """Find documents standing in --relation to TEXT (or to --id, or to each line of --queries)."""
@@ -121,7 +135,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         _fail("--hybrid weighted needs the local backend")
     options = request.SearchOptions(k=k, offset=offset, min_score=min_score, collapse=collapse_field, filters=filters,
                                     explain=explain, rerank=head, rerank_depth=rerank_depth,
-                                    hybrid=hybrid if backend != "es" else None, hybrid_weight=hybrid_weight)
+                                    hybrid=hybrid if backend != "es" else None, hybrid_weight=hybrid_weight,
+                                    fields=fields, metadata=not no_metadata)
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
                         num_candidates=num_candidates, hybrid=bool(hybrid), fusion=fusion) if backend == "es" else None
     try:
@@ -157,7 +172,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         for q, hits in zip(queries, results):
             payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits]}
             click.echo(json.dumps(payload, ensure_ascii=False) if as_json
-                       else _table(hits, title=f"query {q.query_id}", first=offset + 1))
+                       else _table(hits, title=f"query {q.query_id}", first=offset + 1, fields=fields, fused=hybrid))
         for err in errors:
             click.echo(f"{queries_file}:{err['line']}: {err['error']}", err=True)
         if errors:
@@ -168,13 +183,13 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         for rank, hit in enumerate(hits, offset + 1):
             click.echo(json.dumps(hit.to_json(rank), ensure_ascii=False))
     else:
-        click.echo(_table(hits, first=offset + 1))
+        click.echo(_table(hits, first=offset + 1, fields=fields, fused=hybrid))
 
 
 # the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
 OPTION_FLAGS = {"text": "TEXT", "id": "--id", "relations": "--relation", "k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
                 "filters": "--filter", "rerank": "--rerank", "rerank_depth": "--rerank-depth", "hybrid": "--hybrid",
-                "hybrid_weight": "--hybrid-weight"}
+                "hybrid_weight": "--hybrid-weight", "fields": "--fields", "metadata": "--no-metadata"}
 
 
 def _parse_rerank(rerank: str | None) -> tuple[str | None, int | None]:
@@ -196,22 +211,48 @@ def _read_queries(path: str, weights: dict, searcher) -> tuple[list, list[dict]]
     return [q for q in queries if q.doc_id not in unknown], sorted(errors, key=lambda err: err["line"])
 
 
-def _table(hits, title: str | None = None, first: int = 1) -> str:
+FUSED = {"rrf": "rrf", "weighted": "fused"}  # --hybrid: the score column's name
+PARTS = ("mixture:", "recipe:")  # explain keys of a score's parts (an operator may be named aspect:FIELD)
+
+
+def _cell(value, width: int = 24) -> str:
+    text = " ".join(("" if value is None else value if isinstance(value, str) else json.dumps(value)).split())
+    return text[:width - 1] + "…" if len(text) > width else text
+
+
+def _table(hits, title: str | None = None, first: int = 1, fields: list[str] | None = None,
+           fused: str | None = None) -> str:
+    """Rank, score, id, the chosen metadata ``fields`` as columns, a snippet of the text; with
+    explain, a line of parts (mixture:/recipe:) and a line of every operator's score per hit.
+    ``fused`` (the --hybrid method): the score column says so, and a note below the table says
+    that fused scores are on another scale than cosines."""
     lines = [title] if title else []
     reranked = bool(hits) and hits[0].reranker is not None
+    columns = [(f, max([len(f)] + [len(_cell(h.metadata.get(f))) for h in hits])) for f in fields or ()]
+    extra = "".join(f"{f[:24]:<{w}}  " for f, w in columns)
     if reranked:  # --rerank HEAD: the head's P(positive), then the ANN score and rank it came with
-        lines.append(f"{'rank':>4}  {hits[0].reranker[:7]:>7}  {'ann':>7}  {'ann#':>4}  {'id':<16}  text")
+        lines.append(f"{'rank':>4}  {hits[0].reranker[:7]:>7}  {'ann':>7}  {'ann#':>4}  {'id':<16}  {extra}text")
     else:
-        lines.append(f"{'rank':>4}  {'score':>7}  {'id':<16}  text")
+        lines.append(f"{'rank':>4}  {FUSED.get(fused, 'score'):>7}  {'id':<16}  {extra}text")
+    width = 90 if not columns else 60
     for rank, h in enumerate(hits, first):
         snippet = " ".join(h.text.split())
-        snippet = snippet[:90] + ("…" if len(snippet) > 90 else "")
+        snippet = snippet[:width] + ("…" if len(snippet) > width else "")
         scores = f"{h.score:7.4f}  {h.ann_score:7.4f}  {h.ann_rank:>4}" if reranked else f"{h.score:7.4f}"
-        lines.append(f"{rank:>4}  {scores}  {str(h.id)[:16]:<16}  {snippet}")
+        cells = "".join(f"{_cell(h.metadata.get(f)):<{w}}  " for f, w in columns)
+        lines.append(f"{rank:>4}  {scores}  {str(h.id)[:16]:<16}  {cells}{snippet}")
         if h.explain:
-            lines.append("      " + "  ".join(f"{n}={v:.3f}" for n, v in h.explain.items()))
+            parts = {n: v for n, v in h.explain.items() if n.startswith(PARTS)}
+            if parts:
+                lines.append("      " + " + ".join(f"{n}={v:.3f}" for n, v in parts.items())
+                             + f" = {sum(parts.values()):.3f}")
+            lines.append("      " + "  ".join(f"{n}={v:.3f}" for n, v in h.explain.items() if n not in parts))
     if not hits:
         lines.append("  (no results)")
+    elif fused == "rrf":
+        lines.append("  rrf: fused scores, reciprocal rank fusion of the relational and BM25 ranks, Σ 1/(60 + rank) "
+                     "(at most 0.033): not cosines")
+    elif fused:
+        lines.append("  fused: fused scores, the relational and BM25 scores each min-max normalised over the "
+                     "candidates, then weighted (0 to 1): not cosines")
     return "\n".join(lines)
-
-

@@ -10,6 +10,8 @@ checkpoint that lets an interrupted run resume (``OUT.checkpoint``) is removed o
 """
 from __future__ import annotations
 
+import shlex
+
 import click
 
 from .encoder.training.card import CARD, summary_lines
@@ -33,6 +35,25 @@ ONLY_FOR = {
 }
 
 
+ARGV_KEY = "relsearch.train.argv"
+
+
+class _TrainCommand(click.Command):
+    """Remembers the arguments it was given, as typed, so the model card records the command
+    exactly (``--dev``, ``--test``, ``--out`` and all), in a shell or in-process (CliRunner)."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        raw = list(args)
+        ctx = super().make_context(info_name, args, parent=parent, **extra)
+        ctx.meta[ARGV_KEY] = raw
+        return ctx
+
+
+def command_line() -> str:
+    """``relsearch train`` and the arguments of the running command, quoted for a shell."""
+    return shlex.join(["relsearch", "train", *click.get_current_context().meta.get(ARGV_KEY, [])])
+
+
 def _description_map(specs) -> dict[str, str]:
     out = {}
     for spec in specs:
@@ -43,7 +64,7 @@ def _description_map(specs) -> dict[str, str]:
     return out
 
 
-@click.command("train")
+@click.command("train", cls=_TrainCommand)
 @click.argument("data", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False))
 @click.option("--objective", type=click.Choice(OBJECTIVES), default="rse", show_default=True,
               help="rse: relation operators from triples; aspect: same-label operators from a labelled corpus; "
@@ -150,7 +171,7 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
             result.bundle.operators[name].description = text
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
-    notes = [f"Trained with `relsearch train {' '.join(data.train)} --objective {objective}`."] + list(card_notes)
+    notes = [f"Trained with `{command_line()}`."] + list(card_notes)
     path = write_bundle(result.bundle, out, encoder=result.encoder, card=trainer.card(result.bundle, notes=notes))
     Checkpoint(out, {}).clear()
     for line in summary_lines(result.bundle):

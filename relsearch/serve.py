@@ -128,12 +128,17 @@ class QueryOptions(_Body):
                                                       "rrf (reciprocal rank fusion) or weighted.")
     hybrid_weight: FiniteFloat | None = Field(None, ge=0, le=1, description="With hybrid weighted: the relational "
                                         "list's share of the min-max normalised scores (BM25 gets the rest; 0.5).")
+    fields: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None, max_length=1000, description="The metadata fields each hit carries, in this order (like Elasticsearch's "
+        "_source filtering); default: every field.")
+    metadata: bool = Field(True, description="false: hits carry no metadata (\"metadata\": {}).")
 
     def request(self, text: str | None, doc_id: str | None, relations: dict | None = None) -> SearchRequest:
         return SearchRequest(text=text, id=doc_id, relations=relations or self.relations, k=self.k,
                              offset=self.offset, min_score=self.min_score, collapse=self.collapse,
                              filters=self.filters, explain=self.explain, rerank=self.rerank,
-                             rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight)
+                             rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight,
+                             fields=self.fields, metadata=self.metadata)
 
 
 class SearchBody(QueryOptions):

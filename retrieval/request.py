@@ -3,7 +3,7 @@
 ``relsearch query``, the Python API (relsearch/api.py) and through it the server build the same
 :class:`SearchOptions` and call :func:`run`: the relational search (fused with BM25 when
 ``hybrid``, re-scored by a pair head when ``rerank``), collapsed on a metadata field, then the page
-``offset…offset + k`` and the ``min_score`` cut. The result is one list of
+``offset…offset + k``, the ``min_score`` cut and the metadata each hit carries (``fields``). The result is one list of
 :class:`~.search.Hit` per query, re-ranked or not.
 
 Errors name the option at fault (:class:`RequestError`), never a command-line flag: the CLI
@@ -52,7 +52,10 @@ class SearchOptions:
     AND-ed); ``explain`` (every operator's own score); ``rerank`` (a pair head of the bundle) over
     ``rerank_depth`` ANN candidates; ``hybrid`` (``rrf`` | ``weighted``, fused with BM25 on the
     query text, retrieval/hybrid.py) with, for ``weighted``, ``hybrid_weight`` (the relational
-    list's share in [0, 1], default 0.5)."""
+    list's share in [0, 1], default 0.5). What each hit carries (Elasticsearch's ``_source``
+    filtering, Qdrant's ``with_payload``): ``fields`` (metadata field names: only those, in that
+    order; None: every field) and ``metadata`` (false: none, ``{}``); applied after collapse, so a
+    collapse field need not be among them (:meth:`~.search.Hit.shaped`)."""
 
     k: int = 10
     offset: int = 0
@@ -64,6 +67,8 @@ class SearchOptions:
     rerank_depth: int | None = None
     hybrid: str | None = None
     hybrid_weight: float | None = None
+    fields: list[str] | tuple[str, ...] | None = None
+    metadata: bool = True
 
     def check(self) -> None:
         """The checks that need no index; a :class:`RequestError` naming the option."""
@@ -87,6 +92,8 @@ class SearchOptions:
             check_filters(self.filters)
         if self.min_score is not None and not math.isfinite(self.min_score):
             raise RequestError("min_score", "min_score must be a finite number")
+        if self.fields and not self.metadata:
+            raise RequestError("fields", "fields chooses metadata fields, metadata false drops them all: give one")
 
     def check_types(self) -> None:
         """Each option has its JSON type, as the server's schema says (``true`` is not a number,
@@ -103,7 +110,10 @@ class SearchOptions:
                   "collapse": ("a field name", lambda v: v is None or isinstance(v, str) and v != ""),
                   "rerank": ("a head name", lambda v: v is None or isinstance(v, str) and v != ""),
                   "hybrid": ("rrf or weighted", lambda v: v is None or isinstance(v, str)),
-                  "filters": ("an object {field: value}", lambda v: isinstance(v, Mapping))}
+                  "filters": ("an object {field: value}", lambda v: isinstance(v, Mapping)),
+                  "fields": ("a list of metadata field names", lambda v: v is None or isinstance(v, (list, tuple))
+                             and all(isinstance(f, str) and f != "" for f in v)),
+                  "metadata": ("true or false", lambda v: isinstance(v, bool))}
         for name, (kind, ok) in wanted.items():
             value = getattr(self, name)
             if not ok(value):
@@ -121,6 +131,16 @@ class SearchOptions:
         if self.rerank is not None:
             with blame("rerank"):
                 head_of(searcher, self.rerank)
+        unknown = [f for f in self.fields or () if f not in searcher.metadata_fields]
+        if unknown:
+            raise RequestError("fields", f"unknown field {unknown[0][:80]!r}; metadata fields: "
+                                         f"{', '.join(searcher.metadata_fields) or '(none)'}")
+
+    def shape(self, hits: list[Hit]) -> list[Hit]:
+        """``hits`` carrying the metadata asked for (``fields``, ``metadata``): :meth:`~.search.Hit.shaped`."""
+        if self.metadata and self.fields is None:
+            return hits
+        return [hit.shaped(self.fields, self.metadata) for hit in hits]
 
 
 def run(searcher, queries: list[Query], options: SearchOptions, *,
@@ -145,7 +165,8 @@ def run(searcher, queries: list[Query], options: SearchOptions, *,
 
     ranked = search_collapsed(top, need=options.offset + options.k, field=options.collapse,
                               limit=searcher.live_count, stop=stop)
-    return [page(hits, offset=options.offset, k=options.k, min_score=options.min_score) for hits in ranked]
+    return [options.shape(page(hits, offset=options.offset, k=options.k, min_score=options.min_score))
+            for hits in ranked]
 
 
 def search_with_recipes(searcher, queries: list[Query], **options) -> list[list[Hit]]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -52,10 +52,23 @@ class Hit:
     score: float
     text: str
     metadata: dict
-    explain: dict | None = None  # operator name → cos(op(h), t)
+    # operator name → cos(op(h), t); first, a mixture's parts ("mixture:NAME" → weight × cos, summing
+    # to the relational score) or a recipe's ("recipe:dense", ...; retrieval/recipe.py)
+    explain: dict | None = None
     reranker: str | None = None
     ann_score: float | None = None
     ann_rank: int | None = None
+
+    def shaped(self, fields: Sequence[str] | None = None, metadata: bool = True) -> Hit:
+        """This hit with only the metadata the caller asked for (Elasticsearch's ``_source``
+        filtering, Qdrant's ``with_payload``): every field (``fields`` None, ``metadata`` true),
+        none (``metadata`` false: ``{}``), or the named ``fields`` in that order (a field this
+        document lacks is left out). The one place hits are shaped: the CLI, the API, the server and
+        ``relsearch lookup`` call it."""
+        if metadata and fields is None:
+            return self
+        chosen = {f: self.metadata[f] for f in (fields or ()) if f in self.metadata} if metadata else {}
+        return replace(self, metadata=chosen)
 
     def to_json(self, rank: int | None = None) -> dict:
         """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?, "ann_score"?, "ann_rank"?,
@@ -348,7 +361,7 @@ class Searcher:
             hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in row]
             kept = [p for p, _ in row]
             if h is not None:
-                hits = self._explain(h[i], hits, kept, None if texts is None else texts[i])
+                hits = self._explain(h[i], hits, kept, None if texts is None else texts[i], queries[i].relations)
             results.append(hits)
         return results
 
@@ -396,10 +409,18 @@ class Searcher:
                 return None
         return self._gpu.search(qv, k, params, vectors=self.files.vectors, selection=selection)
 
-    def _explain(self, h: np.ndarray, hits: list[Hit], positions: list[int], text: str | None = None) -> list[Hit]:
+    def _explain(self, h: np.ndarray, hits: list[Hit], positions: list[int], text: str | None = None,
+                 relations: dict[str, float] | None = None) -> list[Hit]:
+        """Every operator's own cosine per hit; for a mixture (several relations, or one weighted
+        other than 1) its parts first: ``mixture:NAME`` = weight × that cosine, which sum to the
+        relational score (the hit's score unless fused with BM25 or re-ranked)."""
         t = np.asarray(self.files.vectors[positions]) if positions else np.zeros((0, len(h)), np.float32)
         per_op = {name: (op.apply(h[None], [text])[0] @ op.documents(t).T) for name, op in sorted(self.operators.items())}
-        return [Hit(hit.id, hit.score, hit.text, hit.metadata, {name: s[j] for name, s in per_op.items()})
+        mixed = bool(relations) and (len(relations) > 1 or list(relations.values()) != [1.0])
+        parts = {f"mixture:{name}": (float(w), per_op[name]) for name, w in relations.items()} if mixed else {}
+        return [Hit(hit.id, hit.score, hit.text, hit.metadata,
+                    {**{key: w * float(s[j]) for key, (w, s) in parts.items()},
+                     **{name: s[j] for name, s in per_op.items()}})
                 for j, hit in enumerate(hits)]
 
 

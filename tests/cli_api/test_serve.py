@@ -630,10 +630,17 @@ VALIDATION_TABLE = [
      "hybrid_weight"),
     ("NaN min_score", ["x", "--min-score", "nan"], {"text": "x", "min_score": NAN}, {"text": "x", "min_score": NAN},
      "min_score"),
+    ("unknown field to return", ["x", "--fields", "name,nosuch"], {"text": "x", "fields": ["name", "nosuch"]},
+     {"text": "x", "fields": ["name", "nosuch"]}, "fields"),
+    ("fields without metadata", ["x", "--fields", "name", "--no-metadata"],
+     {"text": "x", "fields": ["name"], "metadata": False}, {"text": "x", "fields": ["name"], "metadata": False}, "fields"),
+    ("fields a string", None, {"text": "x", "fields": "name"}, {"text": "x", "fields": "name"}, "fields"),
+    ("metadata a string", None, {"text": "x", "metadata": "no"}, {"text": "x", "metadata": "no"}, "metadata"),
 ]
 CLI_NAMES = {"k": "-k", "text": "TEXT", "id": "--id", "relations": "--relation", "filters": "--filter",
              "collapse": "--collapse", "offset": "--offset", "rerank_depth": "--rerank-depth", "rerank": "--rerank",
-             "hybrid_weight": "--hybrid-weight", "min_score": "--min-score", "a": "TEXT_A", "b": "TEXT_B"}
+             "hybrid_weight": "--hybrid-weight", "min_score": "--min-score", "a": "TEXT_A", "b": "TEXT_B",
+             "fields": "--fields", "metadata": "--no-metadata"}
 
 
 @pytest.mark.parametrize("case, cli_args, api_kwargs, http_body, field", VALIDATION_TABLE,
@@ -656,6 +663,65 @@ def test_cli_api_and_http_refuse_alike(server, index, index_dir, case, cli_args,
     if http_body is not None:
         status, payload = _post(server, "/search", json.dumps(http_body))
         assert status == (404 if field == "id" else 422) and payload["error"]["field"].split(".")[0] == field
+
+
+def test_hits_carry_the_metadata_asked_for_in_every_interface(server, index, index_dir):
+    """Issue 28 item 7: ``fields`` / ``metadata`` shape hits alike in the API, HTTP (search and batch)
+    and the CLI (--json, and the table's columns); requests sharing one search keep their own shape."""
+    from click.testing import CliRunner
+
+    from relsearch.api import SearchRequest
+    from relsearch.cli import cli
+
+    fields = ["name", "gics_sector"]
+    api = index.search(id="MMM", k=3, fields=fields)
+    assert len(api) == 3 and all(list(h.metadata) == fields for h in api)
+    assert [h["metadata"] for h in Client(server).search(id="MMM", k=3, fields=fields)] == [h.metadata for h in api]
+    cli_json = CliRunner().invoke(cli, ["query", "--index", str(index_dir), "--id", "MMM", "-k", "3", "--json",
+                                        "--fields", "name", "--fields", "gics_sector"])
+    assert [json.loads(line)["metadata"] for line in cli_json.output.splitlines()] == [h.metadata for h in api]
+    assert [h.metadata for h in index.search(id="MMM", k=2, metadata=False)] == [{}, {}]
+    assert [h["metadata"] for h in Client(server).search(id="MMM", k=2, metadata=False)] == [{}, {}]
+    bare = CliRunner().invoke(cli, ["query", "--index", str(index_dir), "--id", "MMM", "-k", "2", "--json",
+                                    "--no-metadata"])
+    assert [json.loads(line)["metadata"] for line in bare.output.splitlines()] == [{}, {}]
+    batch = Client(server).search_batch([{"id": "MMM"}, {"text": "banks"}], k=2, fields=["gics_sector"])
+    assert all(list(h["metadata"]) == ["gics_sector"] for one in batch for h in one["results"])
+    shared = index.search_batch([SearchRequest(id="MMM", k=2, fields=["name"]), SearchRequest(id="MMM", k=2)])
+    assert [list(h.metadata) for h in shared.results[0]] == [["name"]] * 2
+    assert all(len(h.metadata) > 2 for h in shared.results[1])  # the same search, its own (full) metadata
+    table = CliRunner().invoke(cli, ["query", "--index", str(index_dir), "--id", "MMM", "-k", "3",
+                                     "--fields", "gics_sector,name"]).output.splitlines()
+    assert table[0].split()[:5] == ["rank", "score", "id", "gics_sector", "name"]
+    for line, hit in zip(table[1:], api):
+        assert (hit.metadata["gics_sector"] or "")[:20] in line and hit.metadata["name"][:20] in line
+
+
+def test_the_cli_table_says_fused_scores_and_shows_a_mixtures_parts_first(index_dir):
+    """Issue 28 item 7: hybrid scores are fused scores on another scale (the column and a note say
+    so); --explain with a mixture prints its weighted parts, summing to the score, before every
+    operator's cosine."""
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    def table(*args):
+        out = CliRunner().invoke(cli, ["query", "--index", str(index_dir), "-k", "3", *args])
+        assert out.exit_code == 0, out.output
+        return out.output.splitlines()
+
+    rrf = table("cloud software", "--hybrid")
+    assert rrf[0].split()[:2] == ["rank", "rrf"] and "fused scores" in rrf[-1] and "not cosines" in rrf[-1]
+    weighted = table("cloud software", "--hybrid", "weighted")
+    assert weighted[0].split()[:2] == ["rank", "fused"] and "fused scores" in weighted[-1]
+    plain = table("cloud software")
+    assert plain[0].split()[:2] == ["rank", "score"] and "fused" not in plain[-1]
+    mixed = table("--id", "MMM", "-r", "similar-company=0.7", "-r", "identity=0.3", "--explain")
+    score = float(mixed[1].split()[1])
+    parts = mixed[2].split()
+    assert parts[0].startswith("mixture:similar-company=") and parts[2].startswith("mixture:identity=")
+    assert float(parts[-1]) == pytest.approx(score, abs=2e-3)
+    assert "identity=" in mixed[3] and "mixture:" not in mixed[3]
 
 
 @pytest.mark.parametrize("a, b, field", [("", "x", "a"), ("x", "   ", "b")])

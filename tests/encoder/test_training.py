@@ -221,6 +221,8 @@ def test_cli_train_writes_bundle_card_and_table(tmp_path, encoder, trecqa, monke
     assert "qa-entailment" in res.output and "(identity" in res.output
     card = (out / "MODEL_CARD.md").read_text()
     assert "TrecQA: public domain" in card and "200 triples" in card and "| qa-entailment | linear |" in card
+    # issue 28: the card records the command as given, --test, --out and all (not only DATA and --objective)
+    assert f"Trained with `relsearch train {train} --out {out} --test {test} --candidates {extra} --epochs 2" in card
     assert load_bundle(str(out)).operators["qa-entailment"].description == "tail answers the head"
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"head": "x", "relation": "r"}\n')

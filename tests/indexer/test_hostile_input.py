@@ -26,7 +26,7 @@ from relsearch.retrieval.queries import read_queries
 from relsearch.retrieval.search import Query
 
 REASONS = {rec.UNDECODABLE, rec.INVALID_JSON, rec.NOT_OBJECT, rec.MISSING_ID, rec.EMPTY_ID, rec.NON_STRING_ID,
-           rec.MISSING_TEXT, rec.EMPTY_TEXT, rec.NON_STRING_TEXT, rec.DUPLICATE_ID, rec.EMPTY_LINE, rec.LINE_TOO_LONG,
+           rec.MISSING_TEXT, rec.NULL_TEXT, rec.EMPTY_TEXT, rec.NON_STRING_TEXT, rec.DUPLICATE_ID, rec.EMPTY_LINE, rec.LINE_TOO_LONG,
            rec.TEXT_TOO_LONG, rec.METADATA_TOO_LARGE, rec.INVALID_UNICODE}
 # small limits so that generated lines cross them often
 SMALL = rec.Limits(max_line_bytes=400, max_text_bytes=120, max_metadata_bytes=150)

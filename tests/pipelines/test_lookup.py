@@ -52,7 +52,8 @@ def test_id_inputs_equal_searcher_search_in_input_order_without_self(tmp_path, s
     for o, hits in zip(out, expected):
         assert o["query_id"] not in {r["id"] for r in o["results"]} and len(o["results"]) == 7
         assert same_hits(o["results"], hits)
-        assert "text" not in o["results"][0] and o["results"][0]["metadata"][SECTOR] == docs[o["results"][0]["id"]][SECTOR]
+        # issue 28 item 7: no text and no metadata unless asked (a company's metadata holds long texts)
+        assert all("text" not in r and r["metadata"] == {} for r in o["results"])
     assert report.id_lookups == 40 and report.id_search_seconds > 0 and "id lookups/s" in report.throughput()
 
 
@@ -63,7 +64,8 @@ def test_same_field_gives_k_results_from_the_query_group(tmp_path, small_index, 
     rows = [{"id": i} for i in ids] + [
         {"id": "new-chip", "text": "designs and sells semiconductors", SECTOR: it},
         {"id": "new-bank", "text": "a retail bank"}]  # new text without the --same field
-    report, out, rejected = run(tmp_path, small_index, rows, k=5, same=(SECTOR,), batch_size=8, with_text=True)
+    report, out, rejected = run(tmp_path, small_index, rows, k=5, same=(SECTOR,), batch_size=8, with_text=True,
+                                fields=(SECTOR,))
     assert (report.read, report.answered, report.rejected) == (33, 31, 2)
     assert [(r["line"], r["reason"]) for r in rejected] == [(31, lk.MISSING_SAME_FIELD), (33, lk.MISSING_SAME_FIELD)]
     assert [o["query_id"] for o in out] == ids[:30] + ["new-chip"]
@@ -71,6 +73,7 @@ def test_same_field_gives_k_results_from_the_query_group(tmp_path, small_index, 
         value = it if o["query_id"] == "new-chip" else sectors[o["query_id"]]
         group = sum(s == value for i, s in sectors.items() if i != o["query_id"])
         assert len(o["results"]) == min(5, group) and {r["metadata"][SECTOR] for r in o["results"]} == {value}
+        assert all(list(r["metadata"]) == [SECTOR] for r in o["results"])  # --fields: that field alone
         assert o["query_id"] not in {r["id"] for r in o["results"]} and o["results"][0]["text"]
     first = out[0]  # equal to an exact search within the query's own group
     hits = searcher.search([Query(doc_id=first["query_id"])], k=5, filters={SECTOR: sectors[first["query_id"]]})[0]
@@ -80,12 +83,13 @@ def test_same_field_gives_k_results_from_the_query_group(tmp_path, small_index, 
 def test_filter_is_an_exact_metadata_match(tmp_path, small_index, searcher, docs):
     ids = list(docs)[:12]
     flt = {SECTOR: "Health Care"}
-    report, out, _ = run(tmp_path, small_index, [{"id": i} for i in ids], k=4, filters=flt)
+    report, out, _ = run(tmp_path, small_index, [{"id": i} for i in ids], k=4, filters=flt, with_metadata=True)
     assert report.answered == 12
     expected = searcher.search([Query(doc_id=i) for i in ids], k=4, filters=flt)
     for o, hits in zip(out, expected):
         assert {r["metadata"][SECTOR] for r in o["results"]} == {"Health Care"} and len(o["results"]) == 4
         assert same_hits(o["results"], hits)
+        assert all(r["metadata"] == docs[r["id"]] for r in o["results"])  # --with-metadata: every field
 
 
 def test_unanswerable_lines_are_rejected_with_reasons_and_counts_reconcile(tmp_path, small_index):
@@ -141,6 +145,10 @@ def test_job_errors_name_the_bad_value(tmp_path, small_index):
         run_lookup(LookupJob(**{**base, "input": str(tmp_path / "nope.jsonl")}))
     with pytest.raises(LookupInputError, match="both name"):
         LookupJob(**base, same=(SECTOR,), filters={SECTOR: "x"})
+    with pytest.raises(LookupInputError, match=f"unknown --fields field 'colour'.*{SECTOR}"):
+        run_lookup(LookupJob(**base, fields=("colour",)))
+    with pytest.raises(LookupInputError, match="not both"):
+        LookupJob(**base, fields=(SECTOR,), with_metadata=True)
     assert not (tmp_path / "o.jsonl").exists()
 
 
@@ -152,6 +160,18 @@ def test_cli_command_prints_counts_and_throughput(tmp_path, small_index):
     assert result.exit_code == 0, result.output
     assert "read 3, answered 2, rejected 1 (unknown-id: 1)" in result.output and "lookups/s" in result.output
     assert "res.rejected.jsonl" in result.output
-    assert [json.loads(line)["query_id"] for line in out.read_text().splitlines()] == ["ADBE", "MMM"]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["query_id"] for row in rows] == ["ADBE", "MMM"]
+    assert all(r["metadata"] == {} for row in rows for r in row["results"])  # default: no metadata
+    chosen = CliRunner().invoke(lookup, [str(inp), "--index", str(small_index), "-k", "3", "--fields",
+                                         f"name,{SECTOR}", "--out", str(out)])
+    assert chosen.exit_code == 0, chosen.output
+    results = [r for line in out.read_text().splitlines() for r in json.loads(line)["results"]]
+    assert results and all(set(r["metadata"]) <= {"name", SECTOR} for r in results)
+    assert any(list(r["metadata"]) == ["name", SECTOR] for r in results)
+    every = CliRunner().invoke(lookup, [str(inp), "--index", str(small_index), "-k", "3", "--with-metadata",
+                                        "--out", str(out)])
+    assert every.exit_code == 0 and all(len(r["metadata"]) > 2 for line in out.read_text().splitlines()
+                                        for r in json.loads(line)["results"])
     bad = CliRunner().invoke(lookup, [str(inp), "--index", str(small_index), "--relation", "nope", "--out", str(out)])
     assert bad.exit_code != 0 and "available:" in bad.output

@@ -60,8 +60,44 @@ def test_id_query_uses_raw_vector_and_never_returns_itself(searcher):
 def test_mixture_scores_are_weighted_sums_and_explain_shows_each(searcher):
     hits = searcher.search([Query(doc_id="AAPL", relations={"shift": 0.7, "identity": 0.3})], k=3, explain=True)[0]
     for hit in hits:
-        assert set(hit.explain) == {"identity", "shift", "mix"}
+        # issue 28 item 7: the mixture's weighted parts first (they sum to the score), then every operator
+        assert list(hit.explain)[:2] == ["mixture:shift", "mixture:identity"]
+        assert set(hit.explain) == {"mixture:shift", "mixture:identity", "identity", "shift", "mix"}
+        assert hit.explain["mixture:shift"] == pytest.approx(0.7 * hit.explain["shift"], abs=1e-6)
+        assert hit.score == pytest.approx(hit.explain["mixture:shift"] + hit.explain["mixture:identity"], abs=1e-5)
         assert hit.score == pytest.approx(0.7 * hit.explain["shift"] + 0.3 * hit.explain["identity"], abs=1e-5)
+    alone = searcher.search([Query(doc_id="AAPL", relations={"shift": 1.0})], k=1, explain=True)[0][0]
+    assert set(alone.explain) == {"identity", "shift", "mix"}  # one relation alone: no parts to show
+    weighted = searcher.search([Query(doc_id="AAPL", relations={"shift": 2.0})], k=1, explain=True)[0][0]
+    assert list(weighted.explain)[0] == "mixture:shift" and weighted.score == pytest.approx(
+        weighted.explain["mixture:shift"], abs=1e-5)
+
+
+def test_hits_carry_the_metadata_fields_asked_for(searcher):
+    """Issue 28 item 7: ``fields`` (only those, in that order) and ``metadata`` false, checked in
+    SearchOptions and applied after collapse (the collapse field need not be kept)."""
+    from relsearch.retrieval.request import RequestError, SearchOptions, run
+
+    query = [Query(doc_id="AAPL")]
+    full = run(searcher, query, SearchOptions(k=4))[0]
+    assert all(len(h.metadata) > 2 for h in full)
+    chosen = run(searcher, query, SearchOptions(k=4, fields=["name", "gics_sector"]))[0]
+    assert [h.id for h in chosen] == [h.id for h in full]
+    assert all(h.metadata == {f: g.metadata[f] for f in ("name", "gics_sector") if f in g.metadata}
+               and list(h.metadata)[:1] == ["name"] for h, g in zip(chosen, full))
+    none = run(searcher, query, SearchOptions(k=4, metadata=False))[0]
+    assert [h.metadata for h in none] == [{}] * 4 and [h.to_json()["metadata"] for h in none] == [{}] * 4
+    collapsed = run(searcher, query, SearchOptions(k=4, collapse="gics_sector", fields=["name"]))[0]
+    assert len(collapsed) == 4 and all(list(h.metadata) == ["name"] for h in collapsed)
+    for options, says in ((SearchOptions(fields=["colour"]), "unknown field 'colour'; metadata fields: "),
+                          (SearchOptions(fields="name"), "fields must be a list"),
+                          (SearchOptions(fields=[""]), "fields must be a list"),
+                          (SearchOptions(fields=["name"], metadata=False), "metadata false"),
+                          (SearchOptions(metadata="no"), "metadata must be true or false")):
+        with pytest.raises(RequestError, match=says) as e:
+            options.check()
+            options.check_against(searcher)
+        assert e.value.field in ("fields", "metadata")
 
 
 def test_filter_returns_k_whenever_k_match(searcher):
