@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 
-from conftest import DEMO_CORPUS, shared
-from conftest import gen_of
+from conftest import DEMO_CORPUS, gen_of, shared
 
 RELSEARCH = shutil.which("relsearch") or str(Path(sys.executable).with_name("relsearch"))
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1"}
@@ -113,7 +112,7 @@ def test_an_index_remembers_the_plain_model_it_was_built_with(tmp_path, small_co
         return out.output
 
     ok("index", corpus, "--index", target, "--model", model, "--quiet")
-    manifest = json.loads((tmp_path / "idx" / "manifest.json").read_text())
+    manifest = json.loads((Path(gen_of(tmp_path / "idx")) / "manifest.json").read_text())
     assert manifest["bundle"]["ref"] == str(model) and manifest["encoder"]["pooling"] == "cls"
     # no --model: each command uses the index's own model, not the default pack (mean pooling)
     hits = [json.loads(line) for line in ok("query", "--id", "ADBE", "--index", target, "-k", "3", "--json").splitlines()]
