@@ -3,6 +3,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RELSEARCH := HF_HUB_OFFLINE=1 $(VENV)/bin/relsearch
 DEMO_INDEX ?= demo-index
+# the prepared public datasets (README "Datasets"): $RELSEARCH_DATA, else this workspace's copy
+DATA ?= $(or $(RELSEARCH_DATA),../shared/data)
 
 .PHONY: demo test test-slow test-kill test-dask test-browser pack company-bundle bench-speed clean
 
@@ -45,11 +47,11 @@ test-browser: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m browser tests/cli_api/test_browser.py
 
 pack: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --data ../shared/data --out relsearch/pack
+	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --data $(DATA) --out relsearch/pack
 
 # Company-tuned encoder + similar-company / aspect operators (about 15 min on 2 cores; README "Similar companies")
 company-bundle: $(VENV)/.installed
-	HF_HUB_OFFLINE=1 $(PY) tools/build_company_bundle.py --data ../shared/data --out company-bundle
+	HF_HUB_OFFLINE=1 $(PY) tools/build_company_bundle.py --data $(DATA) --out company-bundle
 
 clean:
 	rm -rf $(DEMO_INDEX) .$(DEMO_INDEX).generations .$(DEMO_INDEX).lock build dist *.egg-info

@@ -101,7 +101,8 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
              for ref, bundle in zip(job.models, bundles)
              for c in _cross_source(rows, bundle, bm25, job, with_bm25=bundle is bundles[0])]
     peers = [dict(p, method=(f"{ref or 'pack'}:" if len(bundles) > 1 else "") + p["method"])
-             for ref, bundle in zip(job.models, bundles) for p in _peers(job, bundle)]
+             for ref, bundle in zip(job.models, bundles) for competitors in (True, False)
+             for p in _peers(job, bundle, competitors=competitors)]
     ident = next(r for r in results if r["method"].endswith("identity"))
     table_rows = [[r["method"]] + [r[a][key] for a, _ in ASPECTS for key in (f"p@{K}", f"r@{K}", f"mrr@{K}")]
                   + [r["industry"][f"p@{K}"] - ident["industry"][f"p@{K}"]] for r in results]
@@ -117,11 +118,12 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
                             [[c["source"], c["method"], c["queries"], c["self_mrr@10"], c["self_hits@1"],
                               c["industry_p@10"]] for c in cross]))
     if peers:
-        tables.append(Table(f"competitors: {job.split} companies with peers their own texts name, as --id queries over "
-                            f"every company of the corpus (MRR, filtered)",
-                            ["method", "MRR", "queries", "candidates"],
-                            [[p["method"], p["mrr"], p["queries"], p["candidates"]] for p in peers],
-                            note="peers: relsearch/bench/peers.py; recipe = what --relation NAME runs"))
+        tables.append(Table(f"competitors: {job.split} companies whose own texts name others of the corpus, as --id "
+                            f"queries over every company (MRR, filtered)",
+                            ["gold", "method", "MRR", "queries", "candidates"],
+                            [[p["gold"], p["method"], p["mrr"], p["queries"], p["candidates"]] for p in peers],
+                            note="competitors: named in a sentence about competition; named peers: any mention "
+                                 "(relsearch/bench/peers.py); recipe = what --relation NAME runs"))
     payload = {"protocol": __doc__.split("\n\n")[1], "split": job.split, "companies": len(rows), "k": K,
                "rows": results, "cross_source": cross, "competitors": peers}
     res = finish("companies", payload, tables, inputs={"corpus": file_fingerprint(job.corpus)}, bundle=bundles[0],
@@ -168,9 +170,10 @@ def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob, *, wi
     return out
 
 
-def _peers(job: CompaniesJob, bundle) -> list[dict]:
-    """Competitor retrieval: each ``job.split`` company with mined peers (bench/peers.py) queries the
-    whole corpus; identity, BM25, hybrid, and every company operator alone and as its recipe."""
+def _peers(job: CompaniesJob, bundle, *, competitors: bool) -> list[dict]:
+    """Competitor retrieval: each ``job.split`` company whose own texts name companies of the corpus
+    (bench/peers.py; ``competitors``: in a sentence about competition) queries the whole corpus;
+    identity, BM25, hybrid, and every company operator alone and as its recipe."""
     from ..retrieval.recipe import recipe_of
     from ..retrieval.recipe_fit import Corpus, baselines, measure, tables
     from .peers import mine_peers
@@ -179,7 +182,7 @@ def _peers(job: CompaniesJob, bundle) -> list[dict]:
                  }.values())
     position = {r["id"]: i for i, r in enumerate(rows)}
     gold: dict[int, set[int]] = {}
-    for a, b in mine_peers(rows):
+    for a, b in mine_peers(rows, competitors=competitors):
         if rows[position[a]].get("split") == job.split:
             gold.setdefault(position[a], set()).add(position[b])
     if not gold:
@@ -204,5 +207,5 @@ def _peers(job: CompaniesJob, bundle) -> list[dict]:
         if recipe:
             out.append({"method": f"{op.name} (recipe: {recipe.describe()})", "mrr": scores["recipe"]})
     for row in out:
-        row.update(queries=len(heads), candidates=len(rows))
+        row.update(gold="competitors" if competitors else "named peers", queries=len(heads), candidates=len(rows))
     return out
