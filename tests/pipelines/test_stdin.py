@@ -49,8 +49,11 @@ def test_a_signal_while_stdin_is_copied_leaves_no_spool(tmp_path):
 
     line = (json.dumps({"id": "a", "text": "some text"}) + "\n").encode()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        # Ctrl-C reaches a foreground process with SIGINT's default action; a test runner started in the
+        # background (CI, nohup) ignores SIGINT, and its children would inherit that
         proc = subprocess.Popen([RELSEARCH, "index", "-", "--index", tmp_path / "idx", "--quiet"],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             proc.stdin.write(line * 1000)
             proc.stdin.flush()
