@@ -205,6 +205,30 @@ def company_extras(data: Path, *, seed: int, threads: int, cache_dir: str | None
     return operators
 
 
+def train_relations(trained: dict, data: Path, config, encoder):
+    """One linear operator per relation of ``trained`` ({relation: {split: triples}}) in one bundle.
+    qa-entailment's softmax also contrasts against every training candidate sentence (answers and
+    non-answers): it is judged against all of a split's sentences, as an index of them holds."""
+    from relsearch.encoder.training import train_adapter
+
+    bundle = None
+    for group, extra in (({r: t for r, t in trained.items() if r != "qa-entailment"}, None),
+                         ({r: t for r, t in trained.items() if r == "qa-entailment"},
+                          _answer_candidates(data, "train"))):
+        if not group:
+            continue
+        with tempfile.TemporaryDirectory(prefix="relsearch-pack-") as tmp:
+            files = _write(group, Path(tmp))
+            part = train_adapter(files["train"], dev_files=files["dev"], test_files=files["test"], config=config,
+                                 encoder=encoder, descriptions={r: SOURCES[r]["description"] for r in group},
+                                 candidates=extra)
+        if bundle is None:
+            bundle = part
+        else:
+            bundle.operators.update({n: op for n, op in part.operators.items() if n != "identity"})
+    return bundle
+
+
 def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | None) -> dict[str, dict]:
     """Each RSE relation's recipe chosen on dev by whole-corpus retrieval and measured on test
     (retrieval/recipe_fit.py). Text relations: every text of the relation's split is a candidate;
@@ -311,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     from relsearch.encoder.bundle import Bundle, load_bundle
     from relsearch.encoder.model import Encoder, EncoderConfig
     from relsearch.encoder.relations import Operator
-    from relsearch.encoder.training import TrainConfig, train_adapter
+    from relsearch.encoder.training import TrainConfig
     from relsearch.encoder.training.card import summary_lines
 
     t0 = time.time()
@@ -323,23 +347,7 @@ def main(argv: list[str] | None = None) -> int:
                          max_candidates=args.max_candidates, threads=args.threads, cache_dir=args.cache_dir)
     encoder = Encoder(EncoderConfig())
     kept = load_bundle(args.reuse) if args.reuse else None
-    bundle = None
-    # qa-entailment's softmax also contrasts against every training candidate sentence (answers and
-    # non-answers): it is judged against all of a split's sentences, as an index of them holds
-    for group, extra in (({r: t for r, t in trained.items() if r != "qa-entailment"}, None),
-                         ({r: t for r, t in trained.items() if r == "qa-entailment"},
-                          _answer_candidates(data, "train"))):
-        if not group:
-            continue
-        with tempfile.TemporaryDirectory(prefix="relsearch-pack-") as tmp:
-            files = _write(group, Path(tmp))
-            part = train_adapter(files["train"], dev_files=files["dev"], test_files=files["test"], config=config,
-                                 encoder=encoder, descriptions={r: SOURCES[r]["description"] for r in group},
-                                 candidates=extra)
-        if bundle is None:
-            bundle = part
-        else:
-            bundle.operators.update({n: op for n, op in part.operators.items() if n != "identity"})
+    bundle = train_relations(trained, data, config, encoder) if trained else None
     if bundle is None and kept is not None:
         bundle = Bundle(encoder=dict(kept.encoder), info=dict(kept.info))
     elif bundle is None:
