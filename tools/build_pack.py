@@ -354,8 +354,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("nothing to train: --relation names no text relation and there is no --reuse pack")
     if kept is not None:
         for name, op in kept.operators.items():
-            if name not in bundle.operators and name != "similar-company" and (name in prepared
-                                                                                or name.startswith("aspect:")):
+            if name not in bundle.operators and (name in prepared or name == "similar-company"
+                                                 or name.startswith("aspect:")):
                 op.info.pop("recipe", None)
                 op.info.pop("whole_corpus", None)
                 bundle.operators[name] = op
