@@ -175,19 +175,28 @@ def search_with_recipes(searcher, queries: list[Query], **options) -> list[list[
     ``hybrid`` and ``rerank`` use the operators as given; the Elasticsearch backend has no recipes."""
     from .recipe import recipe_of, search as recipe_search
 
+    recipes: dict[str, object] = {}  # relation name → its recipe, or None: parsed once per call
+
+    def recipe_for(q: Query):
+        if len(q.relations) != 1 or list(q.relations.values()) != [1.0] or not getattr(searcher, "runs_recipes", False):
+            return None
+        name = next(iter(q.relations))
+        if name not in recipes:
+            op = searcher.operators.get(name)
+            recipe = recipe_of(op) if op is not None else None
+            recipes[name] = recipe if recipe is not None and not recipe.plain else None
+        return recipes[name] and name
+
     groups: dict[str | None, list[int]] = {}
     for i, q in enumerate(queries):
-        name = next(iter(q.relations)) if len(q.relations) == 1 and list(q.relations.values()) == [1.0] else None
-        op = searcher.operators.get(name) if name and getattr(searcher, "runs_recipes", False) else None
-        recipe = recipe_of(op) if op is not None else None
-        groups.setdefault(name if recipe is not None and not recipe.plain else None, []).append(i)
+        groups.setdefault(recipe_for(q), []).append(i)
     if list(groups) == [None]:
         return searcher.search(queries, **options)
     out: list[list[Hit]] = [[] for _ in queries]
     for name, rows in groups.items():
         part = [queries[i] for i in rows]
-        hits = searcher.search(part, **options) if name is None else \
-            recipe_search(searcher, part, recipe_of(searcher.operators[name]), **options)
+        hits = searcher.search(part, **options) if name is None else recipe_search(searcher, part, recipes[name],
+                                                                                  **options)
         for i, row in zip(rows, hits):
             out[i] = row
     return out
