@@ -22,7 +22,7 @@ ONLY_FOR = {
     "regime": ("rse", "aspect", "pu"),
     "operator": ("rse",), "negatives": ("rse",), "candidates": ("rse",), "relation_lr": ("rse",),
     "eval_every": ("rse",), "margin": ("rse",), "pre_batch": ("rse",), "lora_rank": ("rse",), "warmup": ("rse",),
-    "chunk": ("rse",), "inverse": ("rse",),
+    "chunk": ("rse",), "inverse": ("rse",), "layers": ("rse",),
     "max_candidates": ("rse", "aspect"),
     "relations": ("rse", "transition"),
     "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",), "project": ("aspect",),
@@ -88,7 +88,10 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--margin", type=float, default=None, help="rse encoder: additive margin on the gold cosine (0.02)")
 @click.option("--pre-batch", type=int, default=None,
               help="rse encoder --negatives batch: tails of this many earlier batches are negatives too")
-@click.option("--lora-rank", type=int, default=None, help="rse encoder: rank of the query tower's LoRA deltas (8)")
+@click.option("--lora-rank", type=click.IntRange(min=0), default=None,
+              help="rse encoder: rank of the query tower's LoRA deltas; 0 (default) tunes the whole weights")
+@click.option("--layers", type=click.IntRange(min=0), default=None,
+              help="rse encoder: top transformer layers tuned, the rest frozen (3; 0 = all)")
 @click.option("--warmup", type=float, default=None, help="rse encoder: fraction of steps of linear warm-up (0.1)")
 @click.option("--chunk", type=int, default=None, help="rse joint/encoder: texts per gradient-cache chunk")
 @click.option("--inverse", is_flag=True, default=None,
@@ -176,17 +179,21 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
     Checkpoint(out, {}).clear()
     for line in summary_lines(result.bundle):
         click.echo(line)
-    if trainer.name.startswith("rse") and data.dev:
+    if trainer.name.startswith("rse") and (data.dev or data.test):
         _fit_recipes(path, data, run, lambda bundle: trainer.card(bundle, notes=notes))
+    elif trainer.name.startswith("rse"):
+        click.echo("note: without --dev or --test the relations were not compared with identity, BM25 or hybrid "
+                   "on a whole corpus, and --relation NAME runs the operator alone", err=True)
     if result.encoder is not None:
         click.echo("the encoder was fine-tuned: re-index your corpus with --model " + str(path))
     click.echo(f"bundle written to {path} (card: {Path(path) / CARD})")
 
 
 def _fit_recipes(path, data, run, card) -> None:
-    """Choose each trained relation's recipe on dev by whole-corpus retrieval (retrieval/recipe.py),
-    compare it on test with identity, BM25 and hybrid, say plainly when it does not beat them,
-    and write the bundle again with the recipes and the comparison in its card."""
+    """Choose each trained relation's recipe on dev by whole-corpus retrieval (retrieval/recipe.py;
+    without --dev the recipe is the operator alone), compare it on test with identity, BM25 and
+    hybrid, say plainly when it does not beat them, and write the bundle again with the recipes and
+    the comparison in its card."""
     from .encoder.bundle import load_bundle
     from .encoder.model import Encoder
     from .encoder.training import encode_cached
@@ -214,13 +221,13 @@ def _fit_recipes(path, data, run, card) -> None:
         base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
         pairs = {s: [(t.tail, t.head) if inverse else (t.head, t.tail) for t in triples if t.relation == base]
                  for s, triples in splits.items()}
-        if not pairs["dev"] or op.kind == "identity" or op.both_sides:
+        if not (pairs["dev"] or pairs["test"]) or op.kind == "identity" or op.both_sides:
             continue
         corpus = {s: Corpus.of_pairs(pairs[s], texts[s], heads=not data.candidates) if pairs[s] else None
                   for s in splits}
         reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
         wins, line = verdict(name, reports[name])
-        click.echo(line)
+        click.echo(line + ("" if corpus["dev"] else " [no --dev: the operator alone, no recipe chosen]"))
         if not wins:
             click.echo(f"warning: {name} does not beat plain retrieval on its whole-corpus "
                        f"{'test' if corpus['test'] else 'dev'} split; query with identity or --hybrid instead",

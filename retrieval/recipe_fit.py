@@ -108,9 +108,16 @@ def baselines(t: Tables, name: str) -> dict[str, float]:
             "operator": mrr(t.dense[name], t.gold, t.exclude)}
 
 
-def fit(operator, dev: Corpus, test: Corpus | None, encode: Callable[[list[str]], np.ndarray]) -> dict:
+def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[list[str]], np.ndarray]) -> dict:
     """Choose ``operator``'s recipe on ``dev`` and measure it on ``test``; store both in the
-    operator's info and return the report ``{"recipe", "dev", "test"?}``."""
+    operator's info and return the report ``{"recipe", "dev"?, "test"?}``. Without ``dev`` nothing
+    is chosen: the recipe is the operator alone, still judged on ``test`` against the baselines."""
+    if dev is None:
+        recipe = Recipe(mixture={operator.name: 1.0})
+        report = {"recipe": recipe.to_json(), "test": measure(recipe, operator, test, encode)}
+        operator.info["recipe"] = recipe.to_json()
+        operator.info["whole_corpus"] = {"test": report["test"]}
+        return report
     dev_t = tables(dev, operator, encode)
     # an identity-kind relation (a recipe over plain cosine) has no operator share to choose
     mixes = (1.0,) if operator.kind == "identity" else MIXES

@@ -158,3 +158,30 @@ def test_relsearch_train_stores_a_recipe_chosen_on_dev(tmp_path):
     assert Recipe.from_json(entry["recipe"]).mixture
     assert set(entry["whole_corpus"]["test"]) >= {"recipe", "identity", "bm25", "hybrid", "operator"}
     assert "## Recipes" in (out / "MODEL_CARD.md").read_text()
+
+
+def test_relsearch_train_without_dev_still_judges_the_operator_on_the_whole_test_corpus(tmp_path):
+    """No --dev: nothing to choose a recipe on, so --relation runs the operator alone, and the
+    trainer still compares it with identity, BM25 and hybrid on the test split's whole corpus
+    (a user must not learn only the candidate-table figures, which flatter the operator)."""
+    import json
+
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    from conftest import shared
+
+    data = shared("meta_se_dupq", "triples")
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join((data / "train.jsonl").read_text().splitlines(keepends=True)[:80]))
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(cli, ["train", str(train), "--test", str(data / "test.jsonl"), "--epochs", "1",
+                                      "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert "whole-corpus test MRR" in result.output and "no --dev: the operator alone" in result.output
+    entry = next(op for op in json.loads((out / "bundle.json").read_text())["operators"]
+                 if op["name"] == "duplicate-question")
+    assert Recipe.from_json(entry["recipe"]).plain and "dev" not in entry["whole_corpus"]
+    bare = CliRunner().invoke(cli, ["train", str(train), "--epochs", "1", "--out", str(tmp_path / "b2"), "--quiet"])
+    assert bare.exit_code == 0 and "were not compared with identity" in bare.output
