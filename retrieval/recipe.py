@@ -117,6 +117,16 @@ def mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> float:
     return linkpred_metrics(scores[rows], cols, filter_mask=others, exclude=exclude[rows])["mrr"]
 
 
+def first_hit_mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> float:
+    """MRR of each query's first relevant candidate (answer selection's protocol: one reciprocal
+    rank per query, the best-ranked gold; realistic ties), the query itself excluded."""
+    best = np.asarray([max(g, key=lambda c: scores[i, c]) for i, g in enumerate(gold)], np.int64)
+    others = np.zeros(scores.shape, bool)
+    for i, g in enumerate(gold):
+        others[i, sorted(g)] = True
+    return linkpred_metrics(scores, best, filter_mask=others, exclude=exclude)["mrr"]
+
+
 @dataclass(frozen=True)
 class Choice:
     recipe: Recipe

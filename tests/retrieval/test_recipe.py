@@ -103,6 +103,18 @@ def test_choose_follows_what_dev_rewards():
     assert Recipe.from_json(picked.to_json()) == picked
 
 
+def test_first_hit_mrr_ranks_each_query_by_its_best_gold():
+    """Answer selection's MRR: one reciprocal rank per query, its best-ranked gold; other golds
+    never push it down, the query itself is excluded, ties count realistically."""
+    scores = np.array([[0.9, 0.8, 0.7, 0.6, 0.5],    # query 0 (itself column 0): golds 2, 4 -> 2 at rank 2
+                       [0.1, 0.5, 0.5, 0.5, 0.0]])   # query 1: gold 3 ties with 1 and 2 -> ranks 1..3
+    exclude = np.zeros_like(scores, bool)
+    exclude[0, 0] = True
+    got = recipes.first_hit_mrr(scores, [{2, 4}, {3}], exclude)
+    assert got == pytest.approx((1 / 2 + (1 + 1 / 2 + 1 / 3) / 3) / 2)
+    assert recipes.mrr(scores, [{2, 4}, {3}], exclude) < got  # every gold counted: gold 4 ranks 3rd
+
+
 def test_malformed_recipes_are_named():
     for entry in (5, {"mixture": 5}, {"mixture": {"rel": float("nan")}}, {"mixture": {"rel": 1.0}, "bm25": 2.0},
                   {"mixture": {}}, {"mixture": {"rel": True}}):
@@ -156,7 +168,8 @@ def test_relsearch_train_stores_a_recipe_chosen_on_dev(tmp_path):
     entry = next(op for op in json.loads((out / "bundle.json").read_text())["operators"]
                  if op["name"] == "duplicate-question")
     assert Recipe.from_json(entry["recipe"]).mixture
-    assert set(entry["whole_corpus"]["test"]) >= {"recipe", "identity", "bm25", "hybrid", "operator"}
+    assert set(entry["whole_corpus"]["test"]) >= {"recipe", "identity", "bm25", "hybrid", "operator", "first_hit"}
+    assert "by each query's first relevant hit" in result.output
     assert "## Recipes" in (out / "MODEL_CARD.md").read_text()
 
 
