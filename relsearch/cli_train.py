@@ -227,7 +227,9 @@ def _fit_recipes(path, data, run, card) -> None:
                   for s in splits}
         reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
         wins, line = verdict(name, reports[name])
-        click.echo(line + ("" if corpus["dev"] else " [no --dev: the operator alone, no recipe chosen]"))
+        click.echo(line + ("" if corpus["dev"] else " [no --dev: the operator alone, no recipe chosen]")
+                   + ("" if data.candidates else " [the split's own texts: --candidates CORPUS judges it on the "
+                                                 "corpus you index]"))
         if not wins:
             click.echo(f"warning: {name} does not beat plain retrieval on its whole-corpus "
                        f"{'test' if corpus['test'] else 'dev'} split; query with identity or --hybrid instead",

@@ -193,6 +193,7 @@ def test_relsearch_train_without_dev_still_judges_the_operator_on_the_whole_test
                                       "--out", str(out), "--quiet"])
     assert result.exit_code == 0, result.output
     assert "whole-corpus test MRR" in result.output and "no --dev: the operator alone" in result.output
+    assert "--candidates CORPUS judges it on the corpus you index" in result.output
     entry = next(op for op in json.loads((out / "bundle.json").read_text())["operators"]
                  if op["name"] == "duplicate-question")
     assert Recipe.from_json(entry["recipe"]).plain and "dev" not in entry["whole_corpus"]
