@@ -26,11 +26,12 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from .docstore import DocStore
+from .docstore import DocColumns, DocStore
 
 VECTORS = "vectors.npy"
 FAISS = "index.faiss"
@@ -156,8 +157,9 @@ class Documents:
     """The docstore of a generation: one SQLite file per segment, read as one, deleted positions
     excluded (segment files are immutable, so a delete leaves its rows there as tombstones)."""
 
-    def __init__(self, parts: list[DocStore], deleted: np.ndarray, positions: int):
+    def __init__(self, parts: list[DocStore], deleted: np.ndarray, positions: int, starts: list[int] | None = None):
         self.parts = parts
+        self.starts = np.asarray([0] if starts is None else starts, np.int64)  # each part's first position
         self.deleted = np.asarray(deleted, np.int64)
         self.total = positions
         self._dead: np.ndarray | None = None
@@ -188,6 +190,24 @@ class Documents:
         for part in self.parts:
             out.update(part.get(positions))
         return out
+
+    def columns(self, positions: Sequence[int]) -> DocColumns:
+        """id, text and metadata JSON of ``positions`` (sorted, distinct) as columns in that order
+        (:meth:`DocStore.columns`): one read per segment holding some of them."""
+        parts = self._per_segment(positions, DocStore.columns)
+        return DocColumns.concat(parts) if parts else DocColumns([], [], [])
+
+    def norms(self, positions: Sequence[int]) -> list[float]:
+        """‖h‖ of ``positions`` (sorted, distinct), in that order: one read per segment holding some."""
+        return [n for part in self._per_segment(positions, DocStore.norms) for n in part]
+
+    def _per_segment(self, positions: Sequence[int], read) -> list:
+        """``read(part, its share of positions)`` for each segment holding some of the sorted ``positions``."""
+        if len(self.parts) == 1:
+            return [read(self.parts[0], positions)] if len(positions) else []
+        cuts = np.searchsorted(np.asarray(positions, np.int64), self.starts[1:]).tolist()
+        return [read(part, positions[a:b]) for part, a, b in zip(self.parts, [0] + cuts, cuts + [len(positions)])
+                if b > a]
 
     def matching(self, filters) -> list[int]:
         found = np.concatenate([np.asarray(p.matching(filters), np.int64) for p in self.parts])

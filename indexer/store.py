@@ -655,7 +655,8 @@ class IndexFiles:
         parts = [s.vectors for s in self.segments]
         # one segment: the memory map itself, so single-segment reads cost what they always did
         self.vectors = parts[0] if len(parts) == 1 else seg.Vectors(parts, [s.start for s in self.segments])
-        self.docstore = seg.Documents([s.docstore for s in self.segments], self.deleted, self.positions)
+        self.docstore = seg.Documents([s.docstore for s in self.segments], self.deleted, self.positions,
+                                      [s.start for s in self.segments])
 
     @property
     def faiss(self):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -25,6 +25,7 @@ from ..indexer.build import projection_key
 from ..indexer.filters import fields_in
 from ..indexer.store import IndexFiles, open_index
 from . import hybrid as fusion
+from .hits import Hit, HitColumns, keep_top  # noqa: F401  (Hit re-exported: callers import it from here)
 from .inputs import Filters, check_filters, check_weights, is_utf8
 
 T = TypeVar("T")
@@ -40,47 +41,6 @@ def drop_own(rows: Iterable[Sequence[T]], own: Sequence, k: int, key: Callable[[
 
 class QueryError(ValueError):
     """A query that cannot be answered as asked (unknown relation, field or document id)."""
-
-
-@dataclass(frozen=True)
-class Hit:
-    """One search result, whatever produced it. Re-ranked by a head (retrieval/rerank.py): ``score``
-    is the head's P(positive), ``reranker`` the head's name, ``ann_score`` and ``ann_rank`` what the
-    ANN search gave it."""
-
-    id: str
-    score: float
-    text: str
-    metadata: dict
-    # operator name → cos(op(h), t); first, a mixture's parts ("mixture:NAME" → weight × cos, summing
-    # to the relational score) or a recipe's ("recipe:dense", ...; retrieval/recipe.py)
-    explain: dict | None = None
-    reranker: str | None = None
-    ann_score: float | None = None
-    ann_rank: int | None = None
-
-    def shaped(self, fields: Sequence[str] | None = None, metadata: bool = True) -> Hit:
-        """This hit with only the metadata the caller asked for (Elasticsearch's ``_source``
-        filtering, Qdrant's ``with_payload``): every field (``fields`` None, ``metadata`` true),
-        none (``metadata`` false: ``{}``), or the named ``fields`` in that order (a field this
-        document lacks is left out). The one place hits are shaped: the CLI, the API, the server and
-        ``relsearch lookup`` call it."""
-        if metadata and fields is None:
-            return self
-        chosen = {f: self.metadata[f] for f in (fields or ()) if f in self.metadata} if metadata else {}
-        return replace(self, metadata=chosen)
-
-    def to_json(self, rank: int | None = None) -> dict:
-        """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?, "ann_score"?, "ann_rank"?,
-        "reranker"?}``: the document's own fields stay nested under "metadata", so none of them (an
-        "id", a "score") can pose as the hit's."""
-        out = {} if rank is None else {"rank": rank}
-        out.update({"id": self.id, "score": round(float(self.score), 6), "text": self.text, "metadata": self.metadata})
-        if self.explain is not None:
-            out["explain"] = {k: round(float(v), 6) for k, v in self.explain.items()}
-        if self.reranker is not None:
-            out.update(ann_score=round(float(self.ann_score), 6), ann_rank=self.ann_rank, reranker=self.reranker)
-        return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,10 +139,11 @@ class Searcher:
             missing = [queries[i].doc_id for i in by_id if queries[i].doc_id not in positions]
             if missing:
                 raise QueryError(f"document id(s) not in the index: {', '.join(map(str, missing[:5]))}")
-            docs = self.files.docstore.get(list(positions.values()))
-            for i in by_id:
-                pos = positions[queries[i].doc_id]
-                out[i] = self.files.vectors[pos] * docs[pos]["norm"]
+            # one gather of the rows and one read of their norms, not a docstore row per query
+            wanted = np.asarray([positions[queries[i].doc_id] for i in by_id], np.int64)
+            distinct, slot = np.unique(wanted, return_inverse=True)
+            norms = np.asarray(self.files.docstore.norms(distinct.tolist()), np.float32)[slot]
+            out[by_id] = np.asarray(self.files.vectors[wanted]) * norms[:, None]
         by_text = [i for i, q in enumerate(queries) if q.doc_id is None]
         if by_text:
             from ..encoder.model import encode_texts  # cuts huge texts before tokenizing, as indexing does
@@ -197,6 +158,7 @@ class Searcher:
         (design.md §3: a mixture's inner product is the weighted sum of cosines).
         """
         filters = filters or {}
+        checked = set()  # each relation mixture checked once per batch, not once per query
         for q in queries:
             if (q.text is None) == (q.doc_id is None):
                 raise QueryError("each query needs exactly one of text or doc_id")
@@ -204,7 +166,10 @@ class Searcher:
                 raise QueryError(f"query {'text' if q.doc_id is None else 'document id'} is not valid UTF-8")
             if q.text is not None and not q.text.strip():  # encodes to some vector: hits, but meaningless ones
                 raise QueryError("query text is empty")
-            self.check(q.relations, filters)
+            mixture = tuple(q.relations.items())
+            if mixture not in checked:
+                self.check(q.relations, filters)
+                checked.add(mixture)
         h = self.raw_vectors(queries)
         texts = self.query_texts(queries) if self.reads_text({n for q in queries for n in q.relations}) else None
         qv = np.zeros_like(h)
@@ -240,8 +205,8 @@ class Searcher:
 
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
                explain: bool = False, params: dict | None = None, hybrid: str | None = None,
-               hybrid_weight: float | None = None) -> list[list[Hit]]:
-        """Top-k hits per query (never the query document itself). ``params`` overrides the
+               hybrid_weight: float | None = None) -> HitColumns:
+        """Top-k hits per query (never the query document itself), as columns (retrieval/hits.py). ``params`` overrides the
         index's tuned search parameters for this call (indexer/ann.py). ``filters``: field → value
         a value or ``{operator: value}`` per field, typed (indexer/filters.py). ``hybrid``
         (``rrf`` | ``weighted``): fuse the relational list with BM25 on the query text (or the stored
@@ -345,25 +310,19 @@ class Searcher:
                               or [np.zeros((0, op.dim), np.float32)])
 
     def hits(self, result: SearchResult, queries: list[Query], k: int, h: np.ndarray | None = None, *,
-             own: np.ndarray | None = None) -> list[list[Hit]]:
-        """Attach docstore fields to ``result`` (one fetch per batch); drop each query's own
-        document (``own``: its position per query, :meth:`own_positions`); keep k. ``h`` given: add
-        every operator's score (``--explain``)."""
+             own: np.ndarray | None = None) -> HitColumns:
+        """``result`` as each query's hits (retrieval/hits.py): its own document (``own``: its
+        position per query, :meth:`own_positions`) and padding dropped, k kept, the documents' fields
+        read in one ordered docstore statement per batch; ``Hit`` objects are built when a row is
+        read. ``h`` given: every operator's score per hit (``--explain``)."""
         own = self.own_positions(queries) if own is None else own
-        # plain Python ints and floats: per hit, numpy scalars cost more than the dict lookup itself
-        rows = [[(p, s) for p, s in zip(row, row_scores) if p >= 0]
-                for row, row_scores in zip(result.positions.tolist(), result.scores.tolist())]
-        rows = drop_own(rows, own.tolist(), k, key=lambda pair: pair[0])
-        docs = self.files.docstore.get(sorted({p for row in rows for p, _ in row}))
-        texts = self.query_texts(queries) if h is not None and self.reads_text(self.operators) else None
-        results = []
-        for i, row in enumerate(rows):
-            hits = [Hit(docs[p]["id"], s, docs[p]["text"], docs[p]["metadata"]) for p, s in row]
-            kept = [p for p, _ in row]
-            if h is not None:
-                hits = self._explain(h[i], hits, kept, None if texts is None else texts[i], queries[i].relations)
-            results.append(hits)
-        return results
+        hits = HitColumns.read(keep_top(result, own, k), self.files.docstore)
+        if h is None:
+            return hits
+        texts = self.query_texts(queries) if self.reads_text(self.operators) else None
+        return hits.with_explain([
+            self._explain(h[i], hits.positions[i, :hits.counts[i]].tolist(), None if texts is None else texts[i],
+                          queries[i].relations) for i in range(len(queries))])
 
     def effective_params(self, params: dict | None = None) -> dict:
         """Tuned parameters from the manifest, then the Searcher's overrides, then ``params``."""
@@ -409,19 +368,17 @@ class Searcher:
                 return None
         return self._gpu.search(qv, k, params, vectors=self.files.vectors, selection=selection)
 
-    def _explain(self, h: np.ndarray, hits: list[Hit], positions: list[int], text: str | None = None,
-                 relations: dict[str, float] | None = None) -> list[Hit]:
-        """Every operator's own cosine per hit; for a mixture (several relations, or one weighted
-        other than 1) its parts first: ``mixture:NAME`` = weight × that cosine, which sum to the
-        relational score (the hit's score unless fused with BM25 or re-ranked)."""
+    def _explain(self, h: np.ndarray, positions: list[int], text: str | None = None,
+                 relations: dict[str, float] | None = None) -> list[dict]:
+        """Per hit at ``positions``, every operator's own cosine; for a mixture (several relations, or
+        one weighted other than 1) its parts first: ``mixture:NAME`` = weight × that cosine, which sum
+        to the relational score (the hit's score unless fused with BM25 or re-ranked)."""
         t = np.asarray(self.files.vectors[positions]) if positions else np.zeros((0, len(h)), np.float32)
         per_op = {name: (op.apply(h[None], [text])[0] @ op.documents(t).T) for name, op in sorted(self.operators.items())}
         mixed = bool(relations) and (len(relations) > 1 or list(relations.values()) != [1.0])
         parts = {f"mixture:{name}": (float(w), per_op[name]) for name, w in relations.items()} if mixed else {}
-        return [Hit(hit.id, hit.score, hit.text, hit.metadata,
-                    {**{key: w * float(s[j]) for key, (w, s) in parts.items()},
-                     **{name: s[j] for name, s in per_op.items()}})
-                for j, hit in enumerate(hits)]
+        return [{**{key: w * float(s[j]) for key, (w, s) in parts.items()}, **{name: s[j] for name, s in per_op.items()}}
+                for j in range(len(positions))]
 
 
 def score_pair(bundle: Bundle, encoder: Encoder, text_a: str, text_b: str) -> dict[str, float]:

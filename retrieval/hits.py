@@ -1,0 +1,139 @@
+"""What a search returns: :class:`Hit`, one result, and :class:`HitColumns`, a batch of results
+kept as columns — positions and scores as arrays, the documents' fields read in one docstore
+statement per batch — whose rows of :class:`Hit` are built only when a caller reads them.
+
+Why columns: a batch of 1,000 queries × 10 hits used to build 10,000 row dicts and 10,000 ``Hit``
+objects inside the search call, which cost more than the FAISS search itself on a 20k index
+(README "Performance"). Now the search call holds arrays and three lists of strings; a caller
+that shows one page builds the ``Hit`` objects of that page alone.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..indexer.ann import SearchResult
+from ..indexer.docstore import DocColumns
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result, whatever produced it. Re-ranked by a head (retrieval/rerank.py): ``score``
+    is the head's P(positive), ``reranker`` the head's name, ``ann_score`` and ``ann_rank`` what the
+    ANN search gave it."""
+
+    id: str
+    score: float
+    text: str
+    metadata: dict
+    # operator name → cos(op(h), t); first, a mixture's parts ("mixture:NAME" → weight × cos, summing
+    # to the relational score) or a recipe's ("recipe:dense", ...; retrieval/recipe.py)
+    explain: dict | None = None
+    reranker: str | None = None
+    ann_score: float | None = None
+    ann_rank: int | None = None
+
+    def shaped(self, fields: Sequence[str] | None = None, metadata: bool = True) -> Hit:
+        """This hit with only the metadata the caller asked for (Elasticsearch's ``_source``
+        filtering, Qdrant's ``with_payload``): every field (``fields`` None, ``metadata`` true),
+        none (``metadata`` false: ``{}``), or the named ``fields`` in that order (a field this
+        document lacks is left out). The one place hits are shaped: the CLI, the API, the server and
+        ``relsearch lookup`` call it."""
+        if metadata and fields is None:
+            return self
+        chosen = {f: self.metadata[f] for f in (fields or ()) if f in self.metadata} if metadata else {}
+        return replace(self, metadata=chosen)
+
+    def to_json(self, rank: int | None = None) -> dict:
+        """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?, "ann_score"?, "ann_rank"?,
+        "reranker"?}``: the document's own fields stay nested under "metadata", so none of them (an
+        "id", a "score") can pose as the hit's."""
+        out = {} if rank is None else {"rank": rank}
+        out.update({"id": self.id, "score": round(float(self.score), 6), "text": self.text, "metadata": self.metadata})
+        if self.explain is not None:
+            out["explain"] = {k: round(float(v), 6) for k, v in self.explain.items()}
+        if self.reranker is not None:
+            out.update(ann_score=round(float(self.ann_score), 6), ann_rank=self.ann_rank, reranker=self.reranker)
+        return out
+
+
+def keep_top(result: SearchResult, own: np.ndarray, k: int) -> SearchResult:
+    """Each row's first ``k`` candidates that are neither padding (-1) nor the query's own document
+    (``own[i]``: its position, -1 for a text query), moved to the front in their order; -1 and
+    -inf pad the rest. (n, m) → (n, min(k, m)). Searches ask for ``k + 1`` so that ``k`` remain."""
+    positions, scores = np.asarray(result.positions), np.asarray(result.scores)
+    keep = (positions >= 0) & (positions != np.asarray(own, np.int64)[:, None])
+    keep &= np.cumsum(keep, axis=1) <= k
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]  # kept candidates first, in rank order
+    kept = np.take_along_axis(keep, order, axis=1)
+    return SearchResult(np.where(kept, np.take_along_axis(positions, order, axis=1), -1),
+                        np.where(kept, np.take_along_axis(scores, order, axis=1), -np.inf).astype(scores.dtype))
+
+
+class HitColumns(Sequence):
+    """Each query's hits, best first, as columns; a sequence of ``n`` lists of :class:`Hit`.
+
+    ``positions``, ``scores``: (n, k), a row's hits first, then -1 / -inf. ``docs``: id, text and
+    metadata JSON of every distinct position hit, in position order (one docstore read, see
+    :meth:`read`); ``slots`` (n, k): each hit's row in ``docs``, -1 for padding. ``explain``: per
+    query, per hit, the operator scores of ``--explain`` (or None). Reading row ``i`` builds that
+    row's ``Hit`` objects then (a new list each time); ``ids(i)`` and the arrays cost nothing more.
+    """
+
+    __slots__ = ("positions", "scores", "docs", "slots", "counts", "explain")
+    __hash__ = None  # compared by value, as the list of lists it stands for
+
+    def __init__(self, positions: np.ndarray, scores: np.ndarray, docs: DocColumns, slots: np.ndarray,
+                 explain: list[list[dict]] | None = None):
+        self.positions, self.scores, self.docs, self.slots, self.explain = positions, scores, docs, slots, explain
+        self.counts = (positions >= 0).sum(axis=1)  # hits per query: every row is packed to the front
+
+    @classmethod
+    def read(cls, result: SearchResult, docstore) -> HitColumns:
+        """``result`` (packed rows, -1 pads: :func:`keep_top`) with the documents' fields from one
+        ordered read of ``docstore`` (indexer/docstore.py ``columns``) for its distinct positions."""
+        positions = np.asarray(result.positions, np.int64)
+        distinct, slots = np.unique(positions, return_inverse=True)
+        slots = slots.reshape(positions.shape)
+        if len(distinct) and distinct[0] < 0:  # padding: the smallest value, not a document
+            distinct, slots = distinct[1:], slots - 1
+        return cls(positions, np.asarray(result.scores), docstore.columns(distinct.tolist()), slots)
+
+    def with_explain(self, explain: list[list[dict]]) -> HitColumns:
+        return HitColumns(self.positions, self.scores, self.docs, self.slots, explain)
+
+    def ids(self, i: int) -> list[str]:
+        """Query ``i``'s hit ids, best first, without building its hits."""
+        return [self.docs.ids[s] for s in self.slots[i, :self.counts[i]].tolist()]
+
+    def row(self, i: int) -> list[Hit]:
+        """Query ``i``'s hits, built now."""
+        n = int(self.counts[i])
+        slots = self.slots[i, :n].tolist()
+        ids, texts = self.docs.ids, self.docs.texts
+        explain = self.explain[i] if self.explain is not None else [None] * n
+        return [Hit(ids[s], score, texts[s], meta, e) for s, score, meta, e in
+                zip(slots, self.scores[i, :n].tolist(), self.docs.metadata(slots), explain)]
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.row(j) for j in range(len(self))[i]]
+        if not -len(self) <= i < len(self):
+            raise IndexError(f"query {i} of {len(self)}")
+        return self.row(i % len(self))
+
+    def __iter__(self) -> Iterator[list[Hit]]:
+        return (self.row(i) for i in range(len(self)))
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"HitColumns({len(self)} queries, {int(self.counts.sum())} hits)"
