@@ -23,8 +23,10 @@ Timed paths, batched (all queries in one call), ``--repeats`` alternating rounds
 - ``relsearch``: identity relation on raw vectors (``Searcher.transform``) + ``Searcher.ann`` (tuned
   parameters, live-document selection, exact top-up for short rows, re-rank if any) — the
   query path below text encoding and above docstore lookups;
-- ``relsearch+docs``: the same plus ``Searcher.hits`` (docstore fetch of id, text, metadata),
-  reported for information.
+- ``relsearch+docs``: the same plus ``Searcher.hits`` (the hits as columns: docstore fetch of id,
+  text, metadata in one ordered read per batch; retrieval/hits.py);
+- ``faiss+docs``: ``faiss`` plus the read a FAISS user needs to show those hits: one SQL statement
+  for id, text and metadata of the distinct positions (bench/speed.py ``raw_fetch``).
 
 ``ratio_relsearch_vs_faiss`` is median QPS over median QPS; ``ratio_paired_median`` is the median
 of the per-round ratios, and ``ratio_cpu_time`` the ratio of median CPU seconds (all threads):
@@ -138,6 +140,7 @@ class AnonPeak:
 
 
 def run(args) -> dict:
+    from relsearch.bench.speed import raw_fetch
     from relsearch.indexer import ann, sharded_add
     from relsearch.retrieval.search import Query, Searcher
 
@@ -175,7 +178,15 @@ def run(args) -> dict:
     def relsearch_docs():
         return searcher.hits(searcher.ann(searcher.transform(h, {"identity": 1.0}), k), queries, k)
 
-    paths = {"faiss": raw_faiss, "relsearch": relsearch_path, "relsearch+docs": relsearch_docs}
+    conn = searcher.files.segments[0].docstore.conn
+
+    def raw_faiss_docs():
+        found = raw_faiss()
+        raw_fetch(conn, found)  # the documents a FAISS user reads to show the hits: one SQL statement
+        return found
+
+    paths = {"faiss": raw_faiss, "relsearch": relsearch_path, "relsearch+docs": relsearch_docs,
+             "faiss+docs": raw_faiss_docs}
     for fn in paths.values():
         fn()  # warm: page cache, OpenMP threads
     times = {name: [] for name in paths}
@@ -213,6 +224,11 @@ def run(args) -> dict:
         # CPU seconds of this process (all threads) per round: insensitive to other jobs' load
         "ratio_cpu_time": round(statistics.median(cpu["faiss"]) / statistics.median(cpu["relsearch"]), 4),
         "ratio_with_docs_vs_faiss": round(qps["relsearch+docs"] / qps["faiss"], 4),
+        "ratio_with_docs_paired_median": round(statistics.median(
+            f / r for f, r in zip(times["faiss"], times["relsearch+docs"])), 4),
+        "ratio_with_docs_vs_faiss_with_docs": round(qps["relsearch+docs"] / qps["faiss+docs"], 4),
+        "ratio_with_docs_vs_faiss_with_docs_paired_median": round(statistics.median(
+            f / r for f, r in zip(times["faiss+docs"], times["relsearch+docs"])), 4),
         "build_peak_rss": build_rss,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_rss_anon_mib": anon.stop(),

@@ -16,6 +16,9 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
     result = speed.querying(small_index, ["a bank", "a software company", "oil and gas"], repeats=1)
     assert result["batch"] == 120 and result["relsearch_qps"] > 0 and result["raw_faiss_qps"] > 0
     assert result["relsearch_over_faiss_qps"] == pytest.approx(result["relsearch_qps"] / result["raw_faiss_qps"])
+    assert result["relsearch_over_faiss_with_docs_qps"] == pytest.approx(
+        result["relsearch_qps"] / result["raw_faiss_with_docs_qps"])
+    assert result["relsearch_every_hit_built_qps"] > 0
     table = speed.format_table({
         "machine": speed.machine_info(),
         "encoding": {"texts": 1, "device": "cpu", "attention": "sdpa", "precision": "bfloat16",
@@ -28,6 +31,18 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
         "querying": result})
     assert "machine:" in table and table.count("50% of the bfloat16 matrix limit") == 1
     assert "ratio 1.000   (1.500 counting 0.5 s of importing Beam" in table
+    assert "vs raw FAISS search alone" in table and "vs raw FAISS + the same documents in one SQL read" in table
+
+
+def test_the_raw_faiss_baseline_reads_the_documents_a_hit_shows(small_index):
+    import numpy as np
+
+    from relsearch.retrieval.search import Searcher
+
+    searcher = Searcher(str(small_index))
+    rows = speed.raw_fetch(searcher.files.segments[0].docstore.conn, np.array([[4, 2, -1], [2, 7, 4]]))
+    docs = searcher.files.docstore.get([2, 4, 7])
+    assert [(p, i, t) for p, i, t, _ in rows] == [(p, docs[p]["id"], docs[p]["text"]) for p in (2, 4, 7)]
 
 
 def test_model_flops_counts_projections_feed_forward_and_attention_by_hand():
