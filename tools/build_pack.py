@@ -366,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         bundle.operators.update(company_extras(data, seed=args.seed, threads=args.threads, cache_dir=args.cache_dir))
     reports = fit_recipes(bundle, {r: prepared[r] for r in prepared if r in bundle.operators}, data, encoder,
                           args.cache_dir)
-    bundle.info["dropped"] = ship_winners(bundle, reports)
+    earlier = {name: t for name, t in (kept.info.get("dropped", {}) if kept else {}).items() if name not in reports}
+    bundle.info["dropped"] = {**earlier, **ship_winners(bundle, reports)}  # a reused pack's drops stay on record
     reports = {r: rep for r, rep in reports.items() if r in bundle.operators}
     for op in bundle.operators.values():  # temp paths mean nothing later: keep the file names only
         for split in op.info.get("data", {}).values():
