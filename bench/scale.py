@@ -235,7 +235,7 @@ def run(args) -> dict:
         # each FAISS add worker's own peak (VmHWM; --add-workers > 1): it reads its rows with pread
         "peak_rss_add_workers_mib": sharded_add.last_worker_peaks_mib,
         "vectors_npy_gib": round(args.n * base.shape[1] * 4 / 2**30, 2),
-        "index_faiss_mib": round(os.path.getsize(os.path.join(target, "index.faiss")) / 2**20, 1),
+        "index_faiss_mib": round(os.path.getsize(searcher.files.root / "index.faiss") / 2**20, 1),  # the generation folder
         "threads": _threads(),
     }
     if not args.out and not args.keep:
