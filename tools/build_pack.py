@@ -295,7 +295,9 @@ def write_pack(bundle, folder: Path, reports: dict[str, dict]) -> None:
     card = render_model_card(bundle, title="relsearch default relation pack", notes=[
         f"Built by `python {bundle.info['preparation']}` in {bundle.info['build_seconds']} s wall time on 2 CPU "
         "cores (including the encoding of texts not yet in the vector cache); see tools/build_pack.py for the "
-        "preparation.",
+        "preparation." + (f" The operators it did not retrain come from a pack built by `python "
+                          f"{bundle.info['reused']['preparation']}` in {bundle.info['reused']['build_seconds']} s."
+                          if bundle.info.get("reused") else ""),
         "Symmetric relations (duplicate-question, paraphrase, same-caption, contradiction, similar-company) are "
         "trained and evaluated in both directions; qa-entailment and entailment head → tail only.",
         "A best epoch of 0 means dev MRR never beat the starting point, so the operator is the identity "
@@ -375,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
                 split["files"] = [Path(f).name for f in split["files"]]
     bundle.info["sources"] = {r: {k: SOURCES[r][k] for k in ("dataset", "files", "licence")}
                               for r in bundle.operators if r in SOURCES}
+    if kept is not None:  # the operators not retrained come from the reused pack's own build
+        bundle.info["reused"] = kept.info.get("reused") or {k: kept.info.get(k) for k in ("preparation", "build_seconds")}
     bundle.info["preparation"] = "tools/build_pack.py " + " ".join(sys.argv[1:] if argv is None else argv)
     bundle.info["build_seconds"] = round(time.time() - t0)
     write_pack(bundle, out, reports)
