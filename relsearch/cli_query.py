@@ -149,6 +149,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
                                  search_params=_search_params(ef_search, nprobe, rerank, search_param))
         if backend == "es":
             _warn_if_stale_mirror(searcher.searcher.files.manifest, es_index)
+            for line in searcher.recipe_warnings(weights):
+                click.echo(f"warning: {line}", err=True)
         if queries_file:
             searcher.check(weights, {})
             options.check_against(searcher)

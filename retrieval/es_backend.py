@@ -59,6 +59,21 @@ class EsSearcher:
     def unknown_ids(self, queries: list[Query]) -> set[str]:
         return self.searcher.unknown_ids(queries)
 
+    def recipe_warnings(self, relations: dict[str, float]) -> list[str]:
+        """What this backend cannot run: a relation queried alone whose bundle entry holds a recipe
+        (retrieval/recipe.py: fusion with BM25 and metadata bonuses over the local index's lists)
+        is answered here by its operator alone."""
+        from .recipe import recipe_of
+
+        if len(relations) != 1 or list(relations.values()) != [1.0]:
+            return []
+        name = next(iter(relations))
+        recipe = recipe_of(self.searcher.operators[name]) if name in self.searcher.operators else None
+        if recipe is None or recipe.plain:
+            return []
+        return [f"--backend es runs {name}'s operator alone, not its recipe ({recipe.describe()}); "
+                "the local index (the default backend) runs the recipe"]
+
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
                explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
         """As :meth:`Searcher.search`; k is clipped to the local index's live documents. Filter values

@@ -76,6 +76,18 @@ def test_hybrid_and_client_fusion(mirrored, server):
     assert out.exit_code != 0 and "--es-url" in out.output
 
 
+def test_es_backend_says_it_runs_a_relation_without_its_recipe(mirrored, server):
+    """similar-company's recipe (BM25 and GICS bonuses over the local lists) cannot run on the
+    mirror: the ES backend answers with the operator alone and says so; the local backend runs it."""
+    target, _ = mirrored
+    base = ["query", "--id", "BAC", "--index", str(target), "-k", "3", "--relation", "similar-company"]
+    es = CliRunner().invoke(cli, [*base, "--backend", "es", "--es-url", server.url, "--es-index", "companies"])
+    assert es.exit_code == 0, es.output
+    assert "warning: --backend es runs similar-company's operator alone, not its recipe" in es.output
+    local = CliRunner().invoke(cli, base)
+    assert local.exit_code == 0 and "not its recipe" not in local.output
+
+
 def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
     import shutil
 
