@@ -1,9 +1,10 @@
 """`relsearch bench train-speed`: the project's trainer vs a minimal hand-written loop, in one process.
 
 design.md §5: trainers must run near the speed of a minimal hand-written loop of the same model.
-Both sides here train the same model (all-MiniLM-L6-v2; for ``--regime encoder`` the same LoRA
-deltas), on the same triples, in batches of the same size, at the same max length and in the
-same dtype (the trainer's own choice, :func:`~relsearch.encoder.model.bf16_choice`), with the
+Both sides here train the same model (all-MiniLM-L6-v2; for ``--regime encoder`` the same
+parameters: the tower's default, the whole weights of the top 3 layers, eager attention, no
+dropout), on the same triples, in batches of the same size, at the same max length and in the same
+dtype (the trainer's own choice, :func:`~relsearch.encoder.model.bf16_choice`), with the
 same torch threads:
 
 - **trainer**: ``train_tower`` / ``train_joint`` as ``relsearch train`` runs it — one epoch, with a
@@ -52,8 +53,10 @@ def default_files(data_dir: Path = DEFAULT_DATA) -> tuple[Path, Path]:
 
 
 # ------------------------------------------------------------------------------ hand loops
-def _hand_model(lora_rank: int | None):
-    """all-MiniLM-L6-v2 in fp32 (train mode), with the tower's LoRA deltas when ``lora_rank``."""
+def _hand_model(lora_rank: int | None, layers: int | None = None):
+    """all-MiniLM-L6-v2 in fp32 (train mode), with the tower's LoRA deltas when ``lora_rank``; with
+    ``layers``, the query tower's defaults instead: the whole weights of the top ``layers`` layers
+    tuned, eager attention, no dropout."""
     import torch
     from transformers import AutoModel, AutoTokenizer
 
@@ -62,6 +65,12 @@ def _hand_model(lora_rank: int | None):
     path = resolve_model_path("all-MiniLM-L6-v2")
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path, dtype=torch.float32)
+    if layers:
+        from ..encoder.training.tower import tune_whole_weights, tuned_layers
+
+        tune_whole_weights(model, tuned_layers(model, layers))
+        model.set_attn_implementation("eager")
+        return tok, model.eval()
     if lora_rank:
         from peft import LoraConfig, get_peft_model
 
@@ -86,7 +95,7 @@ def _pooled(tok, model, texts: list[str], max_length: int, dtype):
 
 
 def hand_tower(triples: list[dict], table_texts: list[str], table: np.ndarray, *, batch_size: int, max_length: int,
-               dtype, lora_rank: int = 8, lr: float = 1e-3, seed: int = 13) -> tuple[float, float]:
+               dtype, lora_rank: int = 0, layers: int = 3, lr: float = 3e-4, seed: int = 13) -> tuple[float, float]:
     """(wall, CPU) seconds of one epoch of the minimal query-tower loop over ``triples`` (``table``: unit vectors)."""
     import torch
     import torch.nn.functional as F
@@ -94,7 +103,7 @@ def hand_tower(triples: list[dict], table_texts: list[str], table: np.ndarray, *
     from ..encoder.tower import MARKER, marked
 
     torch.manual_seed(seed)
-    tok, model = _hand_model(lora_rank)
+    tok, model = _hand_model(lora_rank, None if lora_rank else layers)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     col = {t: i for i, t in enumerate(table_texts)}

@@ -106,7 +106,9 @@ def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[st
         for name, op in sorted(towers.items()):
             t, tr = op.info["tower"], op.info.get("training", {})
             users = ", ".join(sorted(o.name for o in ops if o.kind == "encoder" and o.info["tower"]["name"] == name))
-            lines.append(f"- `{name}`: LoRA rank {t.get('rank')} on {', '.join(t.get('targets', []))} of the encoder "
+            what = f"LoRA rank {t['rank']}" if t.get("rank") else "whole weights"
+            where = f"layers {', '.join(map(str, t['layers']))}" if t.get("layers") else "all layers"
+            lines.append(f"- `{name}`: {what} of {', '.join(t.get('targets', []))} in {where} of the encoder "
                          f"above, reading `{t['marker']}`; used by {users}. Trained {tr.get('steps')} steps in "
                          f"{tr.get('train_seconds')} s on {tr.get('device')} "
                          f"({tr.get('triples_per_second')} triples/s); "

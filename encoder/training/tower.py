@@ -1,8 +1,12 @@
 """Query-tower regime (``relsearch train --regime encoder``): relation-conditioned query encoders.
 
-The query side is a copy of the base encoder with LoRA deltas (``peft``) that reads
-``"relation: NAME; head text"``; documents stay frozen in the base encoder's space, so the bundle
-serves any index built with the base encoder (operators of kind ``encoder``, encoder/tower.py).
+The query side is a copy of the base encoder that reads ``"relation: NAME; head text"`` with the
+linear layers of its top ``layers`` transformer layers tuned (default 3 of MiniLM's 6): their whole
+weights (``lora_rank=0``, the default) or LoRA deltas (``peft``) of rank ``lora_rank``. Both are
+stored as LoRA pairs (a full delta ΔW as ``B = ΔW, A = I`` or ``B = I, A = ΔW``, scale 1), so serving
+is the same; documents stay frozen in the base encoder's space, so the bundle serves any index built
+with the base encoder (operators of kind ``encoder``, encoder/tower.py). The layers below stay frozen:
+no graph is recorded through them, so a step's backward runs through the tuned layers only.
 
 Recipe (informed by SimKGC and sentence-transformers' CachedMultipleNegativesRankingLoss):
 
@@ -16,10 +20,14 @@ Recipe (informed by SimKGC and sentence-transformers' CachedMultipleNegativesRan
   similarity ranks first); other true tails of (head, relation) are masked out (false negatives);
 - **additive margin** m subtracted from the gold cosine, **learnable temperature** (1/τ, from
   ``temperature``, at most 100), AdamW with **linear warm-up then linear decay**;
-- **gradient caching** (:func:`~.finetune.chunked_backward`): a batch of any size (≥ 1,024) runs in
-  the memory of one ``chunk`` of queries, with the full-batch gradient;
+- **one forward per distinct query**: a batch holds ``batch_size`` distinct (relation, head) queries
+  with all their training tails (a film's ten cast members cost one forward, as ten triples);
+- **gradient caching** (:func:`~.finetune.chunked_backward`) when a batch has more queries than one
+  ``chunk``: a batch of any size runs in the memory of one chunk, with the full-batch gradient;
 - **no degenerate trailing batches** (:func:`even_batches`): a last batch under half the batch size
   is merged into the one before;
+- no dropout by default (``dropout``): a CPU budget sees about one epoch, and sampling the masks
+  cost a fifth of a step;
 - bf16 autocast on CUDA GPUs that have it (fp16 on older ones, bf16 on AMX CPUs, else fp32).
 
 Dev MRR (over the whole table, filtered, query excluded) at step 0, every ``eval_every`` steps and
@@ -32,6 +40,7 @@ Interrupted runs resume from ``OUT.checkpoint`` (:class:`~.loop.Checkpoint`), bu
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass
 
@@ -61,20 +70,22 @@ class TowerConfig:
     """Hyperparameters of :func:`train_tower` (see the module docstring)."""
 
     epochs: int = 3
-    batch_size: int = 1024
-    chunk: int = 128  # queries per gradient-cache chunk
-    lr: float | None = None  # LoRA and temperature learning rate, default 1e-3
+    batch_size: int = 128  # distinct queries per step, each with all its training tails
+    chunk: int = 256  # queries per gradient-cache chunk (a batch within one chunk needs no replay)
+    lr: float | None = None  # tuned weights and temperature: 3e-4 (whole weights) or 1e-3 (LoRA)
     temperature: float = 0.05  # initial τ; learned
     margin: float = 0.02
     negatives: str = "table"
     max_candidates: int | None = 65536  # "table": above this many texts, a seeded sample per batch
     pre_batch: int = 0  # "batch": earlier batches whose tails are negatives too
-    warmup: float = 0.1  # fraction of the steps with a rising learning rate
-    lora_rank: int = 8
-    max_length: int = 64  # query tokens while training
-    eval_every: int | None = None  # steps between dev evaluations (default: once per epoch)
+    warmup: float = 0.02  # fraction of the steps with a rising learning rate
+    lora_rank: int = 0  # 0: the tuned layers' whole weights; r > 0: LoRA deltas of rank r
+    layers: int | None = 3  # top transformer layers tuned (None or 0: all)
+    max_length: int = 32  # query tokens while training
+    dropout: bool = False  # the encoder's dropout while training (its sampling costs ~20% of a CPU step)
+    eval_every: int | None = 200  # steps between dev evaluations (None: once per epoch)
     patience: int = 3
-    max_dev_queries: int | None = 2000
+    max_dev_queries: int | None = 1000
     relations: tuple[str, ...] | None = None
     inverse: bool = False  # also train "<relation>^-1" on reversed triples (head prediction)
     seed: int = 13
@@ -86,14 +97,18 @@ class TowerConfig:
     def __post_init__(self):
         if self.negatives not in NEGATIVES:
             raise ValueError(f"unknown negatives {self.negatives!r}; choose one of {', '.join(NEGATIVES)}")
-        if self.epochs < 1 or self.batch_size < 2 or self.chunk < 1 or self.patience < 1 or self.lora_rank < 1:
-            raise ValueError("epochs ≥ 1, batch_size ≥ 2, chunk, patience and lora_rank ≥ 1 are needed")
+        if self.epochs < 1 or self.batch_size < 2 or self.chunk < 1 or self.patience < 1:
+            raise ValueError("epochs ≥ 1, batch_size ≥ 2, chunk and patience ≥ 1 are needed")
+        if self.lora_rank < 0 or (self.layers or 0) < 0:
+            raise ValueError("lora_rank ≥ 0 (0: whole weights) and layers ≥ 0 (0: all) are needed")
         if not 0 <= self.warmup < 1 or self.temperature <= 0 or self.margin < 0 or self.pre_batch < 0:
             raise ValueError("warmup in [0, 1), temperature > 0, margin ≥ 0 and pre_batch ≥ 0 are needed")
 
     @property
     def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else 1e-3
+        if self.lr is not None:
+            return self.lr
+        return 1e-3 if self.lora_rank else 3e-4
 
 
 def even_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -171,6 +186,49 @@ def evaluate(query_unit: np.ndarray, data: _Data, rows: np.ndarray, table_unit: 
     return ranking_metrics(Ranks.concat(parts)) if parts else {}
 
 
+def query_groups(data: _Data) -> list[np.ndarray]:
+    """Row indices of ``data`` grouped by distinct query (relation, head), in order of first appearance."""
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i, key in enumerate(zip(data.rel, data.head.tolist())):
+        groups.setdefault(key, []).append(i)
+    return [np.array(rows, dtype=np.int64) for rows in groups.values()]
+
+
+def tuned_layers(model, layers: int | None) -> list[int] | None:
+    """Indices of the top ``layers`` transformer layers of ``model``; None for all of them."""
+    n = int(model.config.num_hidden_layers)
+    return list(range(n - layers, n)) if layers and layers < n else None
+
+
+def tune_whole_weights(model, layers: list[int] | None) -> dict[str, object]:
+    """Freeze ``model`` except the weights of its ``LORA_TARGETS`` linear layers in transformer layers
+    ``layers`` (None: all); returns those weights by module path. Biases and layer norms stay frozen:
+    the tuned state is then exactly a set of weight deltas, which the bundle stores as LoRA pairs."""
+    import torch
+
+    for p in model.parameters():
+        p.requires_grad_(False)
+    out = {}
+    for name, module in model.named_modules():
+        index = re.search(r"\.layer\.(\d+)\.", name)
+        if (isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in LORA_TARGETS and index
+                and (layers is None or int(index.group(1)) in layers)):
+            out[name] = module.weight.requires_grad_(True)
+    return out
+
+
+def whole_deltas(weights: dict[str, object], base: dict[str, object]) -> dict[str, np.ndarray]:
+    """``weights`` − ``base`` per module as an exact LoRA pair of full rank, scale 1: ``B = ΔW, A = I``
+    (or ``B = I, A = ΔW`` when the layer widens), so W + B A is the tuned weight."""
+    out = {}
+    for module, w in weights.items():
+        delta = (w.detach().float() - base[module]).cpu().numpy()
+        eye = np.eye(min(delta.shape), dtype=np.float32)
+        a, b = (eye, delta) if delta.shape[1] <= delta.shape[0] else (delta, eye)
+        out[f"{module}.lora_A"], out[f"{module}.lora_B"] = a, np.ascontiguousarray(b)
+    return out
+
+
 def _lora_state(model) -> dict[str, object]:
     """``{"<module>.lora_A": (r, in), "<module>.lora_B": (out, r)}`` tensors of a peft LoRA model, named
     by the module's path in the base model (what encoder/tower.py merges)."""
@@ -232,15 +290,29 @@ class _Run:
         cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         self.encoder = TrainableEncoder(model, max_length=config.max_length, precision="bf16" if cuda_bf16 else "auto")
         self.device = self.encoder.device
-        self.lora = LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
-                               target_modules=list(LORA_TARGETS))
-        self.encoder.model = get_peft_model(self.encoder.model, self.lora)
-        self.lora_params = _lora_state(self.encoder.model)
+        # eager attention: on CPU, SDPA's flash-attention backward costs more than the eager path's
+        # batched products at these lengths (a MiniLM step of 128 queries × 32 tokens: 0.80 vs 0.66 s)
+        if self.device == "cpu":
+            self.encoder.model.set_attn_implementation("eager")
+        self.layers = tuned_layers(self.encoder.model, config.layers)
+        if config.lora_rank:  # LoRA deltas on the tuned layers
+            self.lora = LoraConfig(r=config.lora_rank, lora_alpha=2 * config.lora_rank, lora_dropout=0.0,
+                                   target_modules=list(LORA_TARGETS), layers_to_transform=self.layers,
+                                   layers_pattern="layer" if self.layers else None)
+            self.encoder.model = get_peft_model(self.encoder.model, self.lora)
+            self.tuned = _lora_state(self.encoder.model)
+            self.scale = self.lora.lora_alpha / self.lora.r
+        else:  # the tuned layers' whole weights
+            self.tuned = tune_whole_weights(self.encoder.model, self.layers)
+            self.base_weights = {k: v.detach().clone() for k, v in self.tuned.items()}
+            self.scale = 1.0
         self.log_inv_t = torch.tensor(math.log(1 / config.temperature), device=self.device, requires_grad=True)
-        self.opt = adamw([*self.lora_params.values(), self.log_inv_t], lr=config.learning_rate, weight_decay=0.0)
+        self.opt = adamw([*self.tuned.values(), self.log_inv_t], lr=config.learning_rate, weight_decay=0.0)
         self.table_t = torch.from_numpy(table).to(self.device)
         rng = np.random.default_rng(config.seed)
-        self.epochs = [even_batches(len(data["train"]), config.batch_size, np.random.default_rng([config.seed, e]))
+        groups = query_groups(data["train"])  # a batch: batch_size distinct queries, all their tails
+        self.epochs = [[np.concatenate([groups[g] for g in b]) for b in
+                        even_batches(len(groups), config.batch_size, np.random.default_rng([config.seed, e]))]
                        for e in range(config.epochs)]
         self.flat = [(e, b) for e, bs in enumerate(self.epochs) for b in bs]
         self.warmup = int(config.warmup * len(self.flat))
@@ -277,15 +349,15 @@ class _Run:
 
     # ----------------------------------------------------------------------------- state
     def snapshot(self) -> dict:
-        return {**{f"lora.{k}": v.detach().clone() for k, v in self.lora_params.items()},
+        return {**{f"tuned.{k}": v.detach().clone() for k, v in self.tuned.items()},
                 "log_inv_t": self.log_inv_t.detach().clone()}
 
     def restore(self, state: dict, prefix: str = "") -> None:
         import torch
 
         with torch.no_grad():
-            for k, v in self.lora_params.items():
-                v.copy_(state[f"{prefix}lora.{k}"])
+            for k, v in self.tuned.items():
+                v.copy_(state[f"{prefix}tuned.{k}"])
             self.log_inv_t.copy_(state[f"{prefix}log_inv_t"])
 
     def start(self, checkpoint: Checkpoint | None) -> None:
@@ -314,7 +386,7 @@ class _Run:
         """Dev evaluation: keep the best state, update early stopping, save the checkpoint."""
         t0 = self.budget.clock()
         score = self.dev_mrr()
-        self.encoder.train()
+        self.encoder.train(self.config.dropout)
         self.history.append({"step": self.step, "epoch": epoch + 1, "loss": round(loss, 5),
                              "dev_mrr": round(score, 5), "temperature": self.temperature,
                              "seconds": round(self.budget.elapsed(), 1)})
@@ -383,7 +455,7 @@ def _loop(run: _Run, checkpoint: Checkpoint | None) -> None:
     config, flat, budget = run.config, run.flat, run.budget
     eval_every = config.eval_every or len(run.epochs[0])
     bar = _tqdm(total=len(flat), initial=run.step, desc="rse query tower", unit="step", disable=not config.progress)
-    run.encoder.train()
+    run.encoder.train(config.dropout)
     t_loop, c_loop, e, loss, evaluated = time.perf_counter(), time.process_time(), 0, float("nan"), run.step
     for e, batch in flat[run.step:]:
         if run.stopper.stale >= config.patience:
@@ -419,9 +491,12 @@ def _bundle(run: _Run, frozen, wanted: list[str], hyper: dict) -> Bundle:
                 "precision": run.encoder.precision,
                 "precision_reason": run.encoder.precision_reason, "stopped_by": run.stop_reason,
                 **run.budget.record(), "temperature": run.temperature, "history": run.history}
-    params = {k: v.detach().float().cpu().numpy().copy() for k, v in run.lora_params.items()}
-    tower = {"name": TOWER_NAME, "marker": MARKER, "scale": run.lora.lora_alpha / run.lora.r,
-             "base": frozen.identity["weights_sha256"], "rank": run.config.lora_rank, "targets": list(LORA_TARGETS)}
+    if run.config.lora_rank:
+        params = {k: v.detach().float().cpu().numpy().copy() for k, v in run.tuned.items()}
+    else:
+        params = whole_deltas(run.tuned, run.base_weights)
+    tower = {"name": TOWER_NAME, "marker": MARKER, "scale": run.scale, "base": frozen.identity["weights_sha256"],
+             "rank": run.config.lora_rank, "targets": list(LORA_TARGETS), "layers": run.layers}
     metrics = _test_metrics(run.data["test"], run.tower_unit, run.table, run.known, wanted)
     ops = {}
     for name in wanted:
@@ -433,7 +508,7 @@ def _bundle(run: _Run, frozen, wanted: list[str], hyper: dict) -> Bundle:
         ops[name] = Operator(name=name, kind="encoder", params=params, info=info,
                              description=f"{name} (relation-conditioned query encoder)")
     return Bundle(encoder=dict(frozen.identity), operators=ops,
-                  info={"trainer": "relsearch rse query tower (LoRA query encoder, frozen documents)",
+                  info={"trainer": "relsearch rse query tower (query encoder, top layers tuned, frozen documents)",
                         "config": hyper})
 
 

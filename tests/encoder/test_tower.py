@@ -13,7 +13,8 @@ from relsearch.encoder.bundle import Bundle, load_bundle
 from relsearch.encoder.relations import KINDS, Operator, mixture_query, normalize
 from relsearch.encoder.tower import MARKER, attach_towers, marked
 from relsearch.encoder.training.loop import write_bundle
-from relsearch.encoder.training.tower import TowerConfig, even_batches, lr_factor, tower_loss, train_tower
+from relsearch.encoder.training.tower import (TowerConfig, _Data, even_batches, lr_factor, query_groups, tower_loss,
+                                              train_tower, tune_whole_weights, tuned_layers, whole_deltas)
 from relsearch.retrieval.search import Query, Searcher, score_pair
 
 from conftest import write_jsonl
@@ -78,6 +79,41 @@ def test_zero_deltas_give_the_base_encoder_on_the_marked_text_and_deltas_change_
     # the merge is W + scale · B A on that one module; the base encoder itself is untouched
     base_w = encoder.model.get_submodule(MODULE).weight.float()
     assert torch.equal(base_w, encoder.model.get_submodule(MODULE).weight.float())
+
+
+def test_query_groups_give_one_forward_per_distinct_relation_and_head():
+    data = _Data(["r", "r", "s", "r", "s"], np.array([1, 2, 1, 1, 1]), np.array([5, 6, 7, 8, 9]))
+    assert [g.tolist() for g in query_groups(data)] == [[0, 3], [1], [2, 4]]
+
+
+def test_top_layer_whole_weights_are_served_exactly_by_their_lora_pairs(encoder):
+    """Tuning the whole weights of the top layers freezes everything else, and the bundle's full-rank
+    pairs (scale 1) make the served tower compute what the tuned model computes."""
+    from relsearch.encoder.training.finetune import TrainableEncoder
+
+    tuned = TrainableEncoder(encoder.config.model, max_length=64, precision="fp32")
+    layers = tuned_layers(tuned.model, 2)
+    assert layers == [4, 5] and tuned_layers(tuned.model, 0) is None and tuned_layers(tuned.model, 6) is None
+    weights = tune_whole_weights(tuned.model, layers)
+    assert len(weights) == 2 * 6 and all(".layer.4." in k or ".layer.5." in k for k in weights)
+    assert {n for n, p in tuned.model.named_parameters() if p.requires_grad} == {f"{k}.weight" for k in weights}
+    base = {k: v.detach().clone() for k, v in weights.items()}
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for v in weights.values():
+            v.add_(torch.randn(v.shape, generator=gen) * 0.02)
+    params = whole_deltas(weights, base)
+    for k, w in weights.items():  # W0 + B A is the tuned weight, for square, widening and narrowing layers
+        np.testing.assert_allclose(base[k].numpy() + params[f"{k}.lora_B"] @ params[f"{k}.lora_A"], w.detach().numpy(),
+                                   atol=1e-6)
+    tower = {"name": "t", "marker": MARKER, "scale": 1.0, "base": encoder.identity["weights_sha256"]}
+    op = Operator(name="para", kind="encoder", params=params, info={"tower": tower})
+    attach_towers({"para": op}, encoder)
+    texts = ["How do I reset my password?", "Cloud software for enterprises"]
+    served, want = op.apply(None, texts), normalize(tuned.embed(marked(MARKER, "para", texts)))
+    plain = normalize(encoder.encode(marked(MARKER, "para", texts)).vectors)
+    # the serving encoder may run in bf16 (fp32 on CPUs without it); the tuned model here runs in fp32
+    assert np.all((served * want).sum(1) > 0.9995) and np.all((served * plain).sum(1) < 0.99)
 
 
 def test_encoder_operators_refuse_clearly_without_text_tower_or_matching_base(encoder):
@@ -210,7 +246,8 @@ def test_train_tower_tiny_run_writes_a_bundle_the_cli_queries(tmp_path, small_in
     assert info["training"]["steps"] == 3  # 12 triples (6 + 6 inverse) in batches of 4, none tiny
     assert info["training"]["triples_per_second"] > 0 and info["metrics"]["queries"] == 6
     assert not (tmp_path / "model.checkpoint").exists()
-    assert "`query-tower`: LoRA rank 8" in (out / "MODEL_CARD.md").read_text()
+    assert "`query-tower`: whole weights of query, key, value, dense in layers 3, 4, 5" in (
+        out / "MODEL_CARD.md").read_text()
     answer = CliRunner().invoke(cli, ["query", "cloud software", "--index", str(small_index), "--model", str(out),
                                       "--relation", "para", "-k", "3", "--json"])
     assert answer.exit_code == 0, answer.output
