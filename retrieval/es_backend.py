@@ -69,7 +69,7 @@ class EsSearcher:
             return []
         name = next(iter(relations))
         recipe = recipe_of(self.searcher.operators[name]) if name in self.searcher.operators else None
-        if recipe is None or recipe.plain:
+        if recipe is None or recipe.alone(name):
             return []
         return [f"--backend es runs {name}'s operator alone, not its recipe ({recipe.describe()}); "
                 "the local index (the default backend) runs the recipe"]

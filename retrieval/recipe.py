@@ -57,10 +57,10 @@ class Recipe:
             raise ValueError(f"recipe out of range: bm25 share in [0, 1], depth in [1, 10000], a non-zero mixture; "
                              f"got {self.to_json()}")
 
-    @property
-    def plain(self) -> bool:
-        """True when the recipe is one operator alone (nothing to fuse or re-order)."""
-        return len(self.mixture) == 1 and not self.bm25 and not any(self.same.values())
+    def alone(self, name: str) -> bool:
+        """True when the recipe ranks as operator ``name`` alone: nothing to mix, fuse or re-order.
+        (A recipe of identity alone, what dev chooses when the operator never helps, is not.)"""
+        return set(self.mixture) == {name} and not self.bm25 and not any(self.same.values())
 
     def to_json(self) -> dict:
         return {"mixture": self.mixture, "bm25": self.bm25, "same": self.same, "depth": self.depth}

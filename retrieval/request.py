@@ -184,7 +184,7 @@ def search_with_recipes(searcher, queries: list[Query], **options) -> list[list[
         if name not in recipes:
             op = searcher.operators.get(name)
             recipe = recipe_of(op) if op is not None else None
-            recipes[name] = recipe if recipe is not None and not recipe.plain else None
+            recipes[name] = recipe if recipe is not None and not recipe.alone(name) else None
         return recipes[name] and name
 
     groups: dict[str | None, list[int]] = {}

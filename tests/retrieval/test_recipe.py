@@ -1,6 +1,8 @@
 """A relation's recipe (retrieval/recipe.py): the index answers as the whole-table scoring that
 chose it on dev, `--relation R` runs it and mixtures do not, explain shows its parts, and the dev
 search picks what the data rewards."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -83,6 +85,23 @@ def test_only_the_relation_alone_runs_its_recipe_and_explain_shows_the_parts(ind
     assert all(h.explain.get("recipe:same:group", 0.0) == 0.0 for h in text_hits[0])
 
 
+def test_a_relation_whose_dev_chose_identity_answers_as_identity(indexed, tmp_path):
+    """When the operator never helped on dev its recipe is identity alone: --relation R must then
+    answer as plain cosine, not run the operator the recipe rejected."""
+    searcher, _, _ = indexed
+    op = searcher.operators["rel"]
+    rejected = Operator(name="rel", kind=op.kind, params=op.params,
+                        info={"recipe": Recipe(mixture={"identity": 1.0}).to_json()})
+    bundle = Bundle(encoder=encoder_identity(), operators={"rel": rejected}).save(tmp_path / "b")
+    other = Searcher(str(searcher.files.root), model=str(bundle))
+    queries = [Query(doc_id="d7", relations={"rel": 1.0}), Query(text="oil gas bank", relations={"rel": 1.0})]
+    got = run(other, queries, SearchOptions(k=6))
+    want = run(other, [replace(q, relations={"identity": 1.0}) for q in queries], SearchOptions(k=6))
+    operator_alone = other.search(queries[:1], k=6)[0]
+    assert [[h.id for h in row] for row in got] == [[h.id for h in row] for row in want]
+    assert [h.id for h in got[0]] != [h.id for h in operator_alone]
+
+
 def test_choose_follows_what_dev_rewards():
     rng = np.random.default_rng(0)
     n, m = 30, 200
@@ -120,7 +139,8 @@ def test_malformed_recipes_are_named():
                   {"mixture": {}}, {"mixture": {"rel": True}}):
         with pytest.raises(ValueError, match="relation 'x': malformed recipe"):
             Recipe.from_json(entry, "relation 'x'")
-    assert recipes.Recipe(mixture={"rel": 1.0}).plain
+    assert recipes.Recipe(mixture={"rel": 1.0}).alone("rel")
+    assert not recipes.Recipe(mixture={"identity": 1.0}).alone("rel")
 
 
 def test_corpus_of_pairs_holds_what_an_index_of_the_split_would():
@@ -196,6 +216,6 @@ def test_relsearch_train_without_dev_still_judges_the_operator_on_the_whole_test
     assert "--candidates CORPUS judges it on the corpus you index" in result.output
     entry = next(op for op in json.loads((out / "bundle.json").read_text())["operators"]
                  if op["name"] == "duplicate-question")
-    assert Recipe.from_json(entry["recipe"]).plain and "dev" not in entry["whole_corpus"]
+    assert Recipe.from_json(entry["recipe"]).alone("duplicate-question") and "dev" not in entry["whole_corpus"]
     bare = CliRunner().invoke(cli, ["train", str(train), "--epochs", "1", "--out", str(tmp_path / "b2"), "--quiet"])
     assert bare.exit_code == 0 and "were not compared with identity" in bare.output
