@@ -231,9 +231,11 @@ def _fit_recipes(path, data, run, card) -> None:
                    + ("" if data.candidates else " [the split's own texts: --candidates CORPUS judges it on the "
                                                  "corpus you index]"))
         if not wins:
+            unused = name not in reports[name]["recipe"]["mixture"]  # dev chose plain cosine (and BM25) over it
             click.echo(f"warning: {name} does not beat plain retrieval on its whole-corpus "
-                       f"{'test' if corpus['test'] else 'dev'} split; query with identity or --hybrid instead",
-                       err=True)
+                       f"{'test' if corpus['test'] else 'dev'} split; "
+                       + ("its recipe leaves the operator out, so --relation " + name + " answers without it"
+                          if unused else "query with identity or --hybrid instead"), err=True)
     if reports:
         write_bundle(bundle, path, card=card(bundle) + card_section(reports))
 
