@@ -163,7 +163,7 @@ def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int =
         out[f"latency_ms_{name}_p50"] = 1000 * float(np.percentile(lat, 50))
         out[f"latency_ms_{name}_p95"] = 1000 * float(np.percentile(lat, 95))
     # batched search: the same raw vectors through relsearch's path and through FAISS directly
-    ids = searcher.files.docstore.columns(list(range(min(1000, len(searcher.files.vectors))))).ids
+    ids = searcher.files.docstore.read(list(range(min(1000, len(searcher.files.vectors))))).ids
     batch = [Query(doc_id=i, relations={"identity": 1.0}) for i in ids]
     qv = np.ascontiguousarray(searcher.raw_vectors(batch))
     qv /= np.linalg.norm(qv, axis=1, keepdims=True)

@@ -38,28 +38,27 @@ CREATE INDEX fields_folded ON fields(field, folded) WHERE folded IS NOT NULL;
 
 
 @dataclass(frozen=True)
-class DocColumns:
-    """Some documents' fields as columns, in the order they were asked for: ``ids``, ``texts``, and
-    ``metas``, each document's metadata as the JSON text stored (decoded only when asked, by
-    :meth:`metadata`: a results page that is never shown costs no JSON decoding)."""
+class DocRows:
+    """Some documents as read, in the order they were asked for: ``rows`` of (id, text, metadata JSON
+    as stored). The metadata is decoded only when asked, by :meth:`metadata`: a results page that is
+    never shown costs no JSON decoding, and the rows are kept as sqlite3 returns them, uncopied."""
 
-    ids: list[str]
-    texts: list[str]
-    metas: list[str]
+    rows: list[tuple[str, str, str]]
 
     def __len__(self) -> int:
-        return len(self.ids)
+        return len(self.rows)
+
+    @property
+    def ids(self) -> list[str]:
+        return [r[0] for r in self.rows]
 
     def metadata(self, rows: Sequence[int]) -> list[dict]:
-        """The decoded metadata of ``rows`` (indexes into these columns), one JSON decode for all."""
-        return json.loads("[" + ",".join([self.metas[r] for r in rows]) + "]") if len(rows) else []
+        """The decoded metadata of ``rows`` (indexes into :attr:`rows`), one JSON decode for all."""
+        return json.loads("[" + ",".join([self.rows[r][2] for r in rows]) + "]") if len(rows) else []
 
     @classmethod
-    def concat(cls, parts: Sequence[DocColumns]) -> DocColumns:
-        if len(parts) == 1:
-            return parts[0]
-        return cls([i for p in parts for i in p.ids], [t for p in parts for t in p.texts],
-                   [m for p in parts for m in p.metas])
+    def concat(cls, parts: Sequence[DocRows]) -> DocRows:
+        return parts[0] if len(parts) == 1 else cls([r for p in parts for r in p.rows])
 
 
 class DocStore:
@@ -114,29 +113,28 @@ class DocStore:
         return {pos: {"id": doc_id, "text": text, "norm": norm, "metadata": meta}
                 for (pos, doc_id, text, _, norm), meta in zip(rows, metas)}
 
-    def columns(self, positions: Sequence[int]) -> DocColumns:
-        """The id, text and stored metadata JSON of ``positions`` (sorted, distinct), as columns in
-        that order: one statement whose rows come back in primary-key order, so the B-tree is walked
+    def read(self, positions: Sequence[int]) -> DocRows:
+        """The id, text and stored metadata JSON of ``positions`` (sorted, distinct), in that order:
+        one statement whose rows come back in primary-key order, so the B-tree is walked
         forward once and no row needs matching up afterwards. LookupError names a position without a
         document (a damaged index: every position a search returns has one)."""
         if not len(positions):
-            return DocColumns([], [], [])
+            return DocRows([])
         q = "SELECT id, text, meta FROM docs WHERE pos IN (SELECT value FROM json_each(?)) ORDER BY pos"
         rows = self.conn.execute(q, (json.dumps([int(p) for p in positions]),)).fetchall()
         if len(rows) != len(positions):
             found = set(self.get(list(positions)))
             missing = [int(p) for p in positions if int(p) not in found]
             raise LookupError(f"no document at position(s) {', '.join(map(str, missing[:5]))} of the docstore")
-        ids, texts, metas = zip(*rows)
-        return DocColumns(list(ids), list(texts), list(metas))
+        return DocRows(rows)
 
     def norms(self, positions: Sequence[int]) -> list[float]:
         """‖h‖ of ``positions`` (sorted, distinct), in that order: what an ``--id`` query needs of its
-        document, without decoding its text and metadata (LookupError as :meth:`columns`)."""
+        document, without reading its text and metadata (LookupError as :meth:`read`)."""
         q = "SELECT norm FROM docs WHERE pos IN (SELECT value FROM json_each(?)) ORDER BY pos"
         rows = self.conn.execute(q, (json.dumps([int(p) for p in positions]),)).fetchall()
         if len(rows) != len(positions):
-            self.columns(positions)  # names the missing positions
+            self.read(positions)  # names the missing positions
         return [n for (n,) in rows]
 
     def matching(self, filters: Mapping[str, object]) -> list[int]:

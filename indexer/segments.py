@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .docstore import DocColumns, DocStore
+from .docstore import DocRows, DocStore
 
 VECTORS = "vectors.npy"
 FAISS = "index.faiss"
@@ -191,11 +191,11 @@ class Documents:
             out.update(part.get(positions))
         return out
 
-    def columns(self, positions: Sequence[int]) -> DocColumns:
-        """id, text and metadata JSON of ``positions`` (sorted, distinct) as columns in that order
-        (:meth:`DocStore.columns`): one read per segment holding some of them."""
-        parts = self._per_segment(positions, DocStore.columns)
-        return DocColumns.concat(parts) if parts else DocColumns([], [], [])
+    def read(self, positions: Sequence[int]) -> DocRows:
+        """id, text and metadata JSON of ``positions`` (sorted, distinct), in that order
+        (:meth:`DocStore.read`): one read per segment holding some of them."""
+        parts = self._per_segment(positions, DocStore.read)
+        return DocRows.concat(parts) if parts else DocRows([])
 
     def norms(self, positions: Sequence[int]) -> list[float]:
         """‖h‖ of ``positions`` (sorted, distinct), in that order: one read per segment holding some."""

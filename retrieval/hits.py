@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..indexer.ann import SearchResult
-from ..indexer.docstore import DocColumns
+from ..indexer.docstore import DocRows
 
 
 @dataclass(frozen=True)
@@ -75,8 +75,8 @@ def keep_top(result: SearchResult, own: np.ndarray, k: int) -> SearchResult:
 class HitColumns(Sequence):
     """Each query's hits, best first, as columns; a sequence of ``n`` lists of :class:`Hit`.
 
-    ``positions``, ``scores``: (n, k), a row's hits first, then -1 / -inf. ``docs``: id, text and
-    metadata JSON of every distinct position hit, in position order (one docstore read, see
+    ``positions``, ``scores``: (n, k), a row's hits first, then -1 / -inf. ``docs``: (id, text,
+    metadata JSON) of every distinct position hit, in position order (one docstore read, see
     :meth:`read`); ``slots`` (n, k): each hit's row in ``docs``, -1 for padding. ``explain``: per
     query, per hit, the operator scores of ``--explain`` (or None). Reading row ``i`` builds that
     row's ``Hit`` objects then (a new list each time); ``ids(i)`` and the arrays cost nothing more.
@@ -85,7 +85,7 @@ class HitColumns(Sequence):
     __slots__ = ("positions", "scores", "docs", "slots", "counts", "explain")
     __hash__ = None  # compared by value, as the list of lists it stands for
 
-    def __init__(self, positions: np.ndarray, scores: np.ndarray, docs: DocColumns, slots: np.ndarray,
+    def __init__(self, positions: np.ndarray, scores: np.ndarray, docs: DocRows, slots: np.ndarray,
                  explain: list[list[dict]] | None = None):
         self.positions, self.scores, self.docs, self.slots, self.explain = positions, scores, docs, slots, explain
         self.counts = (positions >= 0).sum(axis=1)  # hits per query: every row is packed to the front
@@ -93,28 +93,29 @@ class HitColumns(Sequence):
     @classmethod
     def read(cls, result: SearchResult, docstore) -> HitColumns:
         """``result`` (packed rows, -1 pads: :func:`keep_top`) with the documents' fields from one
-        ordered read of ``docstore`` (indexer/docstore.py ``columns``) for its distinct positions."""
+        ordered read of ``docstore`` (indexer/docstore.py ``read``) for its distinct positions."""
         positions = np.asarray(result.positions, np.int64)
         distinct, slots = np.unique(positions, return_inverse=True)
         slots = slots.reshape(positions.shape)
         if len(distinct) and distinct[0] < 0:  # padding: the smallest value, not a document
             distinct, slots = distinct[1:], slots - 1
-        return cls(positions, np.asarray(result.scores), docstore.columns(distinct.tolist()), slots)
+        return cls(positions, np.asarray(result.scores), docstore.read(distinct.tolist()), slots)
 
     def with_explain(self, explain: list[list[dict]]) -> HitColumns:
         return HitColumns(self.positions, self.scores, self.docs, self.slots, explain)
 
     def ids(self, i: int) -> list[str]:
         """Query ``i``'s hit ids, best first, without building its hits."""
-        return [self.docs.ids[s] for s in self.slots[i, :self.counts[i]].tolist()]
+        rows = self.docs.rows
+        return [rows[s][0] for s in self.slots[i, :self.counts[i]].tolist()]
 
     def row(self, i: int) -> list[Hit]:
         """Query ``i``'s hits, built now."""
         n = int(self.counts[i])
         slots = self.slots[i, :n].tolist()
-        ids, texts = self.docs.ids, self.docs.texts
+        rows = self.docs.rows
         explain = self.explain[i] if self.explain is not None else [None] * n
-        return [Hit(ids[s], score, texts[s], meta, e) for s, score, meta, e in
+        return [Hit(rows[s][0], score, rows[s][1], meta, e) for s, score, meta, e in
                 zip(slots, self.scores[i, :n].tolist(), self.docs.metadata(slots), explain)]
 
     def __len__(self) -> int:

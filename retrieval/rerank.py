@@ -94,7 +94,7 @@ def search_reranked(searcher, queries: list[Query], *, head: str, k: int = 10, d
         raise QueryError(str(e)) from None
     pair_head = head_of(searcher, head)  # fail before searching
     fetch = max(k, depth or DEFAULT_DEPTH)
-    results = searcher.search(queries, k=fetch, filters=filters, explain=explain)
+    results = list(searcher.search(queries, k=fetch, filters=filters, explain=explain))  # rows built once: read twice below
     # Searcher.search does not hand back the raw query vectors it used: take them again (text
     # queries are encoded a second time; doc_id queries read the stored vector).
     h = _base(searcher).raw_vectors(queries)

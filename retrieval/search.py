@@ -276,7 +276,8 @@ class Searcher:
 
     def projection_of(self, queries: list[Query]) -> str | None:
         """The projection operator these queries search with (each alone), or None."""
-        names = {n for q in queries for n in q.relations if lookup(self.operators, n).both_sides}
+        asked = dict.fromkeys(n for q in queries for n in q.relations)  # each name looked up once, in order
+        names = {n for n in asked if lookup(self.operators, n).both_sides}
         if not names:
             return None
         if len(names) > 1 or any(set(q.relations) != names for q in queries):

@@ -120,6 +120,6 @@ def test_a_segmented_index_reads_once_per_segment_hit(small_index, tmp_path):
 
 def test_a_position_without_a_document_is_named(small_index):
     store = Searcher(str(small_index)).files.docstore
-    assert store.columns([]).ids == []
+    assert store.read([]).ids == []
     with pytest.raises(LookupError, match="position.s. 500"):
-        store.columns([2, 500])
+        store.read([2, 500])
