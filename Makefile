@@ -6,7 +6,7 @@ DEMO_INDEX ?= demo-index
 # the prepared public datasets (README "Datasets"): $RELSEARCH_DATA, else this workspace's copy
 DATA ?= $(or $(RELSEARCH_DATA),../shared/data)
 
-.PHONY: demo test test-slow test-kill test-dask test-browser pack company-bundle bench-speed clean
+.PHONY: demo test test-slow test-kill test-dask test-browser pack company-bundle bench-speed gpu-report-data gpu-report clean
 
 # torch==2.13.0 first: it is the CPU build on this machine's disk; a bare `torch` would pull CUDA wheels.
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -52,6 +52,24 @@ pack: $(VENV)/.installed
 # Company-tuned encoder + similar-company / aspect operators (about 15 min on 2 cores; README "Similar companies")
 company-bundle: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) tools/build_company_bundle.py --data $(DATA) --out company-bundle
+
+# GPU figures in one device call (docs/gpu-notes.md). Here, after ../shared/device/prepare.sh and
+# tools/data/codex.py: the inputs that travel with the call (6.5 MiB: sentences, CoDEx-M by ids).
+gpu-report-data: $(VENV)/.installed
+	HF_HUB_OFFLINE=1 $(VENV)/bin/relsearch bench gpu-report-data --data $(DATA) --out .device/report
+
+# On the GPU machine, right after `bash .device/install.sh`:
+#   PYTHONPATH=/tmp/site make gpu-report PYTHON=python3 OUT=$OUT
+# bench speed on the GPU and a 3-minute query-tower run on CoDEx-M, OUT/REPORT.md. The default model
+# comes from .device/model when it is there (the machine lacks its PyPI package).
+# tests/bench/test_gpu_report.py makes the same run on the CPU (--device cpu --tiny) on a tiny graph.
+PYTHON ?= $(PY)
+DEVICE ?= cuda
+OUT ?= gpu-report
+TINY ?=
+gpu-report:
+	RELSEARCH_DEFAULT_MODEL=$${RELSEARCH_DEFAULT_MODEL:-$$(test -d .device/model && echo $(CURDIR)/.device/model)} \
+	HF_HUB_OFFLINE=1 $(PYTHON) -m relsearch bench gpu-report --device $(DEVICE) $(TINY) --data .device/report --out $(OUT)
 
 clean:
 	rm -rf $(DEMO_INDEX) .$(DEMO_INDEX).generations .$(DEMO_INDEX).lock build dist *.egg-info

