@@ -166,8 +166,12 @@ class Searcher:
                 raise QueryError(f"query {'text' if q.doc_id is None else 'document id'} is not valid UTF-8")
             if q.text is not None and not q.text.strip():  # encodes to some vector: hits, but meaningless ones
                 raise QueryError("query text is empty")
-            mixture = tuple(q.relations.items())
-            if mixture not in checked:
+            try:
+                mixture = tuple(q.relations.items())
+                hash(mixture)
+            except TypeError:  # an unhashable weight: check() names it
+                mixture = None
+            if mixture is None or mixture not in checked:
                 self.check(q.relations, filters)
                 checked.add(mixture)
         h = self.raw_vectors(queries)
@@ -206,8 +210,8 @@ class Searcher:
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
                explain: bool = False, params: dict | None = None, hybrid: str | None = None,
                hybrid_weight: float | None = None) -> HitColumns:
-        """Top-k hits per query (never the query document itself), as columns (retrieval/hits.py). ``params`` overrides the
-        index's tuned search parameters for this call (indexer/ann.py). ``filters``: field → value
+        """Top-k hits per query (never the query document itself), as columns (retrieval/hits.py).
+        ``params`` overrides the index's tuned search parameters for this call (indexer/ann.py). ``filters``: field → value
         a value or ``{operator: value}`` per field, typed (indexer/filters.py). ``hybrid``
         (``rrf`` | ``weighted``): fuse the relational list with BM25 on the query text (or the stored
         text of an ``--id`` query), retrieval/hybrid.py; hit scores are then the fused scores.
