@@ -32,6 +32,7 @@ CREATE TABLE fields (
     PRIMARY KEY (field, type, value, elem, pos)
 ) WITHOUT ROWID;
 """
+MMAP_BYTES = 1 << 30  # of a read-only docstore mapped at most (address space, not memory)
 FIELDS_INDEXES = """
 CREATE INDEX fields_folded ON fields(field, folded) WHERE folded IS NOT NULL;
 """
@@ -73,6 +74,10 @@ class DocStore:
             self._indexes_pending = True  # built once by close(): cheaper than growing them row by row
         else:  # read-only: a reader never writes to a published index
             self.conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+            # memory-mapped pages: a results page reads thousands of random rows, and through the
+            # default 2 MB page cache each miss was a read() and a copy (a 200k docstore's 10k-row
+            # read: 16 → 13 ms). Safe here: a published segment file is never written again.
+            self.conn.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
 
     def add(self, rows: Iterable[tuple[int, str, str, dict, float]]) -> None:
         """rows: (pos, id, text, metadata, norm)."""
