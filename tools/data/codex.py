@@ -19,7 +19,7 @@ Written (``--out``, default ../shared/data/codex_m):
   (head, relation) of the test split, its test tails' ids in ``answers`` (``relsearch query --queries``);
 - ``README.md``: source, licence, counts.
 
-Triples whose head or tail has no extract (698 of CoDEx-M's 17,050 entities) are dropped and counted. The
+Triples whose head or tail has no extract (699 of CoDEx-M's 17,050 entities) are dropped and counted. The
 output is deterministic: files keep CoDEx's order, entities are sorted by id; there is no sampling.
 
     git --git-dir=CODEX.git archive 3132e42 data/triples/codex-m data/relations/en LICENSE | tar x -C RAW
