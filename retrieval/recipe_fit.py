@@ -115,7 +115,7 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
     """Choose ``operator``'s recipe on ``dev`` and measure it on ``test``; store both in the
     operator's info and return the report ``{"recipe", "dev"?, "test"?}``. Without ``dev`` nothing
     is chosen: the recipe is the operator alone, still judged on ``test`` against the baselines."""
-    if dev is None:
+    if dev is None or not dev.heads:  # no dev query with a gold other than itself: nothing to choose on
         recipe = Recipe(mixture={operator.name: 1.0})
         report = {"recipe": recipe.to_json(), "test": measure(recipe, operator, test, encode)}
         operator.info["recipe"] = recipe.to_json()
