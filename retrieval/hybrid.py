@@ -92,15 +92,29 @@ def weighted_pool(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIGHT
     """(:func:`weighted_matrix`, pool): the pool (n, m) bool marks the candidates of either top
     ``depth`` list, which retrieval/recipe.py's bonuses re-order."""
     check("weighted", weight)
-    out = np.zeros(dense.shape, np.float64)
-    pool = np.zeros(dense.shape, bool)
-    for scores, must_match, share in ((dense, False, weight), (lexical, True, 1.0 - weight)):
-        rows, order, valid, top = _top(scores, depth, must_match, exclude)
-        lo = np.where(valid, top, np.inf).min(axis=1, keepdims=True)
-        span = np.where(valid, top, -np.inf).max(axis=1, keepdims=True) - lo
-        with np.errstate(invalid="ignore", over="ignore"):  # rows without candidates: masked below
-            normalised = np.where(span > 0, (top - lo) / np.where(span > 0, span, 1.0), 1.0)
-        out[rows, order] += share * np.where(valid, normalised, 0.0)
+    return fuse_lists([(minmax_list(dense, depth, False, exclude), weight),
+                       (minmax_list(lexical, depth, True, exclude), 1.0 - weight)], dense.shape)
+
+
+def minmax_list(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None):
+    """Each row's top ``depth`` list (:func:`_top`) with its scores min-max normalised over the
+    list: (rows, order, valid, normalised). Computed once, fused under any weight by
+    :func:`fuse_lists` (retrieval/recipe.py's dev search reuses it across ~30 recipes)."""
+    rows, order, valid, top = _top(scores, depth, must_match, exclude)
+    lo = np.where(valid, top, np.inf).min(axis=1, keepdims=True)
+    span = np.where(valid, top, -np.inf).max(axis=1, keepdims=True) - lo
+    with np.errstate(invalid="ignore", over="ignore"):  # rows without candidates: masked below
+        normalised = np.where(span > 0, (top - lo) / np.where(span > 0, span, 1.0), 1.0)
+    return rows, order, valid, np.where(valid, normalised, 0.0)
+
+
+def fuse_lists(weighted: list[tuple[tuple, float]], shape: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Σ share · normalised score over ``weighted`` lists of :func:`minmax_list` (0 outside a
+    list) as an (n, m) float32 matrix, and the pool: the candidates of any list."""
+    out = np.zeros(shape, np.float64)
+    pool = np.zeros(shape, bool)
+    for (rows, order, valid, normalised), share in weighted:
+        out[rows, order] += share * normalised
         pool[rows, order] |= valid
     return out.astype(np.float32), pool
 

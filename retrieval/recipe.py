@@ -100,8 +100,15 @@ def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarr
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
     "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate."""
     mixed = sum(w * dense[name] for name, w in recipe.mixture.items())
-    lex = lexical if recipe.bm25 else np.zeros_like(mixed)
-    fused, pool = hybrid.weighted_pool(mixed, lex, 1.0 - recipe.bm25, depth=recipe.depth, exclude=exclude)
+    lex = hybrid.minmax_list(lexical, recipe.depth, True, exclude) if recipe.bm25 else None
+    return _fused(recipe, hybrid.minmax_list(mixed, recipe.depth, False, exclude), lex, same, mixed.shape)
+
+
+def _fused(recipe: Recipe, dense_list, lexical_list, same: dict[str, np.ndarray], shape) -> np.ndarray:
+    """:func:`score_matrix` from its lists already cut and normalised (hybrid.minmax_list), so the
+    dev search computes each list once, not once per recipe."""
+    lists = [(dense_list, 1.0 - recipe.bm25)] + ([(lexical_list, recipe.bm25)] if recipe.bm25 else [])
+    fused, pool = hybrid.fuse_lists(lists, shape)
     bonus = sum((w * same[f] for f, w in recipe.same.items() if w), np.zeros_like(fused))
     return np.where(pool, fused + bonus, -1.0).astype(np.float32)
 
@@ -141,24 +148,30 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     given), then a bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`).
     Ties keep the simpler recipe (tried first). Arrays as in :func:`score_matrix`."""
     tried = 0
+    shape = next(iter(dense.values())).shape
+    lexical_list = hybrid.minmax_list(lexical, depth, True, exclude) if lexical is not None else None
+    dense_lists: dict[float, tuple] = {}  # operator share → its dense list, cut and normalised once
 
-    def evaluate(recipe: Recipe) -> float:
+    def evaluate(recipe: Recipe, share: float) -> float:
         nonlocal tried
         tried += 1
-        return mrr(score_matrix(recipe, dense, lexical, same, exclude), gold, exclude)
+        if share not in dense_lists:
+            mixed = sum(w * dense[k] for k, w in recipe.mixture.items())
+            dense_lists[share] = hybrid.minmax_list(mixed, depth, False, exclude)
+        return mrr(_fused(recipe, dense_lists[share], lexical_list, same, shape), gold, exclude)
 
-    best, best_mrr = None, -1.0
+    best, best_share, best_mrr = None, None, -1.0
     for share, b in itertools.product(mixes, BM25_SHARES if lexical is not None else (0.0,)):
         mixture = {k: w for k, w in ((name, share), ("identity", 1.0 - share)) if w}
         recipe = Recipe(mixture=mixture, bm25=b, depth=depth)
-        value = evaluate(recipe)
+        value = evaluate(recipe, share)
         if value > best_mrr + 1e-9:
-            best, best_mrr = recipe, value
+            best, best_share, best_mrr = recipe, share, value
     for _ in range(2 if same else 0):
         for f in same:
             for bonus in BONUSES:
                 recipe = replace(best, same={**best.same, f: bonus})
-                value = evaluate(recipe)
+                value = evaluate(recipe, best_share)
                 if value > best_mrr + 1e-9:
                     best, best_mrr = recipe, value
     best = replace(best, same={f: w for f, w in best.same.items() if w})
