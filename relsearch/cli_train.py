@@ -226,6 +226,8 @@ def _fit_recipes(path, data, run, card) -> None:
         corpus = {s: Corpus.of_pairs(pairs[s], texts[s], heads=not data.candidates) if pairs[s] else None
                   for s in splits}
         reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
+        if not {"dev", "test"} & set(reports[name]):  # no query whose gold is another text
+            continue
         wins, line = verdict(name, reports[name])
         click.echo(line + ("" if corpus["dev"] else " [no --dev: the operator alone, no recipe chosen]")
                    + ("" if data.candidates else " [the split's own texts: --candidates CORPUS judges it on the "

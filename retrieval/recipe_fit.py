@@ -117,9 +117,11 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
     is chosen: the recipe is the operator alone, still judged on ``test`` against the baselines."""
     if dev is None or not dev.heads:  # no dev query with a gold other than itself: nothing to choose on
         recipe = Recipe(mixture={operator.name: 1.0})
-        report = {"recipe": recipe.to_json(), "test": measure(recipe, operator, test, encode)}
+        report = {"recipe": recipe.to_json()}
+        if test is not None and test.heads:
+            report["test"] = measure(recipe, operator, test, encode)
         operator.info["recipe"] = recipe.to_json()
-        operator.info["whole_corpus"] = {"test": report["test"]}
+        operator.info["whole_corpus"] = {k: v for k, v in report.items() if k != "recipe"}
         return report
     dev_t = tables(dev, operator, encode)
     # an identity-kind relation (a recipe over plain cosine) has no operator share to choose
