@@ -219,3 +219,14 @@ def test_relsearch_train_without_dev_still_judges_the_operator_on_the_whole_test
     assert Recipe.from_json(entry["recipe"]).alone("duplicate-question") and "dev" not in entry["whole_corpus"]
     bare = CliRunner().invoke(cli, ["train", str(train), "--epochs", "1", "--out", str(tmp_path / "b2"), "--quiet"])
     assert bare.exit_code == 0 and "were not compared with identity" in bare.output
+
+
+def test_a_relation_without_a_dev_query_keeps_its_operator_alone():
+    """Dev pairs that are all their own head leave no query to choose on: the operator alone,
+    no split judged (the dev search used to fail on them)."""
+    from relsearch.retrieval.recipe_fit import Corpus, fit
+
+    op = Operator(name="rel", kind="linear", params={"W": np.eye(D, dtype=np.float32), "b": np.zeros(D, np.float32)})
+    dev = Corpus.of_pairs([("same text", "same text")])
+    report = fit(op, dev, None, lambda texts: raw_vectors(len(texts), 1))
+    assert Recipe.from_json(report["recipe"]).alone("rel") and set(report) == {"recipe"}
