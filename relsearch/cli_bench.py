@@ -282,11 +282,10 @@ def gpu_report(out_dir, data_dir, device, tiny, tower_minutes):
 def gpu_report_data(out_dir, data_dir, kg_dir):
     """Build the folder `relsearch bench gpu-report` reads: bench speed's sentences and a text
     knowledge graph by ids (small enough to travel with one device call)."""
-    import os
-
     from relsearch.bench.gpu_report import pack_data
+    from relsearch.bench.speed import DEFAULT_DATA
 
-    data = Path(data_dir or os.environ.get("RELSEARCH_DATA", "../shared/data"))
+    data = Path(data_dir) if data_dir else DEFAULT_DATA
     kg = Path(kg_dir) if kg_dir else data / "codex_m"
     if not (kg / "entities.jsonl").is_file():
         raise click.ClickException(f"no knowledge graph at {kg}: run tools/data/codex.py (README, Datasets) or "

@@ -1,7 +1,8 @@
-"""Whole-corpus MRR of every recipe of the dev search grid, for one relation of a bundle on one split.
+"""Whole-corpus MRR over the dev search's grid, for one relation of a bundle on one split.
 
 `relsearch train` and tools/build_pack.py keep only the recipe that won on dev; this prints the
-whole grid (the operator's share of the dense vector against identity × BM25's share), so that one
+grid (the operator's share of the dense vector against identity × BM25's share, here in steps of
+0.1, finer than the dev search's), so that one
 can see how far the best BM25 share moves between the splits of a dataset and across datasets
 (README "Transfer to other datasets")::
 
