@@ -40,7 +40,7 @@ from ..encoder.bundle import Bundle, load_bundle
 from ..encoder.relations import Operator, lookup, normalize
 from ..retrieval.hybrid import check as check_fusion
 from ..retrieval.hybrid import rrf_matrix, weighted_matrix
-from ..retrieval.recipe import Recipe, recipe_of, score_matrix
+from ..retrieval.recipe import TITLE, Recipe, first_line, recipe_of, score_matrix, title_vectors
 from ..indexer.lexical import BM25
 from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
 from ..files import sha256_file
@@ -144,7 +144,8 @@ def operator_for(operators: dict[str, Operator], name: str, direction: str) -> O
 
 @dataclass
 class Candidates:
-    """``texts`` (n_c) and unit vectors (n_c, d); ``raw`` maps every query text to its raw vector."""
+    """``texts`` (n_c) and unit vectors (n_c, d); ``raw`` maps every query text, and every query
+    title (first line: retrieval/recipe.py), to its raw vector."""
 
     texts: list[str]
     unit: np.ndarray
@@ -156,7 +157,7 @@ class Candidates:
 def load_candidates(job: LinkPredJob, query_texts: list[str]) -> Candidates:
     if (job.index is None) == (job.candidates is None):
         raise BenchInputError("give exactly one of --index DIR or --candidates FILE")
-    queries = list(dict.fromkeys(query_texts))
+    queries = list(dict.fromkeys([*query_texts, *filter(None, map(first_line, query_texts))]))
     if job.index is not None:
         from ..retrieval.search import Query, Searcher
 
@@ -229,6 +230,9 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
     if method == RECIPE:  # metadata bonuses need an index's metadata: triples have none
         recipe = replace(recipe_of(op) or Recipe(mixture={op.name: 1.0}), same={})
         parts = {op.name: dense, "identity": normalize(h) @ cands.unit.T}
+        if recipe.title:
+            titles = title_vectors(lambda texts: np.stack([cands.raw[t] for t in texts]), [it.query for it in items], h)
+            parts[TITLE] = titles @ cands.unit.T
         lexical = bm25.scores([it.query for it in items]) if recipe.bm25 else None
         return score_matrix(recipe, parts, lexical, {}, exclude)
     return dense

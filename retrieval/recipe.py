@@ -6,8 +6,12 @@ it that won on its dev split, by whole-corpus retrieval:
 
     score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
 
-- dense = ⟨Σ_k w_k normalize(op_k(h)), t̂⟩: the operator mixed with identity (``mixture``), one
-  query vector and one ANN search, as any relation mixture (design.md §3);
+- dense = ⟨Σ_k w_k normalize(op_k(h)) + w_title · normalize(enc(title)), t̂⟩: the operator mixed
+  with identity (``mixture``), one query vector and one ANN search, as any relation mixture
+  (design.md §3), plus optionally the query's *title* — its first line, as forum questions are
+  "title\nbody": the title says what is asked, the body mostly how it came up, and that view is
+  what carried over between forums (README "Transfer to other datasets"); a one-line query is
+  its own title, so the share then changes nothing;
 - bm25 on the query text, fused by min-max normalised scores with BM25 share ``b``
   (retrieval/hybrid.py's ``weighted`` fusion: each list's top ``depth``, 0 outside a list);
 - a bonus per metadata field a hit shares with the query document (``same``: only ``--id``
@@ -27,12 +31,15 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ..encoder.metrics import linkpred_metrics
+from ..encoder.relations import normalize
 from ..indexer.ann import SearchResult
 from . import hybrid
 from .search import Query
 
 DEPTH = hybrid.HYBRID_DEPTH
 MIXES = (1.0, 0.75, 0.5, 0.25, 0.0)  # the operator's share of the dense query vector (the rest: identity)
+TITLE_SHARES = (0.0, 0.25, 0.5, 1.0)  # the query title's weight beside the mixture (when queries have one)
+TITLE = "@title"  # the dense tables' key of the query-title cosines (no relation name starts with "@")
 BM25_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
 BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 
@@ -40,30 +47,35 @@ BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
     """``mixture``: operator → weight of the dense query vector; ``bm25``: BM25's share in [0, 1];
-    ``same``: metadata field → bonus for sharing the query document's value; ``depth``: candidates
-    taken from each list."""
+    ``same``: metadata field → bonus for sharing the query document's value; ``title``: weight of
+    the query's title (first line) vector beside the mixture; ``depth``: candidates taken from each
+    list."""
 
     mixture: dict[str, float]
     bm25: float = 0.0
+    title: float = 0.0
     same: dict[str, float] = field(default_factory=dict)
     depth: int = DEPTH
 
     def __post_init__(self):
-        weights = list(self.mixture.values()) + [self.bm25] + list(self.same.values())
+        weights = list(self.mixture.values()) + [self.bm25, self.title] + list(self.same.values())
         if not self.mixture or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
                                        for w in weights):
             raise ValueError(f"a recipe needs finite numeric weights, got {self.to_json()}")
-        if not 0.0 <= self.bm25 <= 1.0 or not 1 <= self.depth <= 10_000 or not any(self.mixture.values()):
-            raise ValueError(f"recipe out of range: bm25 share in [0, 1], depth in [1, 10000], a non-zero mixture; "
+        if not 0.0 <= self.bm25 <= 1.0 or self.title < 0 or not 1 <= self.depth <= 10_000 \
+                or not any(self.mixture.values()):
+            raise ValueError(f"recipe out of range: bm25 share in [0, 1], title weight >= 0, depth in [1, 10000], "
+                             f"a non-zero mixture; "
                              f"got {self.to_json()}")
 
     def alone(self, name: str) -> bool:
         """True when the recipe ranks as operator ``name`` alone: nothing to mix, fuse or re-order.
         (A recipe of identity alone, what dev chooses when the operator never helps, is not.)"""
-        return set(self.mixture) == {name} and not self.bm25 and not any(self.same.values())
+        return set(self.mixture) == {name} and not self.bm25 and not self.title and not any(self.same.values())
 
     def to_json(self) -> dict:
-        return {"mixture": self.mixture, "bm25": self.bm25, "same": self.same, "depth": self.depth}
+        return {"mixture": self.mixture, "bm25": self.bm25, "title": self.title, "same": self.same,
+                "depth": self.depth}
 
     @classmethod
     def from_json(cls, entry, where: str = "recipe") -> Recipe:
@@ -73,17 +85,37 @@ class Recipe:
                     or not isinstance(entry.get("same", {}), dict):
                 raise ValueError("not an object with a mixture")
             return cls(mixture={str(k): v for k, v in entry["mixture"].items()}, bm25=entry.get("bm25", 0.0),
+                       title=entry.get("title", 0.0),
                        same={str(k): v for k, v in entry.get("same", {}).items()},
                        depth=entry.get("depth", DEPTH))
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}: malformed recipe ({e})") from None
 
     def describe(self) -> str:
-        parts = [" + ".join(f"{w:g}·{name}" for name, w in self.mixture.items())]
+        parts = [" + ".join([f"{w:g}·{name}" for name, w in self.mixture.items()]
+                            + ([f"{self.title:g}·title"] if self.title else []))]
         if self.bm25:
             parts = [f"{1 - self.bm25:g}·minmax({parts[0]}) + {self.bm25:g}·minmax(bm25)"]
         parts += [f"{w:g}·same {f}" for f, w in self.same.items() if w]
         return " + ".join(parts)
+
+
+def first_line(text: str) -> str | None:
+    """A multi-line text's first non-blank line (a forum question's title), stripped; None when
+    the text has no other non-blank line (it is its own title)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[0] if len(lines) > 1 else None
+
+
+def title_vectors(encode, texts: list[str], h: np.ndarray) -> np.ndarray:
+    """(n, d) unit vectors of each text's title: ``encode`` (texts → raw vectors) of its first line,
+    or its own raw vector ``h`` (n, d) when it has one line (nothing encoded twice)."""
+    out = normalize(h)
+    lines = [first_line(t) for t in texts]
+    rows = [i for i, line in enumerate(lines) if line is not None]
+    if rows:
+        out[rows] = normalize(encode([lines[i] for i in rows]))
+    return out
 
 
 def recipe_of(operator) -> Recipe | None:
@@ -96,12 +128,18 @@ def recipe_of(operator) -> Recipe | None:
 
 def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
                  same: dict[str, np.ndarray], exclude: np.ndarray) -> np.ndarray:
-    """(n, m) recipe scores: ``dense`` operator → (n, m) cosines (every operator of the mixture),
-    ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
+    """(n, m) recipe scores: ``dense`` operator → (n, m) cosines (every operator of the mixture,
+    and :data:`TITLE` when the recipe weighs the query title), ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
     "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate."""
-    mixed = sum(w * dense[name] for name, w in recipe.mixture.items())
+    mixed = _dense(recipe, dense)
     lex = hybrid.minmax_list(lexical, recipe.depth, True, exclude) if recipe.bm25 else None
     return _fused(recipe, hybrid.minmax_list(mixed, recipe.depth, False, exclude), lex, same, mixed.shape)
+
+
+def _dense(recipe: Recipe, dense: dict[str, np.ndarray]) -> np.ndarray:
+    """The recipe's dense scores: its mixture's weighted cosines plus the title's."""
+    mixed = sum(w * dense[name] for name, w in recipe.mixture.items())
+    return mixed + recipe.title * dense[TITLE] if recipe.title else mixed
 
 
 def _fused(recipe: Recipe, dense_list, lexical_list, same: dict[str, np.ndarray], shape) -> np.ndarray:
@@ -145,25 +183,25 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
            exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH, mixes: tuple = MIXES) -> Choice:
     """The recipe for operator ``name`` with the best dev MRR: its share of the dense vector
     against identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is
-    given), then a bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`).
+    given) × the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then a bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`).
     Ties keep the simpler recipe (tried first). Arrays as in :func:`score_matrix`."""
     tried = 0
     shape = next(iter(dense.values())).shape
     lexical_list = hybrid.minmax_list(lexical, depth, True, exclude) if lexical is not None else None
-    dense_lists: dict[float, tuple] = {}  # operator share → its dense list, cut and normalised once
+    dense_lists: dict[tuple, tuple] = {}  # (operator share, title) → its dense list, cut and normalised once
 
     def evaluate(recipe: Recipe, share: float) -> float:
         nonlocal tried
         tried += 1
-        if share not in dense_lists:
-            mixed = sum(w * dense[k] for k, w in recipe.mixture.items())
-            dense_lists[share] = hybrid.minmax_list(mixed, depth, False, exclude)
-        return mrr(_fused(recipe, dense_lists[share], lexical_list, same, shape), gold, exclude)
+        if (share, recipe.title) not in dense_lists:
+            dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, dense), depth, False, exclude)
+        return mrr(_fused(recipe, dense_lists[share, recipe.title], lexical_list, same, shape), gold, exclude)
 
     best, best_share, best_mrr = None, None, -1.0
-    for share, b in itertools.product(mixes, BM25_SHARES if lexical is not None else (0.0,)):
+    for share, title, b in itertools.product(mixes, TITLE_SHARES if TITLE in dense else (0.0,),
+                                             BM25_SHARES if lexical is not None else (0.0,)):
         mixture = {k: w for k, w in ((name, share), ("identity", 1.0 - share)) if w}
-        recipe = Recipe(mixture=mixture, bm25=b, depth=depth)
+        recipe = Recipe(mixture=mixture, bm25=b, title=title, depth=depth)
         value = evaluate(recipe, share)
         if value > best_mrr + 1e-9:
             best, best_share, best_mrr = recipe, share, value
@@ -188,6 +226,11 @@ def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=No
     k = min(k, searcher.live_count)
     mixed = [replace(q, relations=dict(recipe.mixture)) for q in queries]
     h, qv = searcher.query_vectors(mixed, filters)
+    if recipe.title:
+        from ..encoder.model import encode_texts
+
+        qv = qv + recipe.title * title_vectors(lambda texts: encode_texts(searcher.encoder, texts)[0],
+                                               searcher.query_texts(queries), h)
     subset = searcher.matching(filters) if filters else None
     depth = max(recipe.depth, k)
     own = searcher.own_positions(queries)

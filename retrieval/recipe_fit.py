@@ -20,7 +20,7 @@ import numpy as np
 from ..encoder.relations import normalize
 from ..indexer.lexical import BM25
 from . import hybrid
-from .recipe import MIXES, Choice, Recipe, choose, first_hit_mrr, mrr, score_matrix
+from .recipe import MIXES, TITLE, Choice, Recipe, choose, first_hit_mrr, first_line, mrr, score_matrix, title_vectors
 
 BASELINES = ("identity", "bm25", "hybrid", "operator")
 
@@ -89,13 +89,16 @@ class Tables:
 
 
 def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray]) -> Tables:
-    """Score ``corpus`` by identity, ``operator`` (query side) and BM25. ``encode``: texts → raw
-    (n, d) vectors of the bundle's encoder (query towers attached by the caller)."""
+    """Score ``corpus`` by identity, ``operator`` (query side), BM25 and, when some query has a
+    title (a first line above more text), that title's cosine (key :data:`TITLE`). ``encode``:
+    texts → raw (n, d) vectors of the bundle's encoder (query towers attached by the caller)."""
     h = encode(corpus.texts)
     unit = normalize(h)
     heads_h, head_texts = h[corpus.heads], [corpus.texts[i] for i in corpus.heads]
     dense = {"identity": unit[corpus.heads] @ unit.T,
              operator.name: operator.apply(heads_h, head_texts) @ operator.documents(unit).T}
+    if any(first_line(t) is not None for t in head_texts):
+        dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ unit.T
     lexical = BM25(corpus.texts).scores(head_texts)
     return Tables(dense, lexical, corpus.same(), corpus.exclude(), corpus.gold)
 

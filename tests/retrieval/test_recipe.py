@@ -102,6 +102,31 @@ def test_a_relation_whose_dev_chose_identity_answers_as_identity(indexed, tmp_pa
     assert [h.id for h in got[0]] != [h.id for h in operator_alone]
 
 
+def test_a_title_recipe_adds_the_cosine_of_the_query_first_line(indexed, tmp_path):
+    """Forum questions are "title\nbody": a recipe's title weight adds the cosine of the query's
+    first line, as the dev table scores it; a one-line query is its own title (ranks as identity)."""
+    searcher, _, _ = indexed
+    titled = Recipe(mixture={"identity": 1.0}, title=0.5, depth=N)
+    op = Operator(name="rel", kind="identity", info={"recipe": titled.to_json()})
+    other = Searcher(str(searcher.files.root),
+                     model=str(Bundle(encoder=encoder_identity(), operators={"rel": op}).save(tmp_path / "b")))
+    texts = ["oil gas\n\nbank loan chip cloud drug trial", "ship rail"]
+    h = other.raw_vectors([Query(text=t) for t in texts])
+    first = other.raw_vectors([Query(text="oil gas")])
+    unit = np.asarray(other.files.vectors[:N])
+    dense = {"identity": normalize(h) @ unit.T, recipes.TITLE: normalize(np.vstack([first, h[1:]])) @ unit.T}
+    expected = score_matrix(titled, dense, None, {}, np.zeros((2, N), bool))
+    got = run(other, [Query(text=t, relations={"rel": 1.0}) for t in texts], SearchOptions(k=8))
+    for row, hits in zip(expected, got):
+        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
+        np.testing.assert_allclose([h.score for h in hits], np.sort(row)[::-1][:8], atol=2e-4)
+    plain = run(other, [Query(text=t) for t in texts], SearchOptions(k=8))
+    assert [h.id for h in got[1]] == [h.id for h in plain[1]]
+    assert [h.id for h in got[0]] != [h.id for h in plain[0]]
+    assert recipes.first_line(" oil gas \n\n bank ") == "oil gas"
+    assert recipes.first_line("one line\n\n") is None and recipes.first_line("") is None
+
+
 def test_choose_follows_what_dev_rewards():
     rng = np.random.default_rng(0)
     n, m = 30, 200
@@ -118,7 +143,12 @@ def test_choose_follows_what_dev_rewards():
     same = {"group": group[:n][:, None] == group[None, :]}
     gold = [{int(j) for j in np.flatnonzero(same["group"][i]) if j >= n} or {n} for i in range(n)]
     picked = choose("rel", noise, None, same, exclude, gold).recipe
-    assert picked.same.get("group", 0) > 0 and picked.bm25 == 0
+    assert picked.same.get("group", 0) > 0 and picked.bm25 == 0 and picked.title == 0
+    titles = rng.random((n, m))
+    for i, g in enumerate(gold):
+        titles[i, sorted(g)] += 1.0  # the query titles know the answer
+    picked = choose("rel", {**noise, recipes.TITLE: titles}, None, {}, exclude, gold).recipe
+    assert picked.title > 0
     assert Recipe.from_json(picked.to_json()) == picked
 
 
