@@ -12,7 +12,13 @@ operator per relation with :func:`relsearch.encoder.training.train_adapter` (the
 
 Relations and their preparation (splits are always the datasets' own):
 
-- ``duplicate-question``  meta_se_dupq/triples, both directions.
+- ``duplicate-question``  no trained operator: a recipe over identity (the question's cosine, its
+                          title's — the first line — and BM25), its weights chosen on the
+                          meta_se_dupq train and dev duplicates (both directions) over all 1,875
+                          questions of meta_se_dupq/corpus.jsonl, measured on the test duplicates
+                          over the same corpus. The linear operator trained on those pairs gained
+                          on meta.stackexchange but not on another forum (Qatar Living: −0.004
+                          MRR; README "Transfer to other datasets"), so none is used.
 - ``qa-entailment``       trecqa/triples; hard negative = a non-answer candidate (label 0) of the
                           same question from trecqa/pairs, spread round-robin over its answers;
                           every training candidate sentence joins its softmax (``candidates``).
@@ -54,10 +60,13 @@ from pathlib import Path
 SPLITS = ("train", "dev", "test")
 COMPANY_FIELDS = ("gics_sub_industry_code", "gics_industry_code")  # similar-company's bonus candidates
 SHIP_MARGIN = 0.02  # a relation ships when its recipe's whole-corpus test MRR beats identity by this much
+RECIPE_ONLY = ("duplicate-question", "similar-company")  # recipes over plain cosine: no operator is trained
 
 SOURCES = {
     "duplicate-question": {
-        "description": "tail is a duplicate of the head question (same question, other wording)",
+        "description": "tail is a duplicate of the head question (same question, other wording): a recipe over "
+                       "plain cosine of the question and of its title (first line) and BM25, weighted on "
+                       "meta.stackexchange duplicates",
         "dataset": "meta_se_dupq — meta.stackexchange duplicate questions (Bogdanova et al., CoNLL 2015)",
         "licence": "CC BY-SA 3.0 (Stack Exchange data dump)",
         "files": "meta_se_dupq/triples/{train,dev,test}.jsonl",
@@ -239,11 +248,18 @@ def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | No
     def encode(texts):
         return encode_cached(encoder, texts, cache_dir=cache_dir, progress=False)
 
-    reports = {}
-    if "similar-company" in bundle.operators:  # weights only, none learned from the pairs: train and dev choose
+    reports = {}  # recipe-only relations: weights only, none learned from the pairs, so train and dev choose
+    if "similar-company" in bundle.operators:
         reports["similar-company"] = fit(bundle.operators["similar-company"], company_corpus(data, ("train", "dev")),
                                          company_corpus(data, ("test",)), encode)
-    for name in sorted(prepared):  # an index of the split: every tail and negative, for qa-entailment every sentence
+    if "duplicate-question" in bundle.operators:  # an index of the forum: every question of the corpus
+        forum = [q["text"] for q in _read(data / "meta_se_dupq" / "corpus.jsonl")]
+        duplicates = prepared["duplicate-question"]
+        dev, test = (Corpus.of_pairs([(t["head"], t["tail"]) for s in splits for t in duplicates[s]], forum)
+                     for splits in (("train", "dev"), ("test",)))
+        reports["duplicate-question"] = fit(bundle.operators["duplicate-question"], dev, test, encode)
+    for name in sorted(set(prepared) - set(RECIPE_ONLY)):  # an index of the split: every tail and negative,
+        # for qa-entailment every sentence
         dev, test = (Corpus.of_pairs([(t["head"], t["tail"]) for t in prepared[name][split]],
                                      [x for t in prepared[name][split] for x in (t["tail"], t.get("negative")) if x]
                                      + (_answer_candidates(data, split) if name == "qa-entailment" else []),
@@ -307,6 +323,10 @@ def write_pack(bundle, folder: Path, reports: dict[str, dict]) -> None:
         "(relsearch/bench/peers.py), with a few same-sub-industry partners as a weak prior; its recipe may add a bonus "
         "for sharing the query company's GICS codes, which needs an index holding those metadata fields and an "
         "`--id` query.",
+        "duplicate-question: no trained operator; its recipe's weights (the question's cosine, its title's — the "
+        "query's first line, as forum questions are title + body — and BM25) are chosen on meta.stackexchange's "
+        "train and dev duplicates over all 1,875 questions of the forum and judged on its test duplicates over the "
+        "same questions; a linear operator trained on the same pairs did not carry over to another forum.",
         f"A relation ships only when its recipe beats identity on its whole-corpus test by {SHIP_MARGIN} MRR; "
         f"dropped in this build: {dropped or 'none'}.",
         "aspect:sector / aspect:industry: AspectCSE adapter operators (multi-positive contrastive loss over all training "
@@ -343,8 +363,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     data, out = Path(args.data), Path(args.out)
     prepared = prepare(data, flickr_train_images=args.flickr_train_images, seed=args.seed)
-    wanted = set(args.relation or [*prepared, "similar-company"])
-    trained = {r: prepared[r] for r in prepared if r in wanted}
+    wanted = set(args.relation or [*prepared, *RECIPE_ONLY])
+    trained = {r: prepared[r] for r in prepared if r in wanted and r not in RECIPE_ONLY}
     config = TrainConfig(operator=args.operator, epochs=args.epochs, lr=args.lr, seed=args.seed,
                          max_candidates=args.max_candidates, threads=args.threads, cache_dir=args.cache_dir)
     encoder = Encoder(EncoderConfig())
@@ -356,14 +376,13 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("nothing to train: --relation names no text relation and there is no --reuse pack")
     if kept is not None:
         for name, op in kept.operators.items():
-            if name not in bundle.operators and (name in prepared or name == "similar-company"
+            if name not in bundle.operators and (name in prepared or name in RECIPE_ONLY
                                                  or name.startswith("aspect:")):
                 op.info.pop("recipe", None)
                 op.info.pop("whole_corpus", None)
                 bundle.operators[name] = op
-    if "similar-company" in wanted:  # a recipe over plain cosine: nothing in it is a trained operator
-        bundle.operators["similar-company"] = Operator(name="similar-company", kind="identity",
-                                                       description=SOURCES["similar-company"]["description"])
+    for name in wanted & set(RECIPE_ONLY):  # a recipe over plain cosine: nothing in it is a trained operator
+        bundle.operators[name] = Operator(name=name, kind="identity", description=SOURCES[name]["description"])
     if not args.relation:
         bundle.operators.update(company_extras(data, seed=args.seed, threads=args.threads, cache_dir=args.cache_dir))
     reports = fit_recipes(bundle, {r: prepared[r] for r in prepared if r in bundle.operators}, data, encoder,
