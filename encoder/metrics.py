@@ -123,25 +123,36 @@ def _harmonic(upto: int) -> np.ndarray:
     return np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, upto + 1, dtype=np.float64))])
 
 
+def _bounds(ranks: Ranks, setting: str) -> tuple[np.ndarray, np.ndarray]:
+    """(lowest, highest) rank each query's gold may take under ``setting``."""
+    if setting not in SETTINGS:
+        raise ValueError(f"unknown setting {setting!r}; choose one of {', '.join(SETTINGS)}")
+    lo, hi = ranks.optimistic.astype(np.int64), ranks.pessimistic.astype(np.int64)
+    return (lo, lo) if setting == "optimistic" else (hi, hi) if setting == "pessimistic" else (lo, hi)
+
+
+def reciprocal_ranks(ranks: Ranks, setting: str = "realistic") -> np.ndarray:
+    """Each query's reciprocal rank (float64) for ``setting``; ``realistic``: its expectation under
+    uniform random tie-breaking (what :func:`ranking_metrics` averages into MRR)."""
+    lo, hi = _bounds(ranks, setting)
+    if not len(lo):
+        return np.zeros(0)
+    harmonic = _harmonic(int(hi.max()))
+    return (harmonic[hi] - harmonic[lo - 1]) / (hi - lo + 1)
+
+
 def ranking_metrics(ranks: Ranks, setting: str = "realistic") -> dict[str, float]:
     """MRR, MR, Hits@1/3/10 (means over queries) for ``setting`` in realistic|optimistic|pessimistic.
 
     ``realistic`` = exact expectation under uniform random tie-breaking (see module doc).
     An empty ``ranks`` gives NaN for every metric.
     """
-    if setting not in SETTINGS:
-        raise ValueError(f"unknown setting {setting!r}; choose one of {', '.join(SETTINGS)}")
     if len(ranks) == 0:
+        _bounds(ranks, setting)  # an unknown setting is still an error
         return {k: float("nan") for k in METRIC_KEYS}
-    lo, hi = ranks.optimistic.astype(np.int64), ranks.pessimistic.astype(np.int64)
-    if setting == "optimistic":
-        hi = lo
-    elif setting == "pessimistic":
-        lo = hi
+    lo, hi = _bounds(ranks, setting)
     width = (hi - lo + 1).astype(np.float64)
-    harmonic = _harmonic(int(hi.max()))
-    reciprocal = (harmonic[hi] - harmonic[lo - 1]) / width
-    out = {"mrr": float(reciprocal.mean()), "mr": float(((lo + hi) / 2.0).mean())}
+    out = {"mrr": float(reciprocal_ranks(ranks, setting).mean()), "mr": float(((lo + hi) / 2.0).mean())}
     for k in HITS_AT:
         out[f"hits@{k}"] = float((np.clip(k - lo + 1, 0, None).clip(max=width) / width).mean())
     return out

@@ -199,7 +199,7 @@ def _fit_recipes(path, data, run, card) -> None:
     from .encoder.training import encode_cached
     from .encoder.training.data import INVERSE_SUFFIX, read_triples
     from .encoder.training.loop import write_bundle
-    from .retrieval.recipe_fit import Corpus, card_section, fit, verdict
+    from .retrieval.recipe_fit import Split, card_section, fit, verdict
 
     bundle = load_bundle(str(path))
     encoder = Encoder(bundle.encoder_config())
@@ -211,20 +211,28 @@ def _fit_recipes(path, data, run, card) -> None:
     def encode(texts):
         return encode_cached(encoder, texts, cache_dir=run.cache_dir, progress=False)
 
-    splits = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", data.dev), ("test", data.test))}
-    # what an index of the split would hold: every head, tail and hard negative; with --candidates
-    # (the corpus a user indexes) those texts, the tails and negatives, and heads only among them
-    texts = {s: sorted({x for t in triples for x in (t.tail, t.negative) if x} | set(data.candidates or ()))
-             for s, triples in splits.items()}
-    reports = {}
+    triples = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", data.dev), ("test", data.test))}
+    pairs = {}  # relation to fit → split → its (head, tail) pairs
     for name, op in sorted(bundle.operators.items()):
         base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
-        pairs = {s: [(t.tail, t.head) if inverse else (t.head, t.tail) for t in triples if t.relation == base]
-                 for s, triples in splits.items()}
-        if not (pairs["dev"] or pairs["test"]) or op.kind == "identity" or op.both_sides:
-            continue
-        corpus = {s: Corpus.of_pairs(pairs[s], texts[s], heads=not data.candidates) if pairs[s] else None
-                  for s in splits}
+        pairs[name] = {s: [(t.tail, t.head) if inverse else (t.head, t.tail) for t in rows if t.relation == base]
+                       for s, rows in triples.items()}
+        if not (pairs[name]["dev"] or pairs[name]["test"]) or op.kind == "identity" or op.both_sides:
+            del pairs[name]
+    # what an index of the split would hold: every head, tail and hard negative; with --candidates
+    # (the corpus a user indexes) those texts, the tails and negatives, and heads only among them.
+    # Encoded and indexed once per split, shared by every relation.
+    splits = {}
+    for s, rows in triples.items():
+        queries = sorted({h for by_split in pairs.values() for h, _ in by_split[s]})
+        if queries:
+            candidates = {x for t in rows for x in (t.tail, t.negative) if x} \
+                | (set(data.candidates) if data.candidates else {t.head for t in rows})
+            splits[s] = Split(sorted(candidates), queries, encode)
+    reports = {}
+    for name, by_split in pairs.items():
+        op = bundle.operators[name]
+        corpus = {s: splits[s].corpus(by_split[s]) if by_split[s] else None for s in triples}
         reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
         if not {"dev", "test"} & set(reports[name]):  # no query whose gold is another text
             continue

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..encoder.metrics import linkpred_metrics
+from ..encoder.metrics import Ranks, linkpred_metrics, rank_gold, reciprocal_ranks
 from ..encoder.relations import normalize
 from ..indexer.ann import SearchResult
 from . import hybrid
@@ -151,15 +151,73 @@ def _fused(recipe: Recipe, dense_list, lexical_list, same: dict[str, np.ndarray]
     return np.where(pool, fused + bonus, -1.0).astype(np.float32)
 
 
+class _Pairs:
+    """The (query, gold) pairs of a dev split in :func:`pair_reciprocal_ranks`' order, with what
+    :func:`_pool_reciprocal_ranks` needs of the whole table, counted once per dev search."""
+
+    def __init__(self, gold: list[set[int]], exclude: np.ndarray):
+        self.m = exclude.shape[1]
+        self.rows = np.asarray([i for i, g in enumerate(gold) for _ in g], np.int64)
+        self.cols = np.asarray([c for g in gold for c in sorted(g)], np.int64)
+        self.keys = np.sort(self.rows * self.m + self.cols)  # (query, gold) as one number
+        self.open = self.m - exclude.sum(axis=1)  # candidates per query: not itself, not excluded
+        gold_open = ~exclude[self.rows, self.cols]
+        per_query = np.bincount(self.rows, weights=gold_open, minlength=len(gold))
+        self.other_golds = per_query[self.rows] - gold_open  # other golds of the pair's query, not excluded
+        self.gold_open = gold_open
+
+
+def _pool_reciprocal_ranks(recipe: Recipe, dense_list, lexical_list, same: dict[str, np.ndarray],
+                           pairs: _Pairs) -> np.ndarray:
+    """:func:`pair_reciprocal_ranks` of :func:`_fused`'s scores, computed over each query's pool
+    (its lists' candidates, at most two × depth) instead of the whole table: every other
+    candidate scores −1 there, below the pool, so it only ties a gold that is outside the pool too.
+    The same float32 scores, so the same ranks, at a hundredth of the work on 16k candidates."""
+    lists = [(dense_list, 1.0 - recipe.bm25)] + ([(lexical_list, recipe.bm25)] if recipe.bm25 else [])
+    cols = np.concatenate([order for (_, order, _, _), _ in lists], axis=1)
+    values = np.concatenate([share * normalised for (_, _, _, normalised), share in lists], axis=1)
+    valid = np.concatenate([ok for (_, _, ok, _), _ in lists], axis=1)
+    by_col = np.argsort(cols, axis=1, kind="stable")  # a column in both lists: the dense entry first
+    cols, values, valid = (np.take_along_axis(a, by_col, axis=1) for a in (cols, values, valid))
+    again = cols[:, 1:] == cols[:, :-1]  # entry k+1 repeats entry k's column (once at most: two lists)
+    values[:, :-1] += np.where(again, values[:, 1:], 0.0)
+    valid[:, :-1] |= again & valid[:, 1:]
+    pool = valid.copy()
+    pool[:, 1:] &= ~again
+    rows = np.arange(len(cols))[:, None]
+    bonus = sum((w * same[f][rows, cols] for f, w in recipe.same.items() if w), np.zeros(cols.shape))
+    scores = (values.astype(np.float32) + bonus).astype(np.float32)
+    is_gold = np.isin(rows * pairs.m + cols, pairs.keys)  # the query's golds, removed as competitors
+    competitor = (pool & ~is_gold)[pairs.rows]
+    here = pool[pairs.rows] & (cols[pairs.rows] == pairs.cols[:, None])
+    in_pool = here.any(axis=1)
+    score = np.where(here, scores[pairs.rows], 0.0).sum(axis=1, dtype=np.float32)[:, None]
+    pair_scores = scores[pairs.rows]
+    higher = np.where(in_pool, (competitor & (pair_scores > score)).sum(axis=1), competitor.sum(axis=1))
+    golds_in_pool = (pool & is_gold).sum(axis=1)[pairs.rows]
+    outside = (pairs.open[pairs.rows] - pool.sum(axis=1)[pairs.rows]  # open candidates outside the pool,
+               - (pairs.other_golds - golds_in_pool) - pairs.gold_open)  # less the golds among them
+    tied = np.where(in_pool, (competitor & (pair_scores == score)).sum(axis=1), outside)
+    optimistic = higher.astype(np.int64) + 1
+    return reciprocal_ranks(Ranks(optimistic, optimistic + tied.astype(np.int64)))
+
+
 def mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> float:
     """Filtered MRR (realistic ranks) of every (query, gold) pair: each gold ranked with the
     query's other golds removed, the query itself excluded."""
+    reciprocal = pair_reciprocal_ranks(scores, gold, exclude)
+    return float(reciprocal.mean()) if len(reciprocal) else float("nan")
+
+
+def pair_reciprocal_ranks(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> np.ndarray:
+    """The reciprocal rank of every (query, gold) pair that :func:`mrr` averages, queries in order,
+    each query's golds in increasing column order."""
     rows = [i for i, g in enumerate(gold) for _ in g]
     cols = np.asarray([c for g in gold for c in sorted(g)], np.int64)
     others = np.zeros((len(rows), scores.shape[1]), bool)
     for r, i in enumerate(rows):
         others[r, sorted(gold[i])] = True
-    return linkpred_metrics(scores[rows], cols, filter_mask=others, exclude=exclude[rows])["mrr"]
+    return reciprocal_ranks(rank_gold(scores[rows], cols, filter_mask=others, exclude=exclude[rows]))
 
 
 def first_hit_mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> float:
@@ -186,34 +244,34 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     given) × the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then a bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`).
     Ties keep the simpler recipe (tried first). Arrays as in :func:`score_matrix`."""
     tried = 0
-    shape = next(iter(dense.values())).shape
+    pairs = _Pairs(gold, exclude)  # ranks are computed over each query's pool only
     lexical_list = hybrid.minmax_list(lexical, depth, True, exclude) if lexical is not None else None
     dense_lists: dict[tuple, tuple] = {}  # (operator share, title) → its dense list, cut and normalised once
 
-    def evaluate(recipe: Recipe, share: float) -> float:
+    def evaluate(recipe: Recipe, share: float) -> np.ndarray:
         nonlocal tried
         tried += 1
         if (share, recipe.title) not in dense_lists:
             dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, dense), depth, False, exclude)
-        return mrr(_fused(recipe, dense_lists[share, recipe.title], lexical_list, same, shape), gold, exclude)
+        return _pool_reciprocal_ranks(recipe, dense_lists[share, recipe.title], lexical_list, same, pairs)
 
-    best, best_share, best_mrr = None, None, -1.0
+    best = best_share = best_rr = None
     for share, title, b in itertools.product(mixes, TITLE_SHARES if TITLE in dense else (0.0,),
                                              BM25_SHARES if lexical is not None else (0.0,)):
         mixture = {k: w for k, w in ((name, share), ("identity", 1.0 - share)) if w}
         recipe = Recipe(mixture=mixture, bm25=b, title=title, depth=depth)
-        value = evaluate(recipe, share)
-        if value > best_mrr + 1e-9:
-            best, best_share, best_mrr = recipe, share, value
+        rr = evaluate(recipe, share)
+        if best is None or rr.mean() > best_rr.mean() + 1e-9:
+            best, best_share, best_rr = recipe, share, rr
     for _ in range(2 if same else 0):
         for f in same:
             for bonus in BONUSES:
                 recipe = replace(best, same={**best.same, f: bonus})
-                value = evaluate(recipe, best_share)
-                if value > best_mrr + 1e-9:
-                    best, best_mrr = recipe, value
+                rr = evaluate(recipe, best_share)
+                if rr.mean() > best_rr.mean() + 1e-9:
+                    best, best_rr = recipe, rr
     best = replace(best, same={f: w for f, w in best.same.items() if w})
-    return Choice(best, best_mrr, tried)
+    return Choice(best, float(best_rr.mean()), tried)
 
 
 # ---- scoring an index ----------------------------------------------------------------------------

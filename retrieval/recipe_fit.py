@@ -8,7 +8,9 @@ their RRF hybrid and the operator alone, and the numbers go into the operator's 
 the warning of ``relsearch train`` when the recipe does not beat the best of them.
 
 Items are plain ``(head, tail)`` texts; metadata (``same`` bonuses) come with a
-:class:`Corpus` built by the caller (tools/build_pack.py does for companies).
+:class:`Corpus` built by the caller (tools/build_pack.py does for companies). Many relations
+fitted on one split (``relsearch train``: a hundred on a knowledge graph's 16k entities) share a
+:class:`Split`: its texts are encoded, normalised and indexed by BM25 once.
 """
 from __future__ import annotations
 
@@ -26,17 +28,35 @@ BASELINES = ("identity", "bm25", "hybrid", "operator")
 
 
 @dataclass(frozen=True)
+class Encoded:
+    """A corpus's texts encoded once — raw vectors of the bundle's encoder and their unit vectors —
+    and indexed once by BM25: what :func:`tables` scores a corpus with."""
+
+    raw: np.ndarray
+    unit: np.ndarray
+    bm25: BM25
+
+    @classmethod
+    def of(cls, texts: list[str], encode: Callable[[list[str]], np.ndarray]) -> Encoded:
+        raw = encode(texts)
+        return cls(raw, normalize(raw), BM25(texts))
+
+
+@dataclass(frozen=True)
 class Corpus:
     """One split's whole corpus: ``texts`` (m) the candidates and the queries, the queries
     (``heads``: positions in ``texts``), each query's gold positions, ``metadata`` field → each
     text's value, and ``candidate`` (m bools, default all): which texts an index of the split
-    holds (a question is a query of qa-entailment, never one of its answers)."""
+    holds (a question is a query of qa-entailment, never one of its answers). ``encoded``: the
+    texts already encoded and indexed (corpora of one :class:`Split` share it); None: :func:`tables`
+    encodes them."""
 
     texts: list[str]
     heads: list[int]
     gold: list[set[int]]
     metadata: dict[str, list] = field(default_factory=dict)
     candidate: list[bool] | None = None
+    encoded: Encoded | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of_pairs(cls, pairs: list[tuple[str, str]], texts: list[str] = (), *, heads: bool = True) -> Corpus:
@@ -88,19 +108,41 @@ class Tables:
     gold: list[set[int]]
 
 
+class Split:
+    """The texts of one split that the corpora of every relation fitted on it share: the
+    ``candidates`` (what an index of the split holds), then the ``queries`` that are not among them;
+    encoded, normalised and indexed by BM25 once (:class:`Encoded`), so that fitting a hundred
+    relations on a split does that once, not once per relation. :meth:`corpus` gives a relation's."""
+
+    def __init__(self, candidates: list[str], queries: list[str], encode: Callable[[list[str]], np.ndarray]):
+        candidates = list(dict.fromkeys(candidates))
+        self.texts = list(dict.fromkeys([*candidates, *queries]))
+        self.candidate = [i < len(candidates) for i in range(len(self.texts))]
+        self.position = {t: i for i, t in enumerate(self.texts)}
+        self.encoded = Encoded.of(self.texts, encode)
+
+    def corpus(self, pairs: list[tuple[str, str]]) -> Corpus:
+        """The corpus of ``pairs`` (head, tail): each distinct head with a tail other than itself is a
+        query, every tail a gold (heads among ``queries``, tails among ``candidates``)."""
+        gold: dict[int, set[int]] = {}
+        for head, tail in pairs:
+            if head != tail:
+                gold.setdefault(self.position[head], set()).add(self.position[tail])
+        return Corpus(self.texts, list(gold), list(gold.values()), candidate=self.candidate, encoded=self.encoded)
+
+
 def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray]) -> Tables:
     """Score ``corpus`` by identity, ``operator`` (query side), BM25 and, when some query has a
     title (a first line above more text), that title's cosine (key :data:`TITLE`). ``encode``:
-    texts → raw (n, d) vectors of the bundle's encoder (query towers attached by the caller)."""
-    h = encode(corpus.texts)
-    unit = normalize(h)
-    heads_h, head_texts = h[corpus.heads], [corpus.texts[i] for i in corpus.heads]
-    dense = {"identity": unit[corpus.heads] @ unit.T,
-             operator.name: operator.apply(heads_h, head_texts) @ operator.documents(unit).T}
+    texts → raw (n, d) vectors of the bundle's encoder (query towers attached by the caller); the
+    corpus's own texts are encoded only when it is not already :attr:`~Corpus.encoded`."""
+    e = corpus.encoded or Encoded.of(corpus.texts, encode)
+    heads_h, head_texts = e.raw[corpus.heads], [corpus.texts[i] for i in corpus.heads]
+    dense = {"identity": e.unit[corpus.heads] @ e.unit.T,
+             operator.name: operator.apply(heads_h, head_texts) @ operator.documents(e.unit).T}
     if any(first_line(t) is not None for t in head_texts):
-        dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ unit.T
-    lexical = BM25(corpus.texts).scores(head_texts)
-    return Tables(dense, lexical, corpus.same(), corpus.exclude(), corpus.gold)
+        dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ e.unit.T
+    return Tables(dense, e.bm25.scores(head_texts), corpus.same(), corpus.exclude(), corpus.gold)
 
 
 def _baseline_scores(t: Tables, name: str) -> dict[str, np.ndarray]:

@@ -1,0 +1,84 @@
+"""Fitting recipes after training (retrieval/recipe_fit.py, relsearch train): a split is encoded and
+indexed once for all its relations, and the dev search ranks over each query's pool."""
+import hashlib
+
+import numpy as np
+import pytest
+
+from relsearch.encoder.relations import Operator
+from relsearch.retrieval.recipe import Recipe
+
+from synthetic_index import D
+
+WORDS = ["oil", "gas", "bank", "loan", "chip", "cloud", "drug", "trial", "ship", "rail"]
+
+
+def text_vectors(texts):
+    """Raw vectors that depend on each text only (the same text, the same vector)."""
+    return np.stack([np.random.default_rng(int(hashlib.sha256(t.encode()).hexdigest()[:8], 16)).standard_normal(D)
+                     for t in texts]).astype(np.float32)
+
+
+def linear(name, seed):
+    w = np.eye(D, dtype=np.float32) + 0.3 * np.random.default_rng(seed).standard_normal((D, D)).astype(np.float32) / 20
+    return Operator(name=name, kind="linear", params={"W": w, "b": np.zeros(D, np.float32)})
+
+
+def test_a_split_is_encoded_and_indexed_once_for_every_relation():
+    from relsearch.retrieval.recipe_fit import Corpus, Split, fit
+
+    rng = np.random.default_rng(1)
+    texts = sorted({" ".join(rng.choice(WORDS, 3)) + f" {i}" for i in range(120)})
+    pairs = {r: [(texts[i], texts[j]) for i, j in rng.integers(0, len(texts), (25, 2)) if i != j] for r in ("a", "b")}
+    calls = []
+
+    def encode(batch):
+        calls.append(len(batch))
+        return text_vectors(batch)
+
+    split = Split(texts, [h for p in pairs.values() for h, _ in p], encode)
+    shared = {r: fit(linear(r, k), split.corpus(p), None, encode) for k, (r, p) in enumerate(pairs.items())}
+    assert calls == [len(texts)]  # once for the split, not once per relation
+    for k, (r, p) in enumerate(pairs.items()):  # the same choice and figures as a corpus of its own
+        alone = fit(linear(r, k), Corpus.of_pairs(p, texts, heads=False), None, text_vectors)
+        assert shared[r]["recipe"] == alone["recipe"]
+        figures = {k: v for k, v in shared[r]["dev"].items() if k != "within_noise"}
+        assert figures == pytest.approx({k: v for k, v in alone["dev"].items() if k != "within_noise"})
+        assert shared[r]["dev"].get("within_noise") == alone["dev"].get("within_noise")
+
+
+def test_heads_outside_the_candidates_are_queries_only():
+    from relsearch.retrieval.recipe_fit import Split
+
+    split = Split(["a1", "a2", "n1"], ["q1", "a1"], text_vectors)
+    corpus = split.corpus([("q1", "a1"), ("q1", "a2"), ("a1", "a2"), ("a2", "a2")])
+    assert split.texts == ["a1", "a2", "n1", "q1"] and corpus.candidates == 3
+    assert [corpus.texts[h] for h in corpus.heads] == ["q1", "a1"]  # a2 → a2 is no query
+    assert corpus.exclude()[:, 3].all() and corpus.exclude()[1, 0]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_dev_search_ranks_over_each_pool_as_over_the_whole_table(seed):
+    """choose ranks each gold among its query's pool only (the lists' candidates): the same
+    reciprocal ranks as ranking the whole fused table, ties, other golds, bonuses and excluded
+    candidates included."""
+    from relsearch.retrieval import hybrid
+    from relsearch.retrieval.recipe import _fused, _Pairs, _pool_reciprocal_ranks, pair_reciprocal_ranks
+
+    rng = np.random.default_rng(seed)
+    n, m, depth = 30, 300, 20
+    exclude = rng.random((n, m)) < 0.05  # non-candidates
+    exclude[np.arange(n), np.arange(n)] = True  # each query itself
+    gold = [set(int(g) for g in rng.choice(np.flatnonzero(~exclude[i]), rng.integers(1, 4), replace=False))
+            for i in range(n)]
+    dense = np.round(rng.random((n, m)), 2)  # coarse: ties inside and across the lists
+    for i, g in enumerate(gold):
+        dense[i, list(g)[:1]] += rng.random() * 0.5
+    lexical = np.where(rng.random((n, m)) < 0.3, np.round(rng.random((n, m)) * 3, 1), 0.0)
+    same = {"group": rng.integers(0, 3, (n, m)) == 0}
+    lists = (hybrid.minmax_list(dense, depth, False, exclude), hybrid.minmax_list(lexical, depth, True, exclude))
+    pairs = _Pairs(gold, exclude)
+    for recipe in (Recipe(mixture={"rel": 1.0}, depth=depth), Recipe(mixture={"rel": 1.0}, bm25=0.3, depth=depth),
+                   Recipe(mixture={"rel": 1.0}, bm25=0.7, same={"group": 0.2}, depth=depth)):
+        whole = pair_reciprocal_ranks(_fused(recipe, *lists, same, (n, m)), gold, exclude)
+        np.testing.assert_allclose(_pool_reciprocal_ranks(recipe, *lists, same, pairs), whole, rtol=0, atol=1e-12)
