@@ -220,6 +220,20 @@ def pair_reciprocal_ranks(scores: np.ndarray, gold: list[set[int]], exclude: np.
     return reciprocal_ranks(rank_gold(scores[rows], cols, filter_mask=others, exclude=exclude[rows]))
 
 
+def noise_margin(a: np.ndarray, b: np.ndarray, query: np.ndarray) -> float:
+    """One paired standard error of MRR(a) − MRR(b): ``a`` and ``b`` the reciprocal ranks of the
+    same (query, gold) pairs under two recipes, ``query`` each pair's query. A query's pairs share
+    its vector, so their differences are summed per query before the spread is taken (a
+    cluster-robust standard error); infinite with fewer than two queries (nothing to tell noise by)."""
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    per_query, pairs = np.bincount(query, weights=d), np.bincount(query)
+    per_query, pairs = per_query[pairs > 0], pairs[pairs > 0]
+    if len(pairs) < 2:
+        return math.inf
+    spread = per_query - pairs * d.mean()
+    return math.sqrt(len(pairs) / (len(pairs) - 1) * float(spread @ spread)) / len(d)
+
+
 def first_hit_mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> float:
     """MRR of each query's first relevant candidate (answer selection's protocol: one reciprocal
     rank per query, the best-ranked gold; realistic ties), the query itself excluded."""
@@ -232,17 +246,28 @@ def first_hit_mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray)
 
 @dataclass(frozen=True)
 class Choice:
+    """The chosen recipe and its dev MRR; ``tried``: recipes evaluated; ``margin``: the noise margin
+    the best recipe had to clear against the simplest; ``within_noise``: the best recipe and its dev
+    MRR when it did not clear it (the simplest was kept)."""
+
     recipe: Recipe
     dev_mrr: float
     tried: int
+    margin: float = 0.0
+    within_noise: tuple[Recipe, float] | None = None
 
 
 def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, same: dict[str, np.ndarray],
            exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH, mixes: tuple = MIXES) -> Choice:
-    """The recipe for operator ``name`` with the best dev MRR: its share of the dense vector
-    against identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is
-    given) × the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then a bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`).
-    Ties keep the simpler recipe (tried first). Arrays as in :func:`score_matrix`."""
+    """The recipe for operator ``name`` chosen on dev: its share of the dense vector against
+    identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is given) ×
+    the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then a
+    bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`); ties keep the
+    simpler recipe (tried first). The best of these replaces the simplest — the first tried: the
+    operator alone under the default ``mixes`` — only when it beats it by more than one paired
+    standard error of the per-pair reciprocal-rank differences (:func:`noise_margin`): dev splits
+    per relation are small and dozens of recipes are tried, so a smaller gain is likely noise
+    that costs on test. Arrays as in :func:`score_matrix`."""
     tried = 0
     pairs = _Pairs(gold, exclude)  # ranks are computed over each query's pool only
     lexical_list = hybrid.minmax_list(lexical, depth, True, exclude) if lexical is not None else None
@@ -255,7 +280,7 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
             dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, dense), depth, False, exclude)
         return _pool_reciprocal_ranks(recipe, dense_lists[share, recipe.title], lexical_list, same, pairs)
 
-    best = best_share = best_rr = None
+    simplest = best = best_share = best_rr = None
     for share, title, b in itertools.product(mixes, TITLE_SHARES if TITLE in dense else (0.0,),
                                              BM25_SHARES if lexical is not None else (0.0,)):
         mixture = {k: w for k, w in ((name, share), ("identity", 1.0 - share)) if w}
@@ -263,6 +288,7 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         rr = evaluate(recipe, share)
         if best is None or rr.mean() > best_rr.mean() + 1e-9:
             best, best_share, best_rr = recipe, share, rr
+        simplest = simplest or (recipe, rr)
     for _ in range(2 if same else 0):
         for f in same:
             for bonus in BONUSES:
@@ -271,7 +297,13 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
                 if rr.mean() > best_rr.mean() + 1e-9:
                     best, best_rr = recipe, rr
     best = replace(best, same={f: w for f, w in best.same.items() if w})
-    return Choice(best, float(best_rr.mean()), tried)
+    if best == simplest[0]:
+        return Choice(best, float(best_rr.mean()), tried)
+    query = np.repeat(np.arange(len(gold)), [len(g) for g in gold])
+    margin = noise_margin(best_rr, simplest[1], query)
+    if best_rr.mean() - simplest[1].mean() > margin:
+        return Choice(best, float(best_rr.mean()), tried, margin)
+    return Choice(simplest[0], float(simplest[1].mean()), tried, margin, (best, float(best_rr.mean())))
 
 
 # ---- scoring an index ----------------------------------------------------------------------------

@@ -14,6 +14,7 @@ fitted on one split (``relsearch train``: a hundred on a knowledge graph's 16k e
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -175,7 +176,11 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
                             mixes=mixes)
     report = {"recipe": choice.recipe.to_json(), "dev": {**baselines(dev_t, operator.name), "recipe": choice.dev_mrr,
                                                           "queries": len(dev.heads), "candidates": dev.candidates,
-                                                          "recipes_tried": choice.tried}}
+                                                          "recipes_tried": choice.tried,
+                                                          "noise_margin": choice.margin if math.isfinite(choice.margin)
+                                                          else None}}
+    if choice.within_noise:  # the best recipe tried, turned down: its gain over the simplest was within noise
+        report["dev"]["within_noise"] = {"recipe": choice.within_noise[0].to_json(), "mrr": choice.within_noise[1]}
     if test is not None:
         report["test"] = measure(choice.recipe, operator, test, encode)
     operator.info["recipe"] = choice.recipe.to_json()
@@ -214,7 +219,8 @@ def verdict(name: str, report: dict) -> tuple[bool, str]:
 def card_section(reports: dict[str, dict]) -> str:
     """Markdown for the model card: each relation's recipe and its whole-corpus comparison."""
     lines = ["", "## Recipes (what `--relation NAME` runs), by whole-corpus retrieval", "",
-             "Chosen on dev (retrieval/recipe.py); each query searches every text of its split, itself excluded; "
+             "Chosen on dev (retrieval/recipe.py): a recipe other than the operator alone only when it beats it by "
+             "more than one paired standard error; each query searches every text of its split, itself excluded; "
              "MRR, filtered, realistic ranks, over every (query, gold) pair; \"test, first hit\": over queries, each by "
              "its first relevant hit (answer selection's MRR).", "",
              "| relation | recipe | split | recipe | identity | BM25 | hybrid (RRF) | operator alone | queries | texts |",

@@ -1,12 +1,13 @@
 """Fitting recipes after training (retrieval/recipe_fit.py, relsearch train): a split is encoded and
-indexed once for all its relations, and the dev search ranks over each query's pool."""
+indexed once for all its relations, the dev search ranks over each query's pool, and it keeps the
+operator alone unless a richer recipe beats it by more than noise."""
 import hashlib
 
 import numpy as np
 import pytest
 
 from relsearch.encoder.relations import Operator
-from relsearch.retrieval.recipe import Recipe
+from relsearch.retrieval.recipe import Recipe, choose, noise_margin
 
 from synthetic_index import D
 
@@ -55,6 +56,47 @@ def test_heads_outside_the_candidates_are_queries_only():
     assert split.texts == ["a1", "a2", "n1", "q1"] and corpus.candidates == 3
     assert [corpus.texts[h] for h in corpus.heads] == ["q1", "a1"]  # a2 → a2 is no query
     assert corpus.exclude()[:, 3].all() and corpus.exclude()[1, 0]
+
+
+def test_noise_margin_is_one_paired_standard_error_by_query():
+    rng = np.random.default_rng(0)
+    a, b = rng.random(40), rng.random(40)
+    one_each = noise_margin(a, b, np.arange(40))
+    assert one_each == pytest.approx(np.std(a - b, ddof=1) / np.sqrt(40))
+    # two golds of one query move together: summed per query first, so 20 queries, not 40 pairs
+    paired = noise_margin(np.repeat(a[:20], 2), np.repeat(b[:20], 2), np.repeat(np.arange(20), 2))
+    assert paired == pytest.approx(np.std(a[:20] - b[:20], ddof=1) / np.sqrt(20))
+    assert noise_margin(a[:3], b[:3], np.zeros(3, int)) == np.inf  # one query: nothing tells noise apart
+
+
+def dev_tables(seed, n=40, m=400, signal=2.0):
+    """Dev tables where the operator ranks the gold well, identity and BM25 are noise."""
+    rng = np.random.default_rng(seed)
+    exclude = np.zeros((n, m), bool)
+    exclude[np.arange(n), np.arange(n)] = True
+    gold = [{int(g)} for g in rng.integers(n, m, n)]
+    rel = rng.standard_normal((n, m))
+    for i, g in enumerate(gold):
+        rel[i, next(iter(g))] += signal
+    return {"identity": rng.standard_normal((n, m)), "rel": rel}, rng.random((n, m)), exclude, gold
+
+
+def test_choose_keeps_the_operator_alone_when_other_recipes_only_win_by_noise():
+    """Some thirty recipes on a small dev split: the best one beats the operator alone by chance.
+    The old search took it (seed 3 below); the guarded one keeps the operator alone and says what
+    it turned down."""
+    dense, lexical, exclude, gold = dev_tables(3)
+    choice = choose("rel", dense, lexical, {}, exclude, gold)
+    assert choice.within_noise is not None and choice.within_noise[1] > choice.dev_mrr  # a noisy winner existed
+    assert choice.recipe.alone("rel") and choice.margin > choice.within_noise[1] - choice.dev_mrr
+
+
+def test_choose_takes_a_recipe_that_wins_beyond_noise():
+    dense, lexical, exclude, gold = dev_tables(3)
+    for i, g in enumerate(gold):
+        lexical[i, next(iter(g))] = 5.0  # BM25 knows every answer
+    choice = choose("rel", dense, lexical, {}, exclude, gold)
+    assert choice.recipe.bm25 > 0 and choice.within_noise is None and choice.margin > 0
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
