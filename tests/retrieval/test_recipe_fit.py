@@ -1,7 +1,8 @@
 """Fitting recipes after training (retrieval/recipe_fit.py, relsearch train): a split is encoded and
-indexed once for all its relations, the dev search ranks over each query's pool, and it keeps the
-operator alone unless a richer recipe beats it by more than noise."""
+indexed once for all its relations, the dev search keeps the operator alone unless a richer recipe
+beats it by more than noise, and --time-budget covers the whole command, recipe fitting included."""
 import hashlib
+import json
 
 import numpy as np
 import pytest
@@ -97,6 +98,46 @@ def test_choose_takes_a_recipe_that_wins_beyond_noise():
         lexical[i, next(iter(g))] = 5.0  # BM25 knows every answer
     choice = choose("rel", dense, lexical, {}, exclude, gold)
     assert choice.recipe.bm25 > 0 and choice.within_noise is None and choice.margin > 0
+
+
+def test_time_budget_covers_recipe_fitting(tmp_path, monkeypatch):
+    """--time-budget is the whole command's: the trainer gets 90 %, and relations that would not be
+    fitted in the time left keep their operator alone; the command, bundle.json and the card say so."""
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+    from relsearch.encoder.training import loop
+    from relsearch.retrieval import recipe_fit
+
+    from conftest import shared
+
+    data = shared("meta_se_dupq", "triples")
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join((data / "train.jsonl").read_text().splitlines(keepends=True)[:80]))
+    now = [0.0]  # a clock that only fitting moves: 40 s per relation fitted
+    monkeypatch.setattr(loop, "clock", lambda: now[0])
+    real_fit = recipe_fit.fit
+
+    def slow_fit(*args, **kwargs):
+        now[0] += 40.0
+        return real_fit(*args, **kwargs)
+
+    monkeypatch.setattr(recipe_fit, "fit", slow_fit)
+    out = tmp_path / "bundle"
+    result = CliRunner().invoke(cli, ["train", str(train), "--dev", str(data / "dev.jsonl"), "--inverse",
+                                      "--epochs", "1", "--time-budget", "1", "--out", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    # 60 s: the first relation is fitted (40 s), the second would end past the budget (80 s)
+    assert "time budget: 1 of 2 relations were not fitted in the time left" in result.output
+    bundle = json.loads((out / "bundle.json").read_text())
+    spent = bundle["info"]["time_budget"]
+    assert spent["minutes"] == 1 and spent["training_minutes"] == pytest.approx(0.9)
+    assert spent["relations_fitted"] == 1 and len(spent["relations_not_fitted"]) == 1
+    assert spent["fitting_seconds"] == pytest.approx(40.0)
+    late = next(op for op in bundle["operators"] if op["name"] == spent["relations_not_fitted"][0])
+    assert Recipe.from_json(late["recipe"]).alone(late["name"])
+    card = (out / "MODEL_CARD.md").read_text()
+    assert "## Time budget" in card and "were not fitted in time" in card
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
