@@ -316,11 +316,12 @@ def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=No
     k = min(k, searcher.live_count)
     mixed = [replace(q, relations=dict(recipe.mixture)) for q in queries]
     h, qv = searcher.query_vectors(mixed, filters)
+    titles = None
     if recipe.title:
         from ..encoder.model import encode_texts
 
-        qv = qv + recipe.title * title_vectors(lambda texts: encode_texts(searcher.encoder, texts)[0],
-                                               searcher.query_texts(queries), h)
+        titles = title_vectors(lambda texts: encode_texts(searcher.encoder, texts)[0], searcher.query_texts(queries), h)
+        qv = qv + recipe.title * titles
     subset = searcher.matching(filters) if filters else None
     depth = max(recipe.depth, k)
     own = searcher.own_positions(queries)
@@ -357,7 +358,10 @@ def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=No
     out = []
     for i, row in enumerate(hits):
         order = [p for p in rows_p[i] if p >= 0]
-        out.append([replace(hit, explain={**parts[i][p], **(hit.explain or {})}) for hit, p in zip(row, order)])
+        # the title's own cosine beside every operator's (its weighted share is inside recipe:dense)
+        title = {} if titles is None else dict(zip(order, np.asarray(searcher.files.vectors[order]) @ titles[i]))
+        out.append([replace(hit, explain={**parts[i][p], **({"title": float(title[p])} if title else {}),
+                                          **(hit.explain or {})}) for hit, p in zip(row, order)])
     return out
 
 

@@ -120,6 +120,9 @@ def test_a_title_recipe_adds_the_cosine_of_the_query_first_line(indexed, tmp_pat
     for row, hits in zip(expected, got):
         np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
         np.testing.assert_allclose([h.score for h in hits], np.sort(row)[::-1][:8], atol=2e-4)
+    explained = run(other, [Query(text=texts[0], relations={"rel": 1.0})], SearchOptions(k=8, explain=True))[0]
+    np.testing.assert_allclose([h.explain["title"] for h in explained],
+                               [dense[recipes.TITLE][0, int(h.id[1:])] for h in explained], atol=1e-4)
     plain = run(other, [Query(text=t) for t in texts], SearchOptions(k=8))
     assert [h.id for h in got[1]] == [h.id for h in plain[1]]
     assert [h.id for h in got[0]] != [h.id for h in plain[0]]
