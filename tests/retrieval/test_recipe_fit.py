@@ -68,6 +68,16 @@ def test_noise_margin_is_one_paired_standard_error_by_query():
     paired = noise_margin(np.repeat(a[:20], 2), np.repeat(b[:20], 2), np.repeat(np.arange(20), 2))
     assert paired == pytest.approx(np.std(a[:20] - b[:20], ddof=1) / np.sqrt(20))
     assert noise_margin(a[:3], b[:3], np.zeros(3, int)) == np.inf  # one query: nothing tells noise apart
+    # a handful of queries: their spread is no guide (richer recipes were chosen on 3 in CoDEx-M)
+    assert noise_margin(a[:9], b[:9], np.arange(9)) == np.inf and noise_margin(a[:10], b[:10], np.arange(10)) < 1
+
+
+def test_choose_keeps_the_operator_alone_on_a_handful_of_dev_queries():
+    dense, lexical, exclude, gold = dev_tables(3, n=5, m=60, signal=0.0)
+    for i, g in enumerate(gold):
+        lexical[i, next(iter(g))] = 5.0  # BM25 knows every answer, but five queries cannot show it
+    choice = choose("rel", dense, lexical, {}, exclude, gold)
+    assert choice.recipe.alone("rel") and choice.within_noise[0].bm25 > 0
 
 
 def dev_tables(seed, n=40, m=400, signal=2.0):
