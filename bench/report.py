@@ -133,17 +133,16 @@ def data_fingerprint(inputs: dict) -> str:
 
 def model_fingerprint(bundle, precision: str = "auto") -> dict:
     """Bundle path and fingerprint (encoder identity + operator tensors), encoder weights hash, and the
-    device / dtype the encoder runs in here (``auto`` precision: bf16 on CPUs with AMX, fp16 on CUDA)."""
+    device / dtype the encoder runs in here and why (``auto`` precision: encoder/model.choose_precision)."""
     import torch
 
-    from ..encoder.model import choose_device_and_dtype, cpu_has_bf16_matrix_units, resolve_model_path, weights_fingerprint
+    from ..encoder.model import choose_precision, resolve_model_path, weights_fingerprint
 
     enc = dict(bundle.encoder)
     enc.setdefault("weights_sha256", weights_fingerprint(resolve_model_path(enc["model"])))
-    device, dtype = choose_device_and_dtype("auto", precision, cuda_available=torch.cuda.is_available(),
-                                            amx=cpu_has_bf16_matrix_units())
+    device, dtype, why = choose_precision("auto", precision, cuda_available=torch.cuda.is_available())
     return {"bundle": bundle.path, "fingerprint": bundle.fingerprint, "encoder": enc,
-            "inference": {"device": device, "dtype": str(dtype).replace("torch.", "")},
+            "inference": {"device": device, "dtype": str(dtype).replace("torch.", ""), "why": why},
             "operators": {name: op.kind for name, op in sorted(bundle.operators.items())}}
 
 

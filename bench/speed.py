@@ -100,6 +100,7 @@ def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, dev
         "texts": len(texts),
         "device": ours.device,
         "precision": _dtype_name(ours.dtype),
+        "precision_reason": ours.precision_reason,
         "attention": getattr(cfg, "_attn_implementation", None),
         "sentence_transformers_per_s": len(texts) / st_s,
         "relsearch_per_s": len(texts) / ours_s,
@@ -238,6 +239,7 @@ def format_table(r: dict) -> str:
         f"  sentence-transformers encode   {e['sentence_transformers_per_s']:8.1f} sentences/s",
         f"  relsearch encoder ({e['precision']:>8})  {e['relsearch_per_s']:8.1f} sentences/s   "
         f"ratio {e['ratio']:.2f}x   min cosine to fp32 {e['min_cosine_to_fp32']:.5f}",
+        f"  precision: {e['precision']}, chosen by `auto`: {e['precision_reason']}",
         f"  limits, measured now: model alone (pre-tokenised batches on the device) {e['model_only_per_s']:.1f} "
         f"sentences/s -> relsearch at {100 * e['relsearch_over_model_only']:.0f}% of it",
         f"    matrix product {e['probe']}: {e['precision']} {_g(e['matrix_limit_flop_per_s'])}, "

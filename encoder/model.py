@@ -251,6 +251,48 @@ def choose_device_and_dtype(device: str, precision: str, *, cuda_available: bool
     return device, dtype
 
 
+def choose_precision(device: str, precision: str, *, cuda_available: bool,
+                     widths: tuple[int, int] = DEFAULT_SHAPES) -> tuple[str, object, str]:
+    """(device, torch dtype, why) for inference on a model of ``widths`` (hidden, feed-forward):
+    :func:`choose_device_and_dtype`, where the CPU is probed (:func:`bf16_choice`, on the model's
+    own shapes) only when the choice is the CPU's to make — ``auto`` precision on a CPU device."""
+    import torch
+
+    if precision == "auto" and (device == "cpu" or (device == "auto" and not cuda_available)):
+        choice = bf16_choice(*widths)
+        device, dtype = choose_device_and_dtype(device, precision, cuda_available=cuda_available, amx=choice.use)
+        return device, dtype, choice.reason
+    device, dtype = choose_device_and_dtype(device, precision, cuda_available=cuda_available, amx=False)
+    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    return device, dtype, f"{name}: {'asked for' if precision != 'auto' else 'the default on CUDA'}"
+
+
+def model_widths(model_config) -> tuple[int, int]:
+    """(hidden, feed-forward) widths of a transformers config: the shapes the bf16 probe times."""
+    hidden = int(model_config.hidden_size)
+    return hidden, int(getattr(model_config, "intermediate_size", 4 * hidden))
+
+
+def describe_precision(config: EncoderConfig) -> str | None:
+    """"cpu, fp32 (why)": what an :class:`Encoder` of ``config`` would run in on this machine,
+    without loading its weights (a job's driver logs it once; its workers decide alike). None
+    when the model's config cannot be read here."""
+    import torch
+    from transformers import AutoConfig
+
+    try:
+        widths = model_widths(AutoConfig.from_pretrained(resolve_model_path(config.model)))
+    except (OSError, ValueError):
+        return None
+    return precision_line(*choose_precision(config.device, config.precision,
+                                            cuda_available=torch.cuda.is_available(), widths=widths))
+
+
+def precision_line(device: str, dtype, why: str) -> str:
+    """"cpu, float32 (why)": the line `relsearch index` and `serve` log once."""
+    return f"{device}, {str(dtype).replace('torch.', '')} ({why})"
+
+
 def default_token_budget(device: str, dtype=None) -> int:
     """Padded tokens per forward pass. A GPU wants big batches. On CPU it depends on the matrix
     units, measured with all-MiniLM-L6-v2 on 2 cores: bf16 on AMX gains up to ~16k tokens, while
@@ -268,7 +310,7 @@ class Encoder:
 
     def __init__(self, config: EncoderConfig = EncoderConfig()):
         import torch
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoConfig, AutoModel, AutoTokenizer
 
         self.config = config
         self.path = resolve_model_path(config.model)
@@ -277,10 +319,6 @@ class Encoder:
         self.pooling = config.pooling or st_pooling or "mean"
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r}; choose one of {', '.join(POOLINGS)}")
-        self.device, self.dtype = choose_device_and_dtype(
-            config.device, config.precision,
-            cuda_available=torch.cuda.is_available(), amx=cpu_has_bf16_matrix_units(),
-        )
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # one bar per worker process is noise, not progress
@@ -288,9 +326,14 @@ class Encoder:
         from safetensors import SafetensorError
 
         try:
+            model_config = AutoConfig.from_pretrained(self.path)
+            self.device, self.dtype, self.precision_reason = choose_precision(
+                config.device, config.precision, cuda_available=torch.cuda.is_available(),
+                widths=model_widths(model_config))
             self.tokenizer = AutoTokenizer.from_pretrained(self.path)
             # safetensors only: pytorch_model.bin is a pickle, which can run code when it is loaded
-            self.model = AutoModel.from_pretrained(self.path, dtype=self.dtype, use_safetensors=True)
+            self.model = AutoModel.from_pretrained(self.path, config=model_config, dtype=self.dtype,
+                                                   use_safetensors=True)
         except SafetensorError as e:
             raise RuntimeError(f"the weights of encoder {config.model!r} are not a safetensors file ({e}); "
                                "refusing to load") from None

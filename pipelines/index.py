@@ -32,7 +32,7 @@ import numpy as np
 from .. import faults
 from ..files import sha256_file
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
-from ..encoder.model import Encoder, EncoderConfig, encode_texts
+from ..encoder.model import Encoder, EncoderConfig, describe_precision, encode_texts
 from ..indexer import mutations, spool, store
 from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
@@ -92,6 +92,7 @@ class IndexReport:
     documents: int = 0  # live documents in the published index
     faiss: dict = field(default_factory=dict)  # the manifest's faiss section
     backends: dict = field(default_factory=dict)  # mirror counts, e.g. {"elasticsearch": {...}}
+    encoder: str | None = None  # "cpu, float32 (why)": what the encoder ran in (model.describe_precision)
 
     def summary(self) -> str:
         line = f"read {self.read}, indexed {self.indexed}, rejected {self.rejected}"
@@ -357,6 +358,8 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
                                    precision=job.precision, device=job.device, threads=_threads_per_worker(options))
     input_sha = sha256_file(job.input)
+    # decided here once, before the workers load the model and decide alike (in-process: the same probe)
+    precision = describe_precision(encoder_config)
     chunks = plan_chunks(job.input, job.chunk_lines, job.chunk_bytes)
     if not store.is_published(job.index) and not store._ours(Path(job.index).absolute()):
         raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")
@@ -401,7 +404,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         except Exception as e:
             store.raise_if_full(e, job.index, kept=build)
             raise
-        report.seconds, report.resumed_chunks = time.perf_counter() - started, len(resumed)
+        report.seconds, report.resumed_chunks, report.encoder = time.perf_counter() - started, len(resumed), precision
     shardfs.remove([shards])  # done: the shards are in the published index now
     shutil.rmtree(build, ignore_errors=True)
     report.published = True

@@ -131,6 +131,8 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
     if report.resumed_chunks:
         click.echo(f"resumed: {report.resumed_chunks} chunks were already encoded by an interrupted run")
     click.echo(report.summary() + (f" (replaced {report.replaced})" if append else ""))
+    if report.encoder:
+        click.echo(f"encoder: {report.encoder}")
     if report.truncated:
         click.echo(f"{report.truncated} texts were longer than the encoder's max length and were truncated")
     if report.rejected:

@@ -95,8 +95,14 @@ def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batc
     if not _loopback(host) and api_key is None:
         click.echo(f"warning: serving on {host} without an API key: anyone who can reach it can read and change "
                    "the indexes (set RELSEARCH_API_KEY or --api-key-file)", err=True)
-    for name, index in indexes.items():  # load the transformer now, not in the first request
-        index.searcher().encoder  # noqa: B018
+    from relsearch.encoder.model import precision_line
+
+    lines = set()
+    for index in indexes.values():  # load the transformers now, not in the first request
+        encoder = index.searcher().encoder
+        lines.add(precision_line(encoder.device, encoder.dtype, encoder.precision_reason))
+    for line in sorted(lines):  # once, however many indexes share it; stderr, with the log (stdout's first line: the URL)
+        click.echo(f"encoder: {line}", err=True)
 
     _log_to_stderr()  # with the access log: "started" and "stopped after N requests" lines
 

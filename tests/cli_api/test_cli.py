@@ -24,6 +24,7 @@ def run(*args, check=True):
 def test_index_then_query_json_from_console_script(tmp_path, small_corpus):
     out = run("index", small_corpus, "--index", tmp_path / "idx", "--quiet")
     assert "read 120, indexed 120, rejected 0" in out.stdout
+    assert out.stdout.count("encoder: cpu, float32 (fp32: ") + out.stdout.count("encoder: cpu, bfloat16 (bf16: ") == 1
     lines = run("query", "--id", "ADBE", "--index", tmp_path / "idx", "-k", "5", "--json").stdout.splitlines()
     hits = [json.loads(line) for line in lines]
     assert [h["rank"] for h in hits] == [1, 2, 3, 4, 5] and "ADBE" not in {h["id"] for h in hits}

@@ -324,6 +324,7 @@ def test_cli_serve_binds_loopback_with_a_key_file(index_dir, tmp_path):
         out, err = proc.communicate(timeout=20)
     # an access log on stderr (method, path, status, latency; no body, no key) and a line at shutdown
     assert "relsearch.serve started: c (generation " in err and "relsearch.serve stopped after 3 requests" in err, err
+    assert err.count("encoder: cpu, ") == 1, err  # the dtype and why, logged once
     assert " GET /health 200 " in err and " POST /search 401 " in err and " POST /search 200 " in err, err
     assert KEY not in err and "secret body words" not in err
 

@@ -79,3 +79,25 @@ def test_default_model_can_come_from_a_folder_named_in_the_environment(monkeypat
     assert resolve_model_path("some/other-model") == "some/other-model"
     monkeypatch.delenv("RELSEARCH_DEFAULT_MODEL")
     assert resolve_model_path("all-MiniLM-L6-v2") == packaged
+
+
+@pytest.mark.parametrize("use", [True, False])
+def test_auto_precision_follows_the_probe_on_the_models_own_widths_and_says_why(monkeypatch, use):
+    """A fake probe stands for a CPU with and without faster bf16: `auto` follows it, probing the
+    model's own widths; an explicit precision probes nothing; index and serve log the same line."""
+    from relsearch.encoder import model as model_mod
+
+    seen = []
+
+    def fake_choice(hidden, ffn):
+        seen.append((hidden, ffn))
+        return model_mod.Bf16Choice(use, "bf16: fake probe" if use else "fp32: fake probe")
+
+    monkeypatch.setattr(model_mod, "bf16_choice", fake_choice)
+    enc = Encoder(EncoderConfig(device="cpu"))
+    assert seen == [(384, 1536)]
+    assert enc.dtype == (torch.bfloat16 if use else torch.float32) and "fake probe" in enc.precision_reason
+    assert model_mod.describe_precision(EncoderConfig(device="cpu")) == (
+        f"cpu, {'bfloat16' if use else 'float32'} ({enc.precision_reason})")
+    assert Encoder(EncoderConfig(device="cpu", precision="fp32")).precision_reason == "fp32: asked for"
+    assert len(seen) == 2  # the describe call probed; the explicit fp32 encoder did not
