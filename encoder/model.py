@@ -256,15 +256,12 @@ def choose_precision(device: str, precision: str, *, cuda_available: bool,
     """(device, torch dtype, why) for inference on a model of ``widths`` (hidden, feed-forward):
     :func:`choose_device_and_dtype`, where the CPU is probed (:func:`bf16_choice`, on the model's
     own shapes) only when the choice is the CPU's to make — ``auto`` precision on a CPU device."""
-    import torch
-
     if precision == "auto" and (device == "cpu" or (device == "auto" and not cuda_available)):
         choice = bf16_choice(*widths)
         device, dtype = choose_device_and_dtype(device, precision, cuda_available=cuda_available, amx=choice.use)
         return device, dtype, choice.reason
     device, dtype = choose_device_and_dtype(device, precision, cuda_available=cuda_available, amx=False)
-    name = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
-    return device, dtype, f"{name}: {'asked for' if precision != 'auto' else 'the default on CUDA'}"
+    return device, dtype, f"{precision}: asked for" if precision != "auto" else "fp16: the default on CUDA"
 
 
 def model_widths(model_config) -> tuple[int, int]:
@@ -274,7 +271,7 @@ def model_widths(model_config) -> tuple[int, int]:
 
 
 def describe_precision(config: EncoderConfig) -> str | None:
-    """"cpu, fp32 (why)": what an :class:`Encoder` of ``config`` would run in on this machine,
+    """The :func:`precision_line` of an :class:`Encoder` of ``config`` on this machine,
     without loading its weights (a job's driver logs it once; its workers decide alike). None
     when the model's config cannot be read here."""
     import torch
@@ -289,7 +286,7 @@ def describe_precision(config: EncoderConfig) -> str | None:
 
 
 def precision_line(device: str, dtype, why: str) -> str:
-    """"cpu, float32 (why)": the line `relsearch index` and `serve` log once."""
+    """The line `relsearch index` and `serve` log once: "cpu, float32 (why)"."""
     return f"{device}, {str(dtype).replace('torch.', '')} ({why})"
 
 
