@@ -225,18 +225,12 @@ def bf16_choice(hidden: int = DEFAULT_SHAPES[0], ffn: int = DEFAULT_SHAPES[1], *
     return _BF16_CHOICES[key]
 
 
-def cpu_has_bf16_matrix_units(hidden: int = DEFAULT_SHAPES[0], ffn: int = DEFAULT_SHAPES[1]) -> bool:
-    """True where bf16 is this CPU's faster choice for a model of these widths (:func:`bf16_choice`):
-    ``avx512_bf16`` or ``amx_bf16`` present and the probe confirms it. What ``precision="auto"``
-    (inference) and the trainers' CPU autocast follow."""
-    return bf16_choice(hidden, ffn).use
-
-
 def choose_device_and_dtype(device: str, precision: str, *, cuda_available: bool, amx: bool):
     """Pick (device, torch dtype) for inference.
 
     ``auto`` precision: fp16 on CUDA; on CPU bf16 where ``amx`` says bf16 is faster there
-    (:func:`cpu_has_bf16_matrix_units`: bf16 instructions and a probe that confirms them), else fp32.
+    (:func:`bf16_choice`: bf16 instructions and a probe that confirms them; :func:`choose_precision`
+    asks it), else fp32.
     Both 16-bit paths keep cosine ≥ 0.999 to fp32 for MiniLM-class models (see bench speed).
     """
     import torch

@@ -301,8 +301,7 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     best = replace(best, same={f: w for f, w in best.same.items() if w})
     if best == simplest[0]:
         return Choice(best, float(best_rr.mean()), tried)
-    query = np.repeat(np.arange(len(gold)), [len(g) for g in gold])
-    margin = noise_margin(best_rr, simplest[1], query)
+    margin = noise_margin(best_rr, simplest[1], pairs.rows)
     if best_rr.mean() - simplest[1].mean() > margin:
         return Choice(best, float(best_rr.mean()), tried, margin)
     return Choice(simplest[0], float(simplest[1].mean()), tried, margin, (best, float(best_rr.mean())))

@@ -6,7 +6,7 @@ import torch
 from click.testing import CliRunner
 
 from relsearch.encoder import model as model_mod
-from relsearch.encoder.model import Bf16Choice, bf16_choice, choose_device_and_dtype, cpu_bf16_flags, matmul_probe
+from relsearch.encoder.model import Bf16Choice, bf16_choice, cpu_bf16_flags, matmul_probe
 from relsearch.encoder.training import finetune, loop
 from relsearch.encoder.training.loop import Budget
 
@@ -77,9 +77,7 @@ def test_trainers_and_auto_precision_follow_the_choice(monkeypatch, use):
     assert enc.precision == ("bf16" if use else "fp32") and "fake" in enc.precision_reason
     assert finetune.TrainableEncoder("all-MiniLM-L6-v2", max_length=8, device="cpu",
                                      precision="fp32").autocast_dtype == torch.float32
-    amx = model_mod.cpu_has_bf16_matrix_units()
-    assert amx is use
-    assert choose_device_and_dtype("cpu", "auto", cuda_available=False, amx=amx)[1] == (
+    assert model_mod.choose_precision("cpu", "auto", cuda_available=False)[1] == (
         torch.bfloat16 if use else torch.float32)
 
 
