@@ -335,6 +335,7 @@ class Encoder:
                 f"{DEFAULT_MODEL!r} or a local path."
             ) from e
         self.model.to(self.device).eval()
+        self._fast = None  # (model, the module its forward passes run): see _runner
         if config.threads:
             torch.set_num_threads(config.threads)
         self.token_budget = config.token_budget or default_token_budget(self.device, self.dtype)
@@ -404,17 +405,32 @@ class Encoder:
         import torch
 
         t = {k: v.to(self.device, non_blocking=True) for k, v in tensors.items()}
+        model = self._runner()
         if "segments" not in t:
             mask = t["attention_mask"]
-            return self.pool(self.model(input_ids=t["input_ids"], attention_mask=mask).last_hidden_state, mask)
+            return self.pool(model(input_ids=t["input_ids"], attention_mask=mask).last_hidden_state, mask)
         # packed (encoder/batching.py): a token attends only to the tokens of its own text
         seg = t["segments"]
         alone = (seg[:, :, None] != seg[:, None, :]) | (seg < 0)[:, None, :]
         bias = torch.zeros(alone.shape, dtype=self.model.dtype, device=seg.device)
         bias.masked_fill_(alone, torch.finfo(self.model.dtype).min)
-        hidden = self.model(input_ids=t["input_ids"], attention_mask=bias[:, None],
+        hidden = model(input_ids=t["input_ids"], attention_mask=bias[:, None],
                             position_ids=t["position_ids"]).last_hidden_state
         return self.pool_packed(hidden, seg, t["position_ids"], n)
+
+    def _runner(self):
+        """``self.model``, or in bf16 on the CPU its copy with oneDNN-fused linear layers
+        (encoder/fused.py); built on first use and again whenever ``self.model`` is replaced (a
+        query tower's merged weights, encoder/tower.py)."""
+        import torch
+
+        from .fused import fused_copy
+
+        fast = self._fast
+        if fast is None or fast[0] is not self.model:
+            cpu_bf16 = self.device == "cpu" and self.dtype == torch.bfloat16
+            fast = self._fast = (self.model, fused_copy(self.model) if cpu_bf16 else self.model)
+        return fast[1]
 
     def pool(self, hidden, mask):
         """float32 (b, d) pooled vectors from the last hidden states (b, w, d) and the mask (b, w)."""
