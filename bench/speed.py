@@ -89,13 +89,16 @@ def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, dev
         limits.model_only(ours, texts)], repeats)
     cfg = ours.model.config
     shape = {"d": cfg.hidden_size, "ffn": cfg.intermediate_size}
-    matrix = limits.matrix_limit(ours.device, ours.dtype, **shape)
-    # bf16 for reference where the encoder runs another dtype: a small probe, since without bf16
-    # units (AVX2-only CPUs) one full-size product takes seconds
-    bf16 = matrix if ours.dtype == torch.bfloat16 else limits.matrix_limit(ours.device, torch.bfloat16, rows=512,
-                                                                           rounds=1, **shape)
+    # both dtypes' matrix rate, whichever the encoder runs; bf16 with a small probe where it is not
+    # chosen, since without bf16 units (AVX2-only CPUs) one full-size product takes seconds
+    matrix = {"float32": limits.matrix_limit(ours.device, torch.float32, **shape),
+              "bfloat16": limits.matrix_limit(ours.device, torch.bfloat16, **shape) if ours.dtype == torch.bfloat16
+              else limits.matrix_limit(ours.device, torch.bfloat16, rows=512, rounds=1, **shape)}
     flops = limits.model_flops(cfg, limits.token_lengths(ours, texts))
-    reference = Encoder(EncoderConfig(device=device, precision="fp32")).encode(texts).vectors
+    fp32_encoder = Encoder(EncoderConfig(device=device, precision="fp32"))
+    t = time.perf_counter()
+    reference = fp32_encoder.encode(texts).vectors
+    fp32_s = time.perf_counter() - t
     return {
         "texts": len(texts),
         "device": ours.device,
@@ -110,9 +113,9 @@ def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, dev
         "relsearch_over_model_only": model_s / ours_s,
         "model_flops_per_sentence": flops / len(texts),
         "relsearch_flop_per_s": flops / ours_s,
+        "fp32_per_s": len(texts) / fp32_s,  # one run, beside the chosen dtype's median
         "matrix_limit_flop_per_s": matrix,
-        "bf16_matrix_limit_flop_per_s": bf16,
-        "relsearch_over_matrix_limit": flops / ours_s / matrix,
+        "relsearch_over_matrix_limit": flops / ours_s / matrix[_dtype_name(ours.dtype)],
         "probe": f"({limits.PROBE_ROWS} x {shape['d']}) @ ({shape['d']} x {shape['ffn']})",
     }
 
@@ -240,10 +243,11 @@ def format_table(r: dict) -> str:
         f"  relsearch encoder ({e['precision']:>8})  {e['relsearch_per_s']:8.1f} sentences/s   "
         f"ratio {e['ratio']:.2f}x   min cosine to fp32 {e['min_cosine_to_fp32']:.5f}",
         f"  precision: {e['precision']}, chosen by `auto`: {e['precision_reason']}",
+        f"  relsearch encoder in float32 (one run, the cosine reference): {e['fp32_per_s']:.1f} sentences/s",
         f"  limits, measured now: model alone (pre-tokenised batches on the device) {e['model_only_per_s']:.1f} "
         f"sentences/s -> relsearch at {100 * e['relsearch_over_model_only']:.0f}% of it",
-        f"    matrix product {e['probe']}: {e['precision']} {_g(e['matrix_limit_flop_per_s'])}, "
-        f"bf16 {_g(e['bf16_matrix_limit_flop_per_s'])}",
+        f"    matrix product {e['probe']}: "
+        + ", ".join(f"{dtype} {_g(rate)}" for dtype, rate in e["matrix_limit_flop_per_s"].items()),
         f"    relsearch does {e['model_flops_per_sentence'] / 1e6:.1f} MFLOP/sentence x {e['relsearch_per_s']:.1f}/s "
         f"= {_g(e['relsearch_flop_per_s'])} -> {100 * e['relsearch_over_matrix_limit']:.0f}% of the "
         f"{e['precision']} matrix limit",

@@ -25,14 +25,16 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
                      "precision_reason": "bf16: avx512_bf16; the probe ran bf16 3.1x fp32's speed",
                      "sentence_transformers_per_s": 1.0, "relsearch_per_s": 5.0, "ratio": 5.0,
                      "min_cosine_to_fp32": 0.9999, "model_only_per_s": 5.5, "relsearch_over_model_only": 0.91,
-                     "model_flops_per_sentence": 4e8, "relsearch_flop_per_s": 2e9, "matrix_limit_flop_per_s": 4e9,
-                     "bf16_matrix_limit_flop_per_s": 4e9, "relsearch_over_matrix_limit": 0.5, "probe": "(a) @ (b)"},
+                     "model_flops_per_sentence": 4e8, "relsearch_flop_per_s": 2e9, "fp32_per_s": 1.5,
+                     "matrix_limit_flop_per_s": {"float32": 1e9, "bfloat16": 4e9}, "relsearch_over_matrix_limit": 0.5,
+                     "probe": "(a) @ (b)"},
         "indexing": {"documents": 1, "pure_encoding_s": 1.0, "index_wall_s": 1.0, "index_over_encoding": 1.0,
                      "beam_import_s": 0.5, "index_with_import_over_encoding": 1.5},
         "querying": result})
     assert "machine:" in table and table.count("50% of the bfloat16 matrix limit") == 1
     assert "precision: bfloat16, chosen by `auto`: bf16: avx512_bf16; the probe ran bf16 3.1x" in table
     assert "ratio 1.000   (1.500 counting 0.5 s of importing Beam" in table
+    assert "(a) @ (b): float32 1.0 GFLOP/s, bfloat16 4.0 GFLOP/s" in table and "float32 (one run" in table
     assert "vs raw FAISS search alone" in table and "vs raw FAISS + the same documents in one SQL read" in table
 
 
@@ -64,8 +66,10 @@ def test_encoding_reports_the_limits_it_measured_beside_sentence_transformers(mo
     monkeypatch.setattr(limits, "PROBE_ROWS", 256)  # the probe's size, not its logic, costs time
     e = speed.encoding([t[:120] for t in texts(24)], repeats=1, device="cpu")
     assert e["device"] == "cpu" and e["min_cosine_to_fp32"] > 0.999
-    assert e["model_flops_per_sentence"] > 1e6 and e["matrix_limit_flop_per_s"] > 0 and e["model_only_per_s"] > 0
-    assert e["relsearch_over_matrix_limit"] == pytest.approx(e["relsearch_flop_per_s"] / e["matrix_limit_flop_per_s"])
+    matrix = e["matrix_limit_flop_per_s"]
+    assert sorted(matrix) == ["bfloat16", "float32"] and min(matrix.values()) > 0  # both dtypes, whichever runs
+    assert e["model_flops_per_sentence"] > 1e6 and e["model_only_per_s"] > 0 and e["fp32_per_s"] > 0
+    assert e["relsearch_over_matrix_limit"] == pytest.approx(e["relsearch_flop_per_s"] / matrix[e["precision"]])
     assert e["relsearch_flop_per_s"] == pytest.approx(e["model_flops_per_sentence"] * e["relsearch_per_s"])
     assert e["relsearch_over_model_only"] == pytest.approx(e["relsearch_per_s"] / e["model_only_per_s"])
 
