@@ -191,19 +191,23 @@ def run_in_process(job: ServeBenchJob, queries: list[str]) -> list[dict]:
 
 def encoder_bound(job: ServeBenchJob, queries: list[str], batch: int = 32, seconds: float = 3.0) -> dict:
     """The encoder alone, in this process: queries per second encoded one per pass and ``batch``
-    per pass. Their ratio bounds what micro-batching can gain, whatever serves the queries."""
+    per pass. Their ratio bounds what micro-batching can gain, whatever serves the queries. Timed
+    on the model thread, where the in-process searches ran (encoder/threads.py)."""
     from ..api import open_index
+    from ..encoder.threads import on_model_thread
 
     encoder = open_index(job.index).searcher().encoder
-    rates = {}
-    for size in (1, batch):
+
+    def rate(size: int) -> float:
         encoder.encode(queries[:size])  # warm
         done, started = 0, time.perf_counter()
         while time.perf_counter() - started < seconds:
             for i in range(0, len(queries) - size + 1, size):
                 encoder.encode(queries[i:i + size])
                 done += size
-        rates[size] = round(done / (time.perf_counter() - started), 1)
+        return round(done / (time.perf_counter() - started), 1)
+
+    rates = {size: on_model_thread(rate, size) for size in (1, batch)}
     return {"batch": batch, "one_per_pass": rates[1], "batched": rates[batch], "ratio": round(rates[batch] / rates[1], 2)}
 
 

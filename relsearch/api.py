@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .encoder.threads import on_model_thread
 from .indexer import mutations
 from .indexer import records as rec
 from .indexer import snapshots
@@ -227,8 +228,12 @@ class Index:
         other exception) stays with the request that raised it. ``deadlines`` (``time.monotonic()``
         per request): a request past its deadline is not searched, and a group stops between its
         collapse rounds once every request in it is past its deadline
-        (:class:`~relsearch.retrieval.paging.SearchStopped` in its place).
+        (:class:`~relsearch.retrieval.paging.SearchStopped` in its place). Runs on the process's
+        model thread, whatever thread calls it (encoder/threads.py).
         """
+        return on_model_thread(self._search_batch, requests, deadlines)
+
+    def _search_batch(self, requests: Sequence[SearchRequest], deadlines: Sequence[float] | None) -> BatchAnswer:
         with self._lock:
             searcher = self.searcher()  # every request of this batch runs on this generation
             out: list = [None] * len(requests)
@@ -296,9 +301,13 @@ class Index:
         from .retrieval.search import score_pair
 
         check_score_texts(text_a, text_b)
-        with self._lock:
-            searcher = self.searcher()
-            return score_pair(searcher.bundle, searcher.encoder, text_a, text_b)
+
+        def scored():
+            with self._lock:
+                searcher = self.searcher()
+                return score_pair(searcher.bundle, searcher.encoder, text_a, text_b)
+
+        return on_model_thread(scored)
 
     # ------------------------------------------------------------ writing
 
@@ -322,9 +331,12 @@ class Index:
             docs.append({"id": parsed.id, "text": parsed.text, "metadata": parsed.metadata})
         if not docs:
             raise RequestError("documents", "no documents given")
-        with self._lock:  # encode with this process's model; the writer lock serialises the publish
-            encoder = self.searcher().encoder
-            vectors, truncated = encode_texts(encoder, [d["text"] for d in docs])
+        def encoded():  # with this process's model, on its thread; the writer lock serialises the publish
+            with self._lock:
+                encoder = self.searcher().encoder
+                return encoder, *encode_texts(encoder, [d["text"] for d in docs])
+
+        encoder, vectors, truncated = on_model_thread(encoded)
         run = {"read": len(docs), "indexed": len(docs), "rejected": 0, "truncated": truncated,
                "input": {"path": "relsearch API"}}
         try:  # the encoder is checked under the writer lock, against the generation appended to

@@ -143,7 +143,7 @@ def complete(searcher, prefix: str, limit: int) -> list[dict]:
 
 def add_routes(app: FastAPI, run, *, errors: dict) -> None:
     """``GET /fields`` and ``GET /complete``; ``run(index, fn, *args)`` answers ``fn(searcher, *args)``
-    on that index's search thread as ``(name, answer)``."""
+    on the model thread as ``(name, answer)``."""
 
     @app.get("/fields", summary="Metadata fields of an index, their value types and (few) text values",
              responses=errors)

@@ -4,8 +4,9 @@ One process holds one :class:`~relsearch.api.Index` per served index (the model 
 Concurrent search requests wait in an asyncio queue; one worker per index takes everything that
 queued up while the previous batch ran (up to ``ServeLimits.micro_batch`` queries) and answers
 it with one ``Index.search_batch`` call, so one encoder pass serves many clients. The torch work
-runs in a dedicated thread, so the event loop keeps accepting requests. Mutations run in a
-separate writer thread and publish a new generation; every batch re-checks the index symlink, so
+of every index runs on the process's one model thread (encoder/threads.py), so the event loop keeps
+accepting requests and the kernels keep one thread pool. Mutations run in a separate writer thread
+(their encoding on the model thread) and publish a new generation; every batch re-checks the index symlink, so
 generations published here or by another process are picked up without a restart.
 
 Errors are JSON ``{"error": {"field": ..., "message": ...}}`` with a 4xx status naming the
@@ -39,6 +40,7 @@ from starlette.exceptions import HTTPException
 
 from . import explorer
 from .api import MAX_K, MAX_RERANK_DEPTH, Index, RequestError, SearchRequest
+from .encoder.threads import model_executor
 from .retrieval.paging import SearchStopped, collapse_depth
 from .retrieval.rerank import DEFAULT_DEPTH as RERANK_DEFAULT_DEPTH
 
@@ -200,13 +202,13 @@ class Pending(NamedTuple):
 
 
 class Batcher:
-    """Queues search requests for one index and answers them in batches on one thread."""
+    """Queues search requests for one index and answers them in batches on the model thread."""
 
     def __init__(self, index: Index, limits: ServeLimits, metrics: Metrics):
         self.index, self.limits, self.metrics = index, limits, metrics
         self.queue: asyncio.Queue = asyncio.Queue()
         self.held: Pending | None = None  # an item over the last pass's budget: it starts the next pass
-        self.thread = ThreadPoolExecutor(1, thread_name_prefix="relsearch-search")  # torch, FAISS, SQLite reads
+        self.thread = model_executor()  # torch, FAISS, SQLite reads: one thread for every index (encoder/threads.py)
 
     async def search(self, requests: list[SearchRequest], deadline: float = math.inf):
         future = asyncio.get_running_loop().create_future()
@@ -214,7 +216,7 @@ class Batcher:
         return await future
 
     async def call(self, fn: Callable, *args, deadline: float = math.inf):
-        """Run ``fn`` on the search thread (it uses the model), after the batch in progress; not at
+        """Run ``fn`` on the model thread, after the batch in progress; not at
         all when ``deadline`` passed while it waited."""
         def when_wanted():
             if time.monotonic() > deadline:
@@ -562,7 +564,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
         return {"index": name, "scores": scores}
 
     async def on_search_thread(index: str | None, fn: Callable, *args):
-        """``fn(searcher, *args)`` on the index's search thread (the generation a search uses now)."""
+        """``fn(searcher, *args)`` on the model thread (the generation a search uses now)."""
         name, batcher = pick(index)
         deadline = time.monotonic() + limits.timeout_s
         try:
