@@ -126,10 +126,10 @@ def write_lexical(gen: Path, prefix: str = "") -> None:
     position order: the BM25 half of hybrid search, written with every segment."""
     docstore = DocStore(str(gen / f"{prefix}{store.DOCSTORE_FILE}"))
     try:
-        rows = [(pos, text) for batch in docstore.rows() for pos, _, text, _, _ in batch]
+        positions, texts = docstore.texts()
     finally:
         docstore.close()
-    lexical.write(gen / f"{prefix}{lexical.FILE}", np.asarray([p for p, _ in rows], np.int64), [t for _, t in rows])
+    lexical.write(gen / f"{prefix}{lexical.FILE}", positions, texts)
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,8 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from . import filters as flt
 
 SCHEMA = """
@@ -168,6 +170,12 @@ class DocStore:
         cur = self.conn.execute("SELECT pos, id, text, meta, norm FROM docs ORDER BY pos")
         while rows := cur.fetchmany(batch):
             yield [(p, i, t, json.loads(m), n) for p, i, t, m, n in rows]
+
+    def texts(self) -> tuple[np.ndarray, list[str]]:
+        """(positions, texts) of every document in position order: what BM25 lists need, without
+        the metadata JSON that :meth:`rows` decodes (a third of a 20k index's BM25 build)."""
+        rows = self.conn.execute("SELECT pos, text FROM docs ORDER BY pos").fetchall()
+        return np.fromiter((p for p, _ in rows), np.int64, len(rows)), [t for _, t in rows]
 
     def metadata_fields(self) -> list[str]:
         """Sorted union of metadata keys over all documents."""
