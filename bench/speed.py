@@ -124,8 +124,11 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def indexing(texts: list[str], workdir: Path, *, device: str = "auto") -> dict:
-    """Wall time of the whole index job vs pure encoding of the same texts."""
+def indexing(texts: list[str], workdir: Path, *, device: str = "auto", repeats: int = 3) -> dict:
+    """Wall time of the whole index job vs pure encoding of the same texts: medians of ``repeats``
+    rounds, each timing one pure encoding then one index job (a fresh index each). On a shared VM
+    the pace drifts and jumps by 10 % within minutes (2026-11-26, AMX Xeon: two single rounds
+    minutes apart gave 1.14 and 1.02), more than the index job's own overhead."""
     from ..encoder.model import Encoder, EncoderConfig
     from ..pipelines.index import IndexJob, run_index
 
@@ -133,26 +136,16 @@ def indexing(texts: list[str], workdir: Path, *, device: str = "auto") -> dict:
     corpus.write_text("".join(json.dumps({"id": f"s{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
     encoder = Encoder(EncoderConfig(device=device))
     encoder.encode(texts[:64])
-
-    def time_encoding() -> float:
-        t = time.perf_counter()
-        encoder.encode(texts)
-        return time.perf_counter() - t
-
-    before = time_encoding()
     t = time.perf_counter()
     import apache_beam  # noqa: F401 - once per process, whatever the corpus size: reported apart
     beam_import_s = time.perf_counter() - t
-    t = time.perf_counter()
-    run_index(IndexJob(input=str(corpus), index=str(workdir / "idx"), device=device, progress=False))
-    index_s = time.perf_counter() - t
-    # Pure encoding timed before and after the index run, and their mean is the baseline: on a
-    # shared VM the pace drifts by 10 % within minutes (2026-11-26, quiet AVX2 VM: 1.135 with one
-    # encoding before; the same job minutes later 0.97), and a linear drift cancels in the mean.
-    after = time_encoding()
-    encode_s = (before + after) / 2
-    return {"documents": len(texts), "pure_encoding_s": encode_s, "pure_encoding_before_after_s": [before, after],
-            "index_wall_s": index_s,
+    rounds = iter(range(repeats))
+
+    def index_job() -> None:
+        run_index(IndexJob(input=str(corpus), index=str(workdir / f"idx{next(rounds)}"), device=device, progress=False))
+
+    encode_s, index_s = _interleaved_medians([lambda: encoder.encode(texts), index_job], repeats)
+    return {"documents": len(texts), "rounds": repeats, "pure_encoding_s": encode_s, "index_wall_s": index_s,
             "index_over_encoding": index_s / encode_s, "beam_import_s": beam_import_s,
             "index_with_import_over_encoding": (index_s + beam_import_s) / encode_s}
 
@@ -213,8 +206,8 @@ def run(*, n_encode: int = 5000, n_index: int = 20000, repeats: int = 3, device:
     texts = real_sentences(max(n_encode, n_index), data_dir=data_dir)
     result = {"machine": machine_info(), "encoding": encoding(texts[:n_encode], repeats=repeats, device=device)}
     with tempfile.TemporaryDirectory() as tmp:
-        result["indexing"] = indexing(texts[:n_index], Path(tmp), device=device)
-        result["querying"] = querying(Path(tmp) / "idx", texts[-500:])
+        result["indexing"] = indexing(texts[:n_index], Path(tmp), device=device, repeats=repeats)
+        result["querying"] = querying(Path(tmp) / "idx0", texts[-500:])
     return result
 
 
@@ -251,8 +244,8 @@ def format_table(r: dict) -> str:
         f"    relsearch does {e['model_flops_per_sentence'] / 1e6:.1f} MFLOP/sentence x {e['relsearch_per_s']:.1f}/s "
         f"= {_g(e['relsearch_flop_per_s'])} -> {100 * e['relsearch_over_matrix_limit']:.0f}% of the "
         f"{e['precision']} matrix limit",
-        f"indexing {i['documents']} documents:",
-        f"  pure encoding {i['pure_encoding_s']:.1f} s (mean of runs before and after)   relsearch index {i['index_wall_s']:.1f} s   "
+        f"indexing {i['documents']} documents (medians of {i['rounds']} interleaved rounds):",
+        f"  pure encoding {i['pure_encoding_s']:.1f} s   relsearch index {i['index_wall_s']:.1f} s   "
         f"ratio {i['index_over_encoding']:.3f}   ({i['index_with_import_over_encoding']:.3f} counting "
         f"{i['beam_import_s']:.1f} s of importing Beam, once per process)",
         f"querying (k={q['k']}):",

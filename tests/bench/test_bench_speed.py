@@ -28,7 +28,7 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
                      "model_flops_per_sentence": 4e8, "relsearch_flop_per_s": 2e9, "fp32_per_s": 1.5,
                      "matrix_limit_flop_per_s": {"float32": 1e9, "bfloat16": 4e9}, "relsearch_over_matrix_limit": 0.5,
                      "probe": "(a) @ (b)"},
-        "indexing": {"documents": 1, "pure_encoding_s": 1.0, "index_wall_s": 1.0, "index_over_encoding": 1.0,
+        "indexing": {"documents": 1, "rounds": 3, "pure_encoding_s": 1.0, "index_wall_s": 1.0, "index_over_encoding": 1.0,
                      "beam_import_s": 0.5, "index_with_import_over_encoding": 1.5},
         "querying": result})
     assert "machine:" in table and table.count("50% of the bfloat16 matrix limit") == 1
@@ -86,3 +86,10 @@ def test_bench_speed_on_a_missing_device_says_so_in_one_line():
     assert result.exit_code == 1 and "no CUDA device here" in result.output and "Traceback" not in result.output
     result = CliRunner().invoke(bench, ["speed", "--device", "tpu"])
     assert result.exit_code == 1 and "choose cpu or cuda" in result.output
+
+
+def test_indexing_times_interleaved_rounds_each_into_a_fresh_index(tmp_path):
+    r = speed.indexing([t[:80] for t in texts(30)], tmp_path, device="cpu", repeats=2)
+    assert r["rounds"] == 2 and r["documents"] == 30
+    assert r["index_over_encoding"] == pytest.approx(r["index_wall_s"] / r["pure_encoding_s"])
+    assert sorted(p.name for p in tmp_path.glob("idx*")) == ["idx0", "idx1"]  # both jobs built and published
