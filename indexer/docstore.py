@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -35,6 +36,13 @@ CREATE TABLE fields (
 ) WITHOUT ROWID;
 """
 MMAP_BYTES = 1 << 30  # of a read-only docstore mapped at most (address space, not memory)
+# A read-only docstore of at most MEMORY_MAX_ROWS documents loads them into memory at its first
+# batch-sized lookup (MEMORY_AT ids or positions): ~400 bytes a document (the rows, the id → position
+# map, the norms), loaded at ~0.1 s per 20k documents. A batch of 1,000 queries then reads its 10,000
+# hits in ~1 ms instead of ~10 ms of SQL, which cost more than half of what FAISS takes to find them
+# (20k flat index). Pages of a few hits stay on SQL and load nothing.
+MEMORY_AT = 64
+MEMORY_MAX_ROWS = 500_000
 FIELDS_INDEXES = """
 CREATE INDEX fields_folded ON fields(field, folded) WHERE folded IS NOT NULL;
 """
@@ -64,12 +72,31 @@ class DocRows:
         return parts[0] if len(parts) == 1 else cls([r for p in parts for r in p.rows])
 
 
+@dataclass(frozen=True)
+class _InMemory:
+    """Every document of a read-only docstore whose positions run ``first``, ``first`` + 1, …"""
+
+    first: int
+    rows: list[tuple[str, str, str]]  # (id, text, metadata JSON), as DocRows holds them
+    position: dict[str, int]  # id → position
+    norms: np.ndarray
+
+    def slots(self, positions: Sequence[int]) -> np.ndarray | None:
+        """Row of each position; None when one has no document here."""
+        slots = np.asarray(positions, np.int64) - self.first
+        return slots if not len(slots) or (slots.min() >= 0 and slots.max() < len(self.rows)) else None
+
+
 class DocStore:
     """``create``: a new file (a new segment's, written once); else read-only. Segment docstores are
-    never modified after their generation is published: deletes are tombstones (indexer/segments.py)."""
+    never modified after their generation is published: deletes are tombstones (indexer/segments.py),
+    so a read-only one may hold its documents in memory (:data:`MEMORY_MAX_ROWS`)."""
 
     def __init__(self, path: str, *, create: bool = False):
         self._indexes_pending = False
+        self._memory: _InMemory | None = None
+        self._memory_lock = threading.Lock()
+        self._memory_tried = create  # a store being written never loads itself
         if create:
             self.conn = sqlite3.connect(path)
             self.conn.executescript(SCHEMA + FIELDS_SCHEMA)
@@ -100,7 +127,30 @@ class DocStore:
         q = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fields'"
         return self.conn.execute(q).fetchone() is not None
 
+    def _in_memory(self, wanted: int) -> _InMemory | None:
+        """The documents in memory, loaded now if ``wanted`` (ids or positions asked for at once)
+        is batch-sized and the store small enough (:data:`MEMORY_MAX_ROWS`); else None."""
+        if self._memory is not None or self._memory_tried or wanted < MEMORY_AT:
+            return self._memory
+        with self._memory_lock:
+            if not self._memory_tried:
+                self._memory = self._load()
+                self._memory_tried = True
+        return self._memory
+
+    def _load(self) -> _InMemory | None:
+        if self.count() > MEMORY_MAX_ROWS:
+            return None
+        rows = self.conn.execute("SELECT pos, id, text, meta, norm FROM docs ORDER BY pos").fetchall()
+        if not rows or rows[-1][0] - rows[0][0] != len(rows) - 1:  # positions not consecutive: stay on SQL
+            return None
+        return _InMemory(rows[0][0], [(i, t, m) for _, i, t, m, _ in rows], {i: p for p, i, _, _, _ in rows},
+                         np.fromiter((n for *_, n in rows), np.float64, len(rows)))
+
     def positions(self, ids: list[str]) -> dict[str, int]:
+        memory = self._in_memory(len(ids))
+        if memory is not None:
+            return {i: memory.position[i] for i in ids if i in memory.position}
         out = {}
         for chunk in _chunks(ids, 500):
             q = f"SELECT id, pos FROM docs WHERE id IN ({','.join('?' * len(chunk))})"
@@ -127,6 +177,9 @@ class DocStore:
         document (a damaged index: every position a search returns has one)."""
         if not len(positions):
             return DocRows([])
+        memory = self._in_memory(len(positions))
+        if memory is not None and (slots := memory.slots(positions)) is not None:
+            return DocRows([memory.rows[s] for s in slots.tolist()])
         q = "SELECT id, text, meta FROM docs WHERE pos IN (SELECT value FROM json_each(?)) ORDER BY pos"
         rows = self.conn.execute(q, (json.dumps([int(p) for p in positions]),)).fetchall()
         if len(rows) != len(positions):
@@ -138,6 +191,9 @@ class DocStore:
     def norms(self, positions: Sequence[int]) -> list[float]:
         """‖h‖ of ``positions`` (sorted, distinct), in that order: what an ``--id`` query needs of its
         document, without reading its text and metadata (LookupError as :meth:`read`)."""
+        memory = self._in_memory(len(positions))
+        if memory is not None and (slots := memory.slots(positions)) is not None:
+            return memory.norms[slots].tolist()
         q = "SELECT norm FROM docs WHERE pos IN (SELECT value FROM json_each(?)) ORDER BY pos"
         rows = self.conn.execute(q, (json.dumps([int(p) for p in positions]),)).fetchall()
         if len(rows) != len(positions):

@@ -343,6 +343,10 @@ class Searcher:
         Deleted positions never come back.
         """
         qv = np.ascontiguousarray(qv, dtype=np.float32)
+        with ann.threads_for(len(qv)):
+            return self._ann(qv, k, subset, params)
+
+    def _ann(self, qv: np.ndarray, k: int, subset: np.ndarray | None, params: dict | None) -> SearchResult:
         if subset is not None and len(subset) <= self.exact_subset_max:
             return ann.exact_search(self.files.vectors, qv, k, subset)
         selection = self.files.live() if subset is None else ann.Selection.of(subset, self.files.positions)
