@@ -289,15 +289,14 @@ def precision_line(device: str, dtype, why: str) -> str:
 
 def default_token_budget(device: str, dtype=None) -> int:
     """Padded tokens per forward pass. A GPU wants big batches. On CPU it depends on the matrix
-    units, measured with all-MiniLM-L6-v2 on 2 cores: bf16 on AMX with the fused linear kernels
-    (encoder/fused.py) is fastest near 8k — 1,837 sentences/s against 1,501 at 16k, medians of 6
-    paired runs — while fp32 on AVX2 (AMD EPYC) is fastest near 2k — 384 sentences/s vs 260/s at
-    16k, where the activations fall out of cache."""
+    units, measured with all-MiniLM-L6-v2 on 2 cores: bf16 on AMX gains up to ~16k tokens, while
+    fp32 on AVX2 (AMD EPYC) is fastest near 2k — 384 sentences/s vs 260/s at 16k, where the
+    activations fall out of cache."""
     if device.startswith("cuda"):
         return 131072
     import torch
 
-    return 8192 if dtype == torch.bfloat16 else 2048
+    return 16384 if dtype == torch.bfloat16 else 2048
 
 
 class Encoder:
