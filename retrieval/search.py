@@ -132,8 +132,8 @@ class Searcher:
 
     def raw_vectors(self, queries: list[Query]) -> np.ndarray:
         """(n, d) raw query vectors: encoded text, or stored t̂·‖h‖ for doc_id queries."""
-        out = np.zeros((len(queries), self.files.manifest.dim), dtype=np.float32)
         by_id = [i for i, q in enumerate(queries) if q.doc_id is not None]
+        out = np.empty((len(queries), self.files.manifest.dim), dtype=np.float32)  # every row is written below
         if by_id:
             positions = self.files.docstore.positions([queries[i].doc_id for i in by_id])
             missing = [queries[i].doc_id for i in by_id if queries[i].doc_id not in positions]
@@ -158,8 +158,8 @@ class Searcher:
         (design.md §3: a mixture's inner product is the weighted sum of cosines).
         """
         filters = filters or {}
-        checked = set()  # each relation mixture checked once per batch, not once per query
-        for q in queries:
+        groups: dict[tuple, list[int]] = {}  # relation mixture → its queries: each checked and transformed once
+        for i, q in enumerate(queries):
             if (q.text is None) == (q.doc_id is None):
                 raise QueryError("each query needs exactly one of text or doc_id")
             if not is_utf8(q.text if q.doc_id is None else q.doc_id):  # undecodable argv bytes arrive as surrogates
@@ -167,19 +167,21 @@ class Searcher:
             if q.text is not None and not q.text.strip():  # encodes to some vector: hits, but meaningless ones
                 raise QueryError("query text is empty")
             try:
-                mixture = tuple(q.relations.items())
-                hash(mixture)
-            except TypeError:  # an unhashable weight: check() names it
-                mixture = None
-            if mixture is None or mixture not in checked:
+                mixture = tuple(sorted(q.relations.items()))
+                rows = groups.get(mixture)
+            except TypeError:  # a name that is not a string, an unhashable weight: check() names it
                 self.check(q.relations, filters)
-                checked.add(mixture)
+                raise
+            if rows is None:
+                self.check(q.relations, filters)
+                rows = groups[mixture] = []
+            rows.append(i)
         h = self.raw_vectors(queries)
-        texts = self.query_texts(queries) if self.reads_text({n for q in queries for n in q.relations}) else None
+        texts = self.query_texts(queries) if self.reads_text({n for key in groups for n, _ in key}) else None
+        if len(groups) == 1:  # the whole batch shares one mixture: no gathering and scattering of rows
+            key = next(iter(groups))
+            return h, self.transform(h, dict(key), texts)
         qv = np.zeros_like(h)
-        groups: dict[tuple, list[int]] = {}
-        for i, q in enumerate(queries):
-            groups.setdefault(tuple(sorted(q.relations.items())), []).append(i)
         for key, rows in groups.items():
             qv[rows] = self.transform(h[rows], dict(key), None if texts is None else [texts[i] for i in rows])
         return h, qv
