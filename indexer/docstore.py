@@ -130,7 +130,7 @@ class DocStore:
     def _in_memory(self, wanted: int) -> _InMemory | None:
         """The documents in memory, loaded now if ``wanted`` (ids or positions asked for at once)
         is batch-sized and the store small enough (:data:`MEMORY_MAX_ROWS`); else None."""
-        if self._memory is not None or self._memory_tried or wanted < MEMORY_AT:
+        if self._memory_tried or wanted < MEMORY_AT:  # loaded, or too big / gapped, or not asked yet
             return self._memory
         with self._memory_lock:
             if not self._memory_tried:
