@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .docstore import DocRows, DocStore
+from .docstore import DocRows, DocStore, read_distinct
 
 VECTORS = "vectors.npy"
 FAISS = "index.faiss"
@@ -197,9 +197,19 @@ class Documents:
         parts = self._per_segment(positions, DocStore.read)
         return DocRows.concat(parts) if parts else DocRows([])
 
-    def norms(self, positions: Sequence[int]) -> list[float]:
-        """‖h‖ of ``positions`` (sorted, distinct), in that order: one read per segment holding some."""
-        return [n for part in self._per_segment(positions, DocStore.norms) for n in part]
+    def read_at(self, positions: np.ndarray) -> tuple[DocRows, np.ndarray]:
+        """The documents at ``positions`` (any shape, -1 for none) and each one's row among them
+        (:meth:`DocStore.read_at`)."""
+        if len(self.parts) == 1:
+            return self.parts[0].read_at(positions)
+        return read_distinct(self.read, np.asarray(positions, np.int64))
+
+    def norms(self, positions: Sequence[int]) -> np.ndarray:
+        """‖h‖ of each of ``positions`` (any order, repeats allowed): one read per segment holding some."""
+        if len(self.parts) == 1:
+            return self.parts[0].norms(positions)
+        distinct, inverse = np.unique(np.asarray(positions, np.int64), return_inverse=True)
+        return np.concatenate([np.zeros(0)] + self._per_segment(distinct, DocStore.norms))[inverse]
 
     def _per_segment(self, positions: Sequence[int], read) -> list:
         """``read(part, its share of positions)`` for each segment holding some of the sorted ``positions``."""

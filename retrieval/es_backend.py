@@ -87,7 +87,7 @@ class EsSearcher:
             return []
         if self.searcher.projection_of(queries):
             raise QueryError("projection operators search their own projected index: use the FAISS backend")
-        _, qv = self.searcher.query_vectors(queries, filters)
+        qv = self.searcher.query_vectors(queries, filters).q
         k = min(k, self.searcher.live_count, MAX_NUM_CANDIDATES - 1)  # k + 1 below: the query document may come back
         texts = self._texts(queries) if self.options.hybrid else None
         from ..indexer.elastic import display_url, reported

@@ -65,7 +65,10 @@ def keep_top(result: SearchResult, own: np.ndarray, k: int) -> SearchResult:
     -inf pad the rest. (n, m) → (n, min(k, m)). Searches ask for ``k + 1`` so that ``k`` remain."""
     positions, scores = np.asarray(result.positions), np.asarray(result.scores)
     keep = (positions >= 0) & (positions != np.asarray(own, np.int64)[:, None])
-    keep &= np.cumsum(keep, axis=1) <= k
+    kept_so_far = np.cumsum(keep, axis=1)
+    keep &= kept_so_far <= k
+    if kept_so_far.shape[1] and k and (kept_so_far[:, -1] >= k).all():  # every row keeps k: the usual case
+        return SearchResult(positions[keep].reshape(-1, k), scores[keep].reshape(-1, k))
     order = np.argsort(~keep, axis=1, kind="stable")[:, :k]  # kept candidates first, in rank order
     kept = np.take_along_axis(keep, order, axis=1)
     return SearchResult(np.where(kept, np.take_along_axis(positions, order, axis=1), -1),
@@ -76,8 +79,8 @@ class HitColumns(Sequence):
     """Each query's hits, best first, as columns; a sequence of ``n`` lists of :class:`Hit`.
 
     ``positions``, ``scores``: (n, k), a row's hits first, then -1 / -inf. ``docs``: (id, text,
-    metadata JSON) of every distinct position hit, in position order (one docstore read, see
-    :meth:`read`); ``slots`` (n, k): each hit's row in ``docs``, -1 for padding. ``explain``: per
+    metadata JSON) rows holding every document hit (those read for the batch, or all of a docstore
+    held in memory: see :meth:`read`); ``slots`` (n, k): each hit's row in ``docs``, -1 for padding. ``explain``: per
     query, per hit, the operator scores of ``--explain`` (or None). Reading row ``i`` builds that
     row's ``Hit`` objects then (a new list each time); ``ids(i)`` and the arrays cost nothing more.
     """
@@ -92,14 +95,11 @@ class HitColumns(Sequence):
 
     @classmethod
     def read(cls, result: SearchResult, docstore) -> HitColumns:
-        """``result`` (packed rows, -1 pads: :func:`keep_top`) with the documents' fields from one
-        ordered read of ``docstore`` (indexer/docstore.py ``read``) for its distinct positions."""
+        """``result`` (packed rows, -1 pads: :func:`keep_top`) with the documents' fields: from memory,
+        or one ordered read of ``docstore`` for its distinct positions (indexer/docstore.py ``read_at``)."""
         positions = np.asarray(result.positions, np.int64)
-        distinct, slots = np.unique(positions, return_inverse=True)
-        slots = slots.reshape(positions.shape)
-        if len(distinct) and distinct[0] < 0:  # padding: the smallest value, not a document
-            distinct, slots = distinct[1:], slots - 1
-        return cls(positions, np.asarray(result.scores), docstore.read(distinct.tolist()), slots)
+        docs, slots = docstore.read_at(positions)
+        return cls(positions, np.asarray(result.scores), docs, slots)
 
     def with_explain(self, explain: list[list[dict]]) -> HitColumns:
         return HitColumns(self.positions, self.scores, self.docs, self.slots, explain)

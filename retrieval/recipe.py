@@ -316,7 +316,7 @@ def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=No
     ``recipe:same:FIELD``) beside every operator's own score."""
     k = min(k, searcher.live_count)
     mixed = [replace(q, relations=dict(recipe.mixture)) for q in queries]
-    h, qv = searcher.query_vectors(mixed, filters)
+    h, qv, own = searcher.query_vectors(mixed, filters)
     titles = None
     if recipe.title:
         from ..encoder.model import encode_texts
@@ -325,7 +325,6 @@ def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=No
         qv = qv + recipe.title * titles
     subset = searcher.matching(filters) if filters else None
     depth = max(recipe.depth, k)
-    own = searcher.own_positions(queries)
     # one extra candidate, then each list without the query document and cut to depth: the lists
     # that score_matrix takes from a whole table
     dense = _without_own(searcher.ann(qv, depth + 1, subset=subset), own, depth)

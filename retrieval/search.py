@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -41,6 +41,14 @@ def drop_own(rows: Iterable[Sequence[T]], own: Sequence, k: int, key: Callable[[
 
 class QueryError(ValueError):
     """A query that cannot be answered as asked (unknown relation, field or document id)."""
+
+
+class QueryVectors(NamedTuple):
+    """A batch of queries as vectors (:meth:`Searcher.query_vectors`), one row per query."""
+
+    h: np.ndarray  # (n, d) raw vectors
+    q: np.ndarray  # (n, d) relational query vectors
+    own: np.ndarray  # (n,) an --id query's document position (the hit it never returns), -1 for a text query
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -130,20 +138,23 @@ class Searcher:
         wanted = [q.doc_id for q in queries if q.doc_id is not None]
         return set(wanted) - set(self.files.docstore.positions(wanted))
 
-    def raw_vectors(self, queries: list[Query]) -> np.ndarray:
-        """(n, d) raw query vectors: encoded text, or stored t̂·‖h‖ for doc_id queries."""
-        by_id = [i for i, q in enumerate(queries) if q.doc_id is not None]
+    def raw_vectors(self, queries: list[Query], own: np.ndarray | None = None) -> np.ndarray:
+        """(n, d) raw query vectors: encoded text, or stored t̂·‖h‖ for doc_id queries. ``own``: the
+        queries' document positions (:meth:`own_positions`), looked up when not given."""
+        own = self.own_positions(queries) if own is None else own
         out = np.empty((len(queries), self.files.manifest.dim), dtype=np.float32)  # every row is written below
-        if by_id:
-            positions = self.files.docstore.positions([queries[i].doc_id for i in by_id])
-            missing = [queries[i].doc_id for i in by_id if queries[i].doc_id not in positions]
-            if missing:
-                raise QueryError(f"document id(s) not in the index: {', '.join(map(str, missing[:5]))}")
+        by_id = np.flatnonzero(np.fromiter((q.doc_id is not None for q in queries), bool, len(queries)))
+        if len(by_id):
+            missing = by_id[own[by_id] < 0]
+            if len(missing):
+                raise QueryError(f"document id(s) not in the index: {', '.join(str(queries[i].doc_id) for i in missing[:5])}")
             # one gather of the rows and one read of their norms, not a docstore row per query
-            wanted = np.asarray([positions[queries[i].doc_id] for i in by_id], np.int64)
-            distinct, slot = np.unique(wanted, return_inverse=True)
-            norms = np.asarray(self.files.docstore.norms(distinct.tolist()), np.float32)[slot]
-            out[by_id] = np.asarray(self.files.vectors[wanted]) * norms[:, None]
+            wanted = own[by_id]
+            rows = np.asarray(self.files.vectors[wanted], np.float32)  # indexing by an array copies: scaled in place
+            rows *= self.files.docstore.norms(wanted).astype(np.float32)[:, None]
+            if len(by_id) == len(queries):
+                return rows
+            out[by_id] = rows
         by_text = [i for i, q in enumerate(queries) if q.doc_id is None]
         if by_text:
             from ..encoder.model import encode_texts  # cuts huge texts before tokenizing, as indexing does
@@ -151,8 +162,9 @@ class Searcher:
             out[by_text] = encode_texts(self.encoder, [queries[i].text for i in by_text])[0]
         return out
 
-    def query_vectors(self, queries: list[Query], filters: dict[str, str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Validate ``queries``; return (raw vectors h, relational query vectors q), each (n, d).
+    def query_vectors(self, queries: list[Query], filters: dict[str, str] | None = None) -> QueryVectors:
+        """Validate ``queries``; return their raw vectors h, relational query vectors q and own
+        positions (:class:`QueryVectors`).
 
         Queries sharing a relation mixture are transformed as one batch. q is not renormalised
         (design.md §3: a mixture's inner product is the weighted sum of cosines).
@@ -176,15 +188,16 @@ class Searcher:
                 self.check(q.relations, filters)
                 rows = groups[mixture] = []
             rows.append(i)
-        h = self.raw_vectors(queries)
+        own = self.own_positions(queries)
+        h = self.raw_vectors(queries, own)
         texts = self.query_texts(queries) if self.reads_text({n for key in groups for n, _ in key}) else None
         if len(groups) == 1:  # the whole batch shares one mixture: no gathering and scattering of rows
             key = next(iter(groups))
-            return h, self.transform(h, dict(key), texts)
+            return QueryVectors(h, self.transform(h, dict(key), texts), own)
         qv = np.zeros_like(h)
         for key, rows in groups.items():
             qv[rows] = self.transform(h[rows], dict(key), None if texts is None else [texts[i] for i in rows])
-        return h, qv
+        return QueryVectors(h, qv, own)
 
     def reads_text(self, names) -> bool:
         """True when a relation among ``names`` is a query encoder (kind ``encoder``): its tower is
@@ -225,7 +238,7 @@ class Searcher:
         except ValueError as e:
             raise QueryError(str(e)) from None
         projection = self.projection_of(queries)
-        h, qv = self.query_vectors(queries, filters)
+        h, qv, own = self.query_vectors(queries, filters)
         subset = self.matching(filters) if filters else None
         # one extra candidate per query so that dropping the query document still leaves k
         depth = max(fusion.HYBRID_DEPTH, k + 1) if hybrid else k + 1
@@ -233,7 +246,6 @@ class Searcher:
             result = self.projected_search(projection, qv, depth, subset)
         else:
             result = self.ann(qv, depth, subset=subset, params=params)
-        own = self.own_positions(queries)
         if hybrid:
             lexical = self.lexical_search(self.query_texts(queries), depth, subset)
             weight = fusion.WEIGHT if hybrid_weight is None else hybrid_weight

@@ -208,10 +208,10 @@ def test_an_existing_index_serves_a_query_encoder_for_text_id_mixture_and_explai
     assert all("identity" in h.explain for h in hits)
     # --id re-encodes the stored text through the tower (not the stored vector)
     doc = searcher.files.docstore.get([0])[0]
-    _, qv = searcher.query_vectors([Query(doc_id=doc["id"], relations={"similar": 1.0})])
+    qv = searcher.query_vectors([Query(doc_id=doc["id"], relations={"similar": 1.0})]).q
     np.testing.assert_allclose(qv[0], searcher.operators["similar"].apply(None, [doc["text"]])[0], atol=1e-5)
     # a mixture is still one query vector: w · tower + w' · identity
-    h, qv = searcher.query_vectors([Query(text=text, relations={"similar": 0.6, "identity": 0.4})])
+    h, qv, _ = searcher.query_vectors([Query(text=text, relations={"similar": 0.6, "identity": 0.4})])
     np.testing.assert_allclose(qv[0], 0.6 * q + 0.4 * normalize(h)[0], atol=1e-5)
 
 

@@ -2,6 +2,7 @@
 exactly as its SQL does, stays on SQL where it is too big or its positions have gaps, and a small
 search runs FAISS on the calling thread (indexer/ann.py threads_for)."""
 import faiss
+import numpy as np
 import pytest
 
 from relsearch.indexer import ann, docstore
@@ -18,7 +19,7 @@ def _store(path, positions):
 
 
 def _answers(s: DocStore, positions):
-    return s.read(positions).rows, s.norms(positions), s.positions([f"d{p}" for p in positions] + ["nope"])
+    return s.read(positions).rows, s.norms(positions).tolist(), s.positions([f"d{p}" for p in positions] + ["nope"])
 
 
 @pytest.mark.parametrize("positions, loads", [(range(5, 105), True), ([0, 1, 2, 7], False)])
@@ -35,6 +36,21 @@ def test_memory_answers_as_sql_does(tmp_path, monkeypatch, positions, loads):
                                            '{"n": %d, "tags": ["a", %d]}' % (positions[0], positions[0]))]
     with pytest.raises(LookupError, match="no document at position"):
         mem_store.read([positions[-1] + 1, positions[-1] + 2])
+
+
+def test_positions_in_any_order_and_shape_read_alike_from_memory_and_sql(tmp_path, monkeypatch):
+    at = np.array([[12, 29, 12, -1], [10, -1, -1, -1]])  # a batch's hits: repeats, -1 pads
+    answers = []
+    for name, memory_at in (("memory", 4), ("sql", 10**9)):
+        monkeypatch.setattr(docstore, "MEMORY_AT", memory_at)
+        s = _store(tmp_path / f"{name}.sqlite", range(10, 30))
+        docs, slots = s.read_at(at)
+        answers.append(([[docs.rows[i][0] if i >= 0 else None for i in row] for row in slots.tolist()],
+                        s.norms([29, 12, 12, 10]).tolist()))
+        assert (s._memory is not None) == (name == "memory")
+        with pytest.raises(LookupError, match="no document at position"):
+            s.norms([12, 31])
+    assert answers[0] == answers[1] == ([["d12", "d29", "d12", None], ["d10", None, None, None]], [30.0, 13.0, 13.0, 11.0])
 
 
 def test_a_store_above_the_memory_limit_stays_on_sql(tmp_path, monkeypatch):
