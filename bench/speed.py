@@ -70,8 +70,9 @@ def _min_cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float((a * b).sum(1).min())
 
 
-def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, device: str = "cpu") -> dict:
-    """relsearch Encoder (auto precision) vs sentence-transformers encode, same model, texts and
+def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, device: str = "cpu",
+             precision: str = "auto") -> dict:
+    """relsearch Encoder (in ``precision``) vs sentence-transformers encode, same model, texts and
     device; beside them the machine's limits for this model, measured now (bench/limits.py)."""
     import torch
     from sentence_transformers import SentenceTransformer
@@ -79,7 +80,7 @@ def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, dev
     from ..encoder.model import Encoder, EncoderConfig, resolve_model_path
     from . import limits
 
-    ours = Encoder(EncoderConfig(device=device))
+    ours = Encoder(EncoderConfig(device=device, precision=precision))
     st = SentenceTransformer(resolve_model_path("all-MiniLM-L6-v2"), device=device)
     ours.encode(texts[:64])
     st.encode(texts[:64], batch_size=st_batch_size)  # warm both up
@@ -103,6 +104,7 @@ def encoding(texts: list[str], *, repeats: int = 3, st_batch_size: int = 32, dev
         "texts": len(texts),
         "device": ours.device,
         "precision": _dtype_name(ours.dtype),
+        "precision_asked": precision,
         "precision_reason": ours.precision_reason,
         "attention": getattr(cfg, "_attn_implementation", None),
         "sentence_transformers_per_s": len(texts) / st_s,
@@ -124,7 +126,8 @@ def _dtype_name(dtype) -> str:
     return str(dtype).replace("torch.", "")
 
 
-def indexing(texts: list[str], workdir: Path, *, device: str = "auto", repeats: int = 3) -> dict:
+def indexing(texts: list[str], workdir: Path, *, device: str = "auto", repeats: int = 3,
+             precision: str = "auto") -> dict:
     """Wall time of the whole index job vs pure encoding of the same texts: medians of ``repeats``
     rounds, each timing one pure encoding then one index job (a fresh index each). On a shared VM
     the pace drifts and jumps by 10 % within minutes (2026-11-26, AMX Xeon: two single rounds
@@ -134,7 +137,7 @@ def indexing(texts: list[str], workdir: Path, *, device: str = "auto", repeats: 
 
     corpus = workdir / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"id": f"s{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
-    encoder = Encoder(EncoderConfig(device=device))
+    encoder = Encoder(EncoderConfig(device=device, precision=precision))
     encoder.encode(texts[:64])
     t = time.perf_counter()
     import apache_beam  # noqa: F401 - once per process, whatever the corpus size: reported apart
@@ -142,7 +145,8 @@ def indexing(texts: list[str], workdir: Path, *, device: str = "auto", repeats: 
     rounds = iter(range(repeats))
 
     def index_job() -> None:
-        run_index(IndexJob(input=str(corpus), index=str(workdir / f"idx{next(rounds)}"), device=device, progress=False))
+        run_index(IndexJob(input=str(corpus), index=str(workdir / f"idx{next(rounds)}"), device=device,
+                           precision=precision, progress=False))
 
     encode_s, index_s = _interleaved_medians([lambda: encoder.encode(texts), index_job], repeats)
     return {"documents": len(texts), "rounds": repeats, "pure_encoding_s": encode_s, "index_wall_s": index_s,
@@ -150,14 +154,14 @@ def indexing(texts: list[str], workdir: Path, *, device: str = "auto", repeats: 
             "index_with_import_over_encoding": (index_s + beam_import_s) / encode_s}
 
 
-def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int = 15) -> dict:
+def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int = 15, precision: str = "auto") -> dict:
     """Single-query latency (text, with/without relation) and batched QPS: relsearch's hits with their
     documents vs raw FAISS search alone and vs raw FAISS plus the same documents read in one SQL
     statement (:func:`raw_fetch`: what a FAISS user needs to show a hit); beside them, relsearch when
     the caller builds every hit's ``Hit`` object. ``repeats`` interleaved rounds (cheap: ~0.1 s each)."""
     from ..retrieval.search import Query, Searcher
 
-    searcher = Searcher(str(index_dir))
+    searcher = Searcher(str(index_dir), precision=precision)
     relation = next((n for n in sorted(searcher.operators) if n != "identity"), "identity")
     out = {"relation": relation, "k": k}
     for name, rel in (("identity", "identity"), ("relation", relation)):
@@ -200,14 +204,17 @@ def raw_fetch(conn, positions: np.ndarray) -> list[tuple]:
 
 
 def run(*, n_encode: int = 5000, n_index: int = 20000, repeats: int = 3, device: str = "cpu",
-        data_dir: Path = DEFAULT_DATA) -> dict:
-    """Every measurement of `relsearch bench speed` on ``device`` ("cpu" or "cuda[:N]")."""
+        precision: str = "auto", data_dir: Path = DEFAULT_DATA) -> dict:
+    """Every measurement of `relsearch bench speed` on ``device`` ("cpu" or "cuda[:N]"), the encoder
+    in ``precision`` (``auto``: what relsearch chooses there; ``fp32`` on a bf16 CPU measures the
+    path a CPU without bf16 takes)."""
     check_device(device)
     texts = real_sentences(max(n_encode, n_index), data_dir=data_dir)
-    result = {"machine": machine_info(), "encoding": encoding(texts[:n_encode], repeats=repeats, device=device)}
+    result = {"machine": machine_info(),
+              "encoding": encoding(texts[:n_encode], repeats=repeats, device=device, precision=precision)}
     with tempfile.TemporaryDirectory() as tmp:
-        result["indexing"] = indexing(texts[:n_index], Path(tmp), device=device, repeats=repeats)
-        result["querying"] = querying(Path(tmp) / "idx0", texts[-500:])
+        result["indexing"] = indexing(texts[:n_index], Path(tmp), device=device, repeats=repeats, precision=precision)
+        result["querying"] = querying(Path(tmp) / "idx0", texts[-500:], precision=precision)
     return result
 
 
@@ -235,7 +242,8 @@ def format_table(r: dict) -> str:
         f"  sentence-transformers encode   {e['sentence_transformers_per_s']:8.1f} sentences/s",
         f"  relsearch encoder ({e['precision']:>8})  {e['relsearch_per_s']:8.1f} sentences/s   "
         f"ratio {e['ratio']:.2f}x   min cosine to fp32 {e['min_cosine_to_fp32']:.5f}",
-        f"  precision: {e['precision']}, chosen by `auto`: {e['precision_reason']}",
+        f"  precision: {e['precision']}, " + (f"chosen by `auto`: {e['precision_reason']}"
+                                               if e.get("precision_asked", "auto") == "auto" else "asked for"),
         f"  relsearch encoder in float32 (one run, the cosine reference): {e['fp32_per_s']:.1f} sentences/s",
         f"  limits, measured now: model alone (pre-tokenised batches on the device) {e['model_only_per_s']:.1f} "
         f"sentences/s -> relsearch at {100 * e['relsearch_over_model_only']:.0f}% of it",

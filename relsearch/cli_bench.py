@@ -234,14 +234,18 @@ def all_(out_dir, data_dir, model, cache_dir, precision, quiet):
 @click.option("--repeats", default=3, show_default=True, help="Timed repeats (the median is reported).")
 @click.option("--device", default="cpu", show_default=True,
               help="Where the encoder runs: cpu, or cuda (cuda:N) for the GPU run; limits are measured there.")
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+              help="The encoder's dtype: auto is what relsearch chooses here; fp32 on a bf16 CPU measures the path "
+                   "a CPU without bf16 takes.")
 @json_option
-def speed(n_encode, n_index, repeats, device, json_out):
+def speed(n_encode, n_index, repeats, device, precision, json_out):
     """Encoding vs sentence-transformers and vs this machine's limits, index vs pure encoding,
     queries vs raw FAISS — one process."""
     from relsearch.bench import speed as speed_bench
 
     try:
-        result = speed_bench.run(n_encode=n_encode, n_index=n_index, repeats=repeats, device=device)
+        result = speed_bench.run(n_encode=n_encode, n_index=n_index, repeats=repeats, device=device,
+                                  precision=precision)
     except ValueError as e:
         raise click.ClickException(str(e)) from None
     _report(result, speed_bench.format_table(result), json_out)

@@ -19,7 +19,7 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
     assert result["relsearch_over_faiss_with_docs_qps"] == pytest.approx(
         result["relsearch_qps"] / result["raw_faiss_with_docs_qps"])
     assert result["relsearch_every_hit_built_qps"] > 0
-    table = speed.format_table({
+    table_input = {
         "machine": speed.machine_info(),
         "encoding": {"texts": 1, "device": "cpu", "attention": "sdpa", "precision": "bfloat16",
                      "precision_reason": "bf16: avx512_bf16; the probe ran bf16 3.1x fp32's speed",
@@ -30,12 +30,16 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
                      "probe": "(a) @ (b)"},
         "indexing": {"documents": 1, "rounds": 3, "pure_encoding_s": 1.0, "index_wall_s": 1.0, "index_over_encoding": 1.0,
                      "beam_import_s": 0.5, "index_with_import_over_encoding": 1.5},
-        "querying": result})
+        "querying": result}
+    table = speed.format_table(table_input)
     assert "machine:" in table and table.count("50% of the bfloat16 matrix limit") == 1
     assert "precision: bfloat16, chosen by `auto`: bf16: avx512_bf16; the probe ran bf16 3.1x" in table
     assert "ratio 1.000   (1.500 counting 0.5 s of importing Beam" in table
     assert "(a) @ (b): float32 1.0 GFLOP/s, bfloat16 4.0 GFLOP/s" in table and "float32 (one run" in table
     assert "vs raw FAISS search alone" in table and "vs raw FAISS + the same documents in one SQL read" in table
+    fp32 = speed.format_table({**table_input, "encoding": {**table_input["encoding"], "precision": "float32",
+                                                            "precision_asked": "fp32"}})
+    assert "precision: float32, asked for" in fp32 and "chosen by" not in fp32
 
 
 def test_the_raw_faiss_baseline_reads_the_documents_a_hit_shows(small_index):
@@ -89,7 +93,7 @@ def test_bench_speed_on_a_missing_device_says_so_in_one_line():
 
 
 def test_indexing_times_interleaved_rounds_each_into_a_fresh_index(tmp_path):
-    r = speed.indexing([t[:80] for t in texts(30)], tmp_path, device="cpu", repeats=2)
+    r = speed.indexing([t[:80] for t in texts(30)], tmp_path, device="cpu", repeats=2, precision="fp32")
     assert r["rounds"] == 2 and r["documents"] == 30
     assert r["index_over_encoding"] == pytest.approx(r["index_wall_s"] / r["pure_encoding_s"])
     assert sorted(p.name for p in tmp_path.glob("idx*")) == ["idx0", "idx1"]  # both jobs built and published
