@@ -72,9 +72,10 @@ def test_columns_give_the_hits_of_the_former_per_hit_path(small_index, k):
     assert got.counts.tolist() == [len(row) for row in expected]
 
 
-def test_keep_top_matches_drop_own():
+@pytest.mark.parametrize("lowest", [-1, 0])  # padded rows; full rows, where every row keeps k (the usual case)
+def test_keep_top_matches_drop_own(lowest):
     rng = np.random.default_rng(0)
-    positions = rng.integers(-1, 30, (200, 8))
+    positions = rng.integers(lowest, 30, (200, 8))
     scores = rng.random((200, 8)).astype(np.float32)
     own = rng.integers(-1, 30, 200)
     for k in (0, 1, 3, 7, 8, 20):
