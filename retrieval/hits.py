@@ -1,6 +1,7 @@
 """What a search returns: :class:`Hit`, one result, and :class:`HitColumns`, a batch of results
 kept as columns — positions and scores as arrays, the documents' fields read in one docstore
-statement per batch — whose rows of :class:`Hit` are built only when a caller reads them.
+statement per batch, or found in memory — whose rows of :class:`Hit` are built only when a
+caller reads them.
 
 Why columns: a batch of 1,000 queries × 10 hits used to build 10,000 row dicts and 10,000 ``Hit``
 objects inside the search call, which cost more than the FAISS search itself on a 20k index
@@ -80,9 +81,10 @@ class HitColumns(Sequence):
 
     ``positions``, ``scores``: (n, k), a row's hits first, then -1 / -inf. ``docs``: (id, text,
     metadata JSON) rows holding every document hit (those read for the batch, or all of a docstore
-    held in memory: see :meth:`read`); ``slots`` (n, k): each hit's row in ``docs``, -1 for padding. ``explain``: per
-    query, per hit, the operator scores of ``--explain`` (or None). Reading row ``i`` builds that
-    row's ``Hit`` objects then (a new list each time); ``ids(i)`` and the arrays cost nothing more.
+    held in memory: see :meth:`read`); ``slots`` (n, k): each hit's row in ``docs``, -1 for
+    padding. ``explain``: per query, per hit, the operator scores of ``--explain`` (or None).
+    Reading row ``i`` builds that row's ``Hit`` objects then (a new list each time); ``ids(i)``
+    and the arrays cost nothing more.
     """
 
     __slots__ = ("positions", "scores", "docs", "slots", "counts", "explain")

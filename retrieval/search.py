@@ -332,8 +332,8 @@ class Searcher:
              own: np.ndarray | None = None) -> HitColumns:
         """``result`` as each query's hits (retrieval/hits.py): its own document (``own``: its
         position per query, :meth:`own_positions`) and padding dropped, k kept, the documents' fields
-        read in one ordered docstore statement per batch; ``Hit`` objects are built when a row is
-        read. ``h`` given: every operator's score per hit (``--explain``)."""
+        read in one ordered docstore statement per batch or found in memory (indexer/docstore.py
+        ``read_at``); ``Hit`` objects are built when a row is read. ``h`` given: every operator's score per hit (``--explain``)."""
         own = self.own_positions(queries) if own is None else own
         hits = HitColumns.read(keep_top(result, own, k), self.files.docstore)
         if h is None:
