@@ -42,7 +42,7 @@ from ..indexer.manifest import Fields, Manifest
 from ..indexer.tuning import AutoPolicy
 from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
 from . import faiss_add, shardfs
-from .runners import local_workers, new_pipeline, pipeline_options, run_to_end
+from .runners import freeze_long_lived, local_workers, new_pipeline, pipeline_options, run_to_end
 
 ENCODER_FILE = "encoder.json"
 PROGRESS_SUFFIX = ".progress"
@@ -228,7 +228,9 @@ encoders_loaded = 0  # in this process: one per worker process is the contract (
 def _load_encoder(config: EncoderConfig) -> _Holder:
     global encoders_loaded
     encoders_loaded += 1
-    return _Holder(Encoder(config))
+    holder = _Holder(Encoder(config))
+    freeze_long_lived()  # the libraries and the model are loaded: what the job allocates from now on is its own
+    return holder
 
 
 def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig, shard_dir: str):

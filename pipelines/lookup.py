@@ -34,7 +34,7 @@ from ..indexer import store
 from ..retrieval.inputs import MAX_K, FilterValue, check_at_most
 from .index import Chunk, IndexInputError, check_input, plan_chunks, read_numbered_lines
 from . import shardfs
-from .runners import local_workers, pipeline_options, run_to_end, runner_name
+from .runners import freeze_long_lived, local_workers, pipeline_options, run_to_end, runner_name
 
 # Rejection reasons beyond indexer/records.py's (stable strings: they appear in the rejected file).
 UNKNOWN_ID = "unknown-id"
@@ -336,6 +336,7 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
     opener = partial(open_searcher, generation, job.model, warm_faiss=not (job.filters or job.same))
     try:
         searcher = opener()
+        freeze_long_lived()  # the index and its libraries are loaded: what the job allocates from now on is its own
         searcher.check(dict(job.relations), dict(job.filters))
         warnings = searcher.filter_warnings(dict(job.filters))
         for option, names in (("--same", job.same), ("--fields", job.fields)):

@@ -278,3 +278,15 @@ def test_repeated_ids_are_rejected_before_encoding_and_a_huge_number_never_ends_
     assert next(iter(huge.values()))["metadata"]["huge"] == 10**400
     assert len(files.docstore.matching({"huge": {"exists": True}})) == 1
     assert files.docstore.matching({"huge": {"gte": 0}}) == []
+
+
+def test_an_index_job_freezes_the_long_lived_heap_once_per_process(small_index):
+    import gc
+
+    from relsearch.pipelines import runners
+
+    frozen = gc.get_freeze_count()  # small_index ran a job in this process: its encoder loaded, then the freeze
+    assert frozen > 0 and runners._frozen_done
+    made_later = [[i] for i in range(1000)]  # noqa: F841 (tracked objects a second freeze would take)
+    runners.freeze_long_lived()
+    assert gc.get_freeze_count() == frozen  # once only: what work allocates later stays collectable
