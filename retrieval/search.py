@@ -96,6 +96,7 @@ class Searcher:
         if self.params:  # refuse a parameter this index type ignores, naming the valid ones
             ann.parse_params(self.params, self.files.faiss)
         self.exact_subset_max = exact_subset_max
+        ann.blas_from_batches(manifest.dim)
         self.gpu_facts = gpu_facts if gpu_facts is not None else gpu.detect()
         self._gpu = None
         self._projected: dict[str, np.ndarray] = {}  # projection operator → its projected document vectors

@@ -1,6 +1,7 @@
 """indexer/docstore.py in memory: a read-only docstore answers batch-sized lookups from memory
-exactly as its SQL does, stays on SQL where it is too big or its positions have gaps, and a small
-search runs FAISS on the calling thread (indexer/ann.py threads_for)."""
+exactly as its SQL does, stays on SQL where it is too big or its positions have gaps; a small
+search runs FAISS on the calling thread (indexer/ann.py threads_for) and a batch of a few queries
+is scored by BLAS (blas_from_batches)."""
 import faiss
 import numpy as np
 import pytest
@@ -86,3 +87,17 @@ def test_small_searches_run_faiss_on_the_calling_thread(small_index, monkeypatch
     searcher.search([Query(doc_id=ids[0])], k=3)
     searcher.search([Query(doc_id=i) for i in ids], k=3)
     assert seen == [(1, 1), (40, before)] and faiss.omp_get_max_threads() == before
+
+
+def test_a_searcher_lets_faiss_score_small_batches_with_blas_and_the_hits_stay_exact(small_index, monkeypatch):
+    monkeypatch.setattr(faiss.cvar, "distance_compute_blas_threshold", 128_000)  # FAISS 1.15's own
+    searcher = Searcher(str(small_index))
+    dim = searcher.files.manifest.dim
+    assert faiss.cvar.distance_compute_blas_threshold == ann.BLAS_FROM_QUERIES * dim
+    ids = searcher.files.docstore.read(list(range(8))).ids
+    hits = searcher.search([Query(doc_id=i) for i in ids], k=5)
+    vectors = np.asarray(searcher.files.vectors)  # unit rows: a hit's score is their inner product
+    for i, row in enumerate(hits):
+        scores = vectors @ vectors[i]
+        scores[i] = -np.inf  # never the query document itself
+        assert [h.score for h in row] == pytest.approx(np.sort(scores)[::-1][:5].tolist(), abs=1e-5)
