@@ -111,7 +111,8 @@ _frozen_done = False
 
 def freeze_long_lived() -> None:
     """Move every object alive now out of the cyclic garbage collector's reach (``gc.freeze``), once
-    per process, after one last collection. Called by a job's worker once its model is loaded.
+    per process, after one last collection: by an index worker once its model is loaded, by a
+    lookup job once its index is open.
 
     Why: with torch, transformers, FAISS and Beam loaded a process tracks ~465,000 objects, and
     each full collection walks them all: 0.2 s apiece on a 2-core Xeon. A job allocates per record
