@@ -65,10 +65,8 @@ def model_only(encoder, texts: list[str]):
     device here, beforehand; what it runs (and a caller times) is the forward passes and pooling."""
     import torch
 
-    from ..encoder.batching import token_batches
-
     batches = []
-    for batch in token_batches(encoder.tokenize, list(texts), encoder.token_budget):
+    for batch in encoder.batches(texts):  # the encoder's own batching
         _, tensors = encoder.host_tensors(batch)
         batches.append(({k: v.to(encoder.device) for k, v in tensors.items()}, len(batch.rows)))
 

@@ -32,6 +32,12 @@ MAX_WINDOW = 16384
 # A batch is packed when packing computes at most this share of its padded tokens (above it, the
 # saving is smaller than what the block-diagonal mask costs).
 PACK_AT_MOST = 0.75
+# On a CPU, rows of about 64 tokens run more tokens per second than the 16- to 40-token rows of
+# length-sorted short texts, so there (``wide_rows``) 64- and 128-token rows are offered too, and
+# a batch is packed into rows of 64 tokens or more whenever that computes no more tokens. Per-batch
+# timing of 20,000 sentences (bf16, 2-core AMX Xeon, 2026-11-26): plain 24- to 40-token rows
+# 32-37k tokens/s, packed 64-token rows 37-44k.
+CPU_ROW_WIDTHS = (64, 128)
 
 
 @dataclass(frozen=True)
@@ -98,8 +104,10 @@ def _round_up(n: int) -> int:
     return -(-n // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
 
 
-def token_batches(tokenize: Tokenize, texts: list[str], token_budget: int) -> Iterator[TokenBatch]:
-    """Batches of at most ``token_budget`` padded tokens, longest texts first within each window."""
+def token_batches(tokenize: Tokenize, texts: list[str], token_budget: int, *,
+                  wide_rows: bool = False) -> Iterator[TokenBatch]:
+    """Batches of at most ``token_budget`` padded tokens, longest texts first within each window;
+    ``wide_rows`` (the CPU): short texts packed into rows of :data:`CPU_ROW_WIDTHS` tokens."""
     start, window = 0, FIRST_WINDOW
     while start < len(texts):
         ids, lengths, cut = tokenize(texts[start:start + window])
@@ -108,8 +116,10 @@ def token_batches(tokenize: Tokenize, texts: list[str], token_budget: int) -> It
         while i < len(order):
             width = min(_round_up(int(lengths[order[i]])), tokenize.max_length)
             rows = order[i:i + max(1, token_budget // width)]
-            layout, row_width = cheapest_packing(lengths[rows], width, tokenize.max_length)
-            if len(layout) * row_width <= PACK_AT_MOST * len(rows) * width:
+            layout, row_width = cheapest_packing(lengths[rows], width, tokenize.max_length, wide_rows=wide_rows)
+            plain, packed = len(rows) * width, len(layout) * row_width
+            wide = wide_rows and row_width >= CPU_ROW_WIDTHS[0] and len(layout) < len(rows)
+            if packed <= PACK_AT_MOST * plain or (wide and packed <= plain):
                 yield packed_batch(rows + start, ids[rows], lengths[rows], layout, row_width, int(cut[rows].sum()))
             else:
                 mask = (np.arange(width) < lengths[rows, None]).astype(np.int64)
@@ -134,11 +144,19 @@ def pack(lengths: np.ndarray, width: int) -> list[list[int]]:
     return rows
 
 
-def cheapest_packing(lengths: np.ndarray, width: int, limit: int) -> tuple[list[list[int]], int]:
+def cheapest_packing(lengths: np.ndarray, width: int, limit: int, *,
+                     wide_rows: bool = False) -> tuple[list[list[int]], int]:
     """(layout, row width): :func:`pack` into rows of 1, 2 or 4 times the batch's padded ``width``
     (at most ``limit`` tokens), whichever computes the fewest tokens. Rows wider than the longest
-    text let two or three short ones share a row (queries of 10 to 20 tokens pad to 24)."""
-    options = [(pack(lengths, w), w) for w in sorted({min(width * f, limit) for f in (1, 2, 4)})]
+    text let two or three short ones share a row (queries of 10 to 20 tokens pad to 24).
+    ``wide_rows``: rows of :data:`CPU_ROW_WIDTHS` are offered too, and among equal token counts
+    the width nearest 64 wins."""
+    widths = {min(width * f, limit) for f in (1, 2, 4)}
+    if wide_rows:
+        widths |= {min(w, limit) for w in CPU_ROW_WIDTHS if w > width}
+    options = [(pack(lengths, w), w) for w in sorted(widths)]
+    if wide_rows:
+        return min(options, key=lambda o: (len(o[0]) * o[1], abs(o[1] - CPU_ROW_WIDTHS[0])))
     return min(options, key=lambda o: len(o[0]) * o[1])
 
 

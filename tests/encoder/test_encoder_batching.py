@@ -145,3 +145,18 @@ def test_packed_batches_give_the_vectors_of_padded_ones(fp32_encoder, monkeypatc
     np.testing.assert_allclose(packed, padded, atol=1e-5)
     one = np.stack([model.Encoder.encode(encoder, [t]).vectors[0] for t in sample[:7]])
     np.testing.assert_allclose(packed[:7], one, atol=1e-5)
+
+
+def test_on_the_cpu_short_texts_of_one_length_share_wide_rows(fp32_encoder):
+    """Length-sorted short texts pad little, so the token count alone never packed them; on the CPU
+    (``wide_rows``) they share 64-token rows, which run more tokens per second, and keep their
+    vectors. A single text keeps its own row."""
+    encoder = fp32_encoder
+    sample = ["oil and gas exploration"] * 40  # 6 tokens each, padded to 8
+    narrow = next(token_batches(encoder.tokenize, sample, encoder.token_budget))
+    wide = next(token_batches(encoder.tokenize, sample, encoder.token_budget, wide_rows=True))
+    assert narrow.segments is None and wide.segments is not None and wide.input_ids.shape == (4, 64)
+    assert next(token_batches(encoder.tokenize, sample[:1], encoder.token_budget, wide_rows=True)).segments is None
+    assert encoder.device == "cpu"  # so encode() below runs the wide rows
+    alone = encoder.encode(sample[:1]).vectors[0]
+    np.testing.assert_allclose(encoder.encode(sample).vectors, np.tile(alone, (40, 1)), atol=1e-5)
