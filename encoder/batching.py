@@ -154,10 +154,8 @@ def cheapest_packing(lengths: np.ndarray, width: int, limit: int, *,
     widths = {min(width * f, limit) for f in (1, 2, 4)}
     if wide_rows:
         widths |= {min(w, limit) for w in CPU_ROW_WIDTHS if w > width}
-    options = [(pack(lengths, w), w) for w in sorted(widths)]
-    if wide_rows:
-        return min(options, key=lambda o: (len(o[0]) * o[1], abs(o[1] - CPU_ROW_WIDTHS[0])))
-    return min(options, key=lambda o: len(o[0]) * o[1])
+    nearest = CPU_ROW_WIDTHS[0] if wide_rows else 0  # ties: the narrowest width, or the one nearest 64
+    return min(((pack(lengths, w), w) for w in widths), key=lambda o: (len(o[0]) * o[1], abs(o[1] - nearest)))
 
 
 def packed_batch(rows: np.ndarray, ids: np.ndarray, lengths: np.ndarray, layout: list[list[int]], width: int,
