@@ -148,7 +148,8 @@ class Searcher:
         if len(by_id):
             missing = by_id[own[by_id] < 0]
             if len(missing):
-                raise QueryError(f"document id(s) not in the index: {', '.join(str(queries[i].doc_id) for i in missing[:5])}")
+                named = ", ".join(str(queries[i].doc_id) for i in missing[:5])
+                raise QueryError(f"document id(s) not in the index: {named}")
             # one gather of the rows and one read of their norms, not a docstore row per query
             wanted = own[by_id]
             rows = np.asarray(self.files.vectors[wanted], np.float32)  # indexing by an array copies: scaled in place
@@ -334,7 +335,8 @@ class Searcher:
         """``result`` as each query's hits (retrieval/hits.py): its own document (``own``: its
         position per query, :meth:`own_positions`) and padding dropped, k kept, the documents' fields
         read in one ordered docstore statement per batch or found in memory (indexer/docstore.py
-        ``read_at``); ``Hit`` objects are built when a row is read. ``h`` given: every operator's score per hit (``--explain``)."""
+        ``read_at``); ``Hit`` objects are built when a row is read. ``h`` given: every operator's
+        score per hit (``--explain``)."""
         own = self.own_positions(queries) if own is None else own
         hits = HitColumns.read(keep_top(result, own, k), self.files.docstore)
         if h is None:
