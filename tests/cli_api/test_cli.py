@@ -165,7 +165,7 @@ def test_index_progress_moves_per_encoded_batch_and_reaches_the_total(tmp_path, 
 
     (tmp_path / "shards").mkdir()
     stop = threading.Event()
-    watcher = threading.Thread(target=index_job._watch_progress, args=(tmp_path / "shards", 31, 0, stop, True))
+    watcher = threading.Thread(target=index_job._watch_progress, args=(tmp_path / "shards", 31, 0, stop))
     watcher.start()
     try:
         [chunk] = index_job.plan_chunks(str(corpus), 2048)
@@ -181,3 +181,23 @@ def test_index_progress_moves_per_encoded_batch_and_reaches_the_total(tmp_path, 
     assert "31/31" in err and "indexing" in err
     # issue 28: before the first lines are done (the model loading, ~10 s) the bar says so
     assert err.index("loading the model") < err.index("31/31")
+
+
+def test_index_progress_reads_a_finished_shard_once(tmp_path, monkeypatch):
+    """The bar polls every 0.5 s; it used to read every finished shard's .npz (vectors included)
+    at every poll, which grows with the corpus (1.5 GB per poll at a million lines)."""
+    import numpy as np
+
+    from relsearch.pipelines import index as index_job
+    from relsearch.pipelines import shardfs
+
+    for number, lines in ((0, 2048), (1, 100)):
+        np.savez(tmp_path / f"{number:06d}.npz", vectors=np.ones((lines, 4), np.float32), lines=np.int64(lines))
+    (tmp_path / "000002.progress").write_text("7")
+    reads = []
+    real_read = shardfs.read
+    monkeypatch.setattr(shardfs, "read", lambda p: reads.append(os.path.basename(p)) or real_read(p))
+    finished = {}
+    assert [index_job.lines_done(str(tmp_path), finished) for _ in range(3)] == [2155, 2155, 2155]
+    assert sorted(r for r in reads if r.endswith(".npz")) == ["000000.npz", "000001.npz"]  # once each
+    assert reads.count("000002.progress") == 3  # unfinished: read at every poll
