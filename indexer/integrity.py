@@ -14,8 +14,10 @@ process, a damaged docstore can return wrong rows):
   ``~/.cache/relsearch/verified``) by device, inode, size, mtime and ctime, so a file rewritten or
   damaged in place (which changes its mtime and ctime, even after ``touch -d``) is hashed again.
   The writer seeds this cache when it publishes, so queries normally hash nothing, and prunes it
-  then: each marker holds the path and sha256 it was made for, and a marker whose file is gone or
-  changed (a removed generation, an index deleted by hand) is dropped.
+  then. Markers live in one folder per index (the folder of its generations), so a publish reads
+  its own index's markers, not those of every index on the machine: each marker holds the path
+  and sha256 it was made for, and one whose file is gone or changed (a removed generation) is
+  dropped; the folder of an index deleted by hand goes at the next publish of any index.
 
 ``RELSEARCH_VERIFY=full`` hashes every file on every open; ``RELSEARCH_VERIFY=size`` checks
 sizes only (for very large indexes on trusted storage). The threat model is accidental damage
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -35,6 +38,7 @@ MANIFEST = "manifest.json"
 ENV_VERIFY = "RELSEARCH_VERIFY"
 ENV_CACHE = "RELSEARCH_CACHE_DIR"
 MODES = ("cached", "full", "size")
+INDEX_FILE = "index"  # in a marker folder: the generations folder its markers are for
 
 
 class IndexCorruptError(ValueError):
@@ -98,42 +102,79 @@ def _cache_dir() -> Path:
     return Path(base) / "relsearch" / "verified"
 
 
+def _generations(generation: Path) -> str:
+    """The folder that holds ``generation`` and the index's other generations."""
+    return os.path.dirname(os.path.realpath(generation))
+
+
+def _index_markers(generation: Path) -> Path:
+    """The marker folder of the index whose generation folder is ``generation``."""
+    return _cache_dir() / hashlib.sha256(_generations(generation).encode()).hexdigest()[:32]
+
+
 def _marker(path: Path, sha256: str) -> Path:
     st = os.stat(path)
     key = f"{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}:{st.st_ctime_ns}:{sha256}"
-    return _cache_dir() / hashlib.sha256(key.encode()).hexdigest()
+    return _index_markers(Path(path).parent) / hashlib.sha256(key.encode()).hexdigest()
 
 
 def _mark(path: Path, sha256: str) -> None:
     """Remember ``path`` as verified; the marker holds what :func:`prune` needs to tell if it is stale."""
     try:
         marker = _marker(path, sha256)
-        marker.parent.mkdir(parents=True, exist_ok=True)
+        if not (marker.parent / INDEX_FILE).exists():
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            (marker.parent / INDEX_FILE).write_text(_generations(Path(path).parent), encoding="utf-8")
         marker.write_text(f"{os.path.abspath(path)}\n{sha256}\n", encoding="utf-8")
     except OSError:
         pass  # a read-only home only costs a re-hash later
 
 
-def prune() -> None:
-    """Drop markers whose file no longer exists or has changed since (they can never match again)."""
+def prune(generation: Path) -> None:
+    """Drop the markers of ``generation``'s index whose file no longer exists or has changed since
+    (they can never match again), and the marker folders of indexes that are gone."""
     try:
-        markers = list(_cache_dir().iterdir())
+        folders = list(_cache_dir().iterdir())
     except OSError:
         return
-    for marker in markers:
+    own = _index_markers(generation)
+    for folder in folders:
+        try:
+            if folder == own:
+                _prune_markers(folder)
+            elif not folder.is_dir() or not os.path.isdir((folder / INDEX_FILE).read_text(encoding="utf-8")):
+                _remove(folder)  # its index is gone (or a marker of the old, flat layout)
+        except OSError:  # unreadable, or being created by another writer: at worst a re-hash later
+            _remove(folder)
+
+
+def _prune_markers(folder: Path) -> None:
+    for marker in folder.iterdir():
+        if marker.name == INDEX_FILE:
+            continue
         try:
             path, sha256 = marker.read_text(encoding="utf-8").split("\n")[:2]
-            if _marker(Path(path), sha256).name == marker.name:
+            if _marker(Path(path), sha256) == marker:
                 continue
         except (OSError, UnicodeDecodeError, ValueError):
             pass  # the file is gone, or the marker is unreadable: either way it is stale
         marker.unlink(missing_ok=True)
 
 
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
 def remember(gen: Path, files: dict[str, dict]) -> None:
     """Record ``gen``'s files as verified (after a writer computed their hashes itself), and drop
     markers of files that are gone: a publish is what removes generations."""
-    prune()
+    prune(gen)
     for name, entry in files.items():
         _mark(Path(gen) / name, entry["sha256"])
 
