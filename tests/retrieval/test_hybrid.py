@@ -4,13 +4,14 @@ deletes, filters, and the refusal on an index without BM25 lists."""
 import numpy as np
 import pytest
 
-from relsearch.indexer import mutations
+from relsearch.indexer import lexical, mutations
 from relsearch.indexer.ann import SearchResult
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.retrieval import hybrid
 from relsearch.retrieval.search import Query, QueryError, Searcher
 
+from conftest import SHARED_DATA
 from synthetic_index import D, encoder_identity, raw_vectors
 
 
@@ -104,6 +105,31 @@ def index(tmp_path):
     build_published(str(target), [corpus([f"d{i}" for i in range(200)], 1)], n=200, d=D,
                     encoder=encoder_identity(), spec=FaissSpec(factory="Flat"))
     return target
+
+
+def test_bm25_lists_equal_bm25s_own_scores():
+    """The index's BM25 lists are computed over arrays (lexical.build); every term's rows and
+    float32 scores must equal what bm25s itself computes, on real sentences with repeated terms,
+    a text of stop words only and an empty one."""
+    from relsearch.bench.speed import real_sentences
+
+    texts = real_sentences(3000, data_dir=SHARED_DATA) + ["the and of it", "", "rock rock rock band rock"]
+    ours = lexical.build(texts)
+    theirs = lexical.bm25s_module().BM25(k1=lexical.K1, b=lexical.B)
+    theirs.index(lexical.tokenize(texts), show_progress=False)
+
+    def lists(retriever):
+        s, out = retriever.scores, {}
+        for term, t in retriever.vocab_dict.items():
+            if t + 1 < len(s["indptr"]):
+                lo, hi = s["indptr"][t], s["indptr"][t + 1]
+                out[term] = sorted(zip(s["indices"][lo:hi].tolist(), s["data"][lo:hi].tolist()))
+        return out
+
+    mine, reference = lists(ours), lists(theirs)
+    assert len(mine) > 3000 and mine == reference
+    assert mine["rock"][-1][0] == len(texts) - 1  # a repeated term: its tf, not one entry per repeat
+    assert lexical.build(["the it", "x"]).scores is None  # no term at all: nothing bm25s could index
 
 
 def test_hybrid_over_segments_deletes_and_filters(index):
