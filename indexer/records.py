@@ -128,6 +128,9 @@ def _no_constant(name: str):
     raise _BadNumber(f"{name} is not valid JSON")  # json accepts NaN/Infinity; SQLite and ES do not
 
 
+_STRICT_JSON = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)  # one, not one per line
+
+
 def _preview(raw: bytes) -> str:
     return raw[:PREVIEW_BYTES].decode("utf-8", errors="replace")
 
@@ -149,7 +152,7 @@ def decode_line(line_no: int, raw: bytes, limits: Limits = DEFAULT_LIMITS) -> di
     except UnicodeDecodeError as e:
         return Rejection(line_no, UNDECODABLE, f"not UTF-8 at byte {e.start}", _preview(raw))
     try:
-        obj = json.loads(line, parse_float=_finite_float, parse_constant=_no_constant)
+        obj = _STRICT_JSON.decode(line)
     except json.JSONDecodeError as e:
         return Rejection(line_no, INVALID_JSON, str(e), _preview(raw))
     except RecursionError:
@@ -188,44 +191,47 @@ def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: st
     obj = decode_line(line_no, raw, limits)
     if isinstance(obj, Rejection):
         return obj
-    preview = _preview(raw)
+    checked = _record(line_no, obj, id_field, text_field, limits)
+    return checked if isinstance(checked, Record) else Rejection(line_no, *checked, _preview(raw))
+
+
+def _record(line_no: int, obj: dict, id_field: str, text_field: str, limits: Limits) -> Record | tuple[str, str]:
+    """The Record of a decoded line, or the (reason, detail) of its rejection."""
     if id_field not in obj or obj[id_field] is None:
-        return Rejection(line_no, MISSING_ID, f"no {id_field!r} field", preview)
+        return MISSING_ID, f"no {id_field!r} field"
     doc_id = obj[id_field]
     if isinstance(doc_id, bool) or not isinstance(doc_id, (str, int)):
-        return Rejection(line_no, NON_STRING_ID, f"{id_field!r} must be a string or integer, got "
-                         f"{type(doc_id).__name__}", preview)
+        return NON_STRING_ID, f"{id_field!r} must be a string or integer, got {type(doc_id).__name__}"
     doc_id = str(doc_id).strip()
     if not doc_id:
-        return Rejection(line_no, EMPTY_ID, f"{id_field!r} is empty", preview)
+        return EMPTY_ID, f"{id_field!r} is empty"
     if _utf8_size(doc_id) is None:
-        return Rejection(line_no, INVALID_UNICODE, f"{id_field!r} holds a lone surrogate escape", preview)
+        return INVALID_UNICODE, f"{id_field!r} holds a lone surrogate escape"
     if text_field not in obj:
-        return Rejection(line_no, MISSING_TEXT, f"no {text_field!r} field", preview)
+        return MISSING_TEXT, f"no {text_field!r} field"
     if obj[text_field] is None:
-        return Rejection(line_no, NULL_TEXT, f"{text_field!r} is null", preview)
+        return NULL_TEXT, f"{text_field!r} is null"
     text = obj[text_field]
     if not isinstance(text, str):
-        return Rejection(line_no, NON_STRING_TEXT, f"{text_field!r} is {type(text).__name__}", preview)
+        return NON_STRING_TEXT, f"{text_field!r} is {type(text).__name__}"
     if not text.strip():
-        return Rejection(line_no, EMPTY_TEXT, f"{text_field!r} is empty", preview)
+        return EMPTY_TEXT, f"{text_field!r} is empty"
     size = _utf8_size(text)
     if size is None:
-        return Rejection(line_no, INVALID_UNICODE, f"{text_field!r} holds a lone surrogate escape", preview)
+        return INVALID_UNICODE, f"{text_field!r} holds a lone surrogate escape"
     if size > limits.max_text_bytes:
-        return Rejection(line_no, TEXT_TOO_LONG, f"{text_field!r} has {size} bytes, more than "
-                         f"{limits.max_text_bytes} (--max-text-bytes)", preview)
+        return TEXT_TOO_LONG, f"{text_field!r} has {size} bytes, more than {limits.max_text_bytes} (--max-text-bytes)"
     metadata = {k: v for k, v in obj.items() if k not in (id_field, text_field)}
-    if _depth(metadata, MAX_METADATA_DEPTH) > MAX_METADATA_DEPTH:
-        return Rejection(line_no, METADATA_TOO_LARGE, f"metadata nested deeper than {MAX_METADATA_DEPTH} levels",
-                         preview)
-    try:
-        meta_size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
-    except UnicodeEncodeError:
-        return Rejection(line_no, INVALID_UNICODE, "metadata holds a lone surrogate escape", preview)
-    if meta_size > limits.max_metadata_bytes:
-        return Rejection(line_no, METADATA_TOO_LARGE, f"metadata has {meta_size} bytes as JSON, more than "
-                         f"{limits.max_metadata_bytes} (--max-metadata-bytes)", preview)
+    if metadata:  # most corpora have none: nothing to measure
+        if _depth(metadata, MAX_METADATA_DEPTH) > MAX_METADATA_DEPTH:
+            return METADATA_TOO_LARGE, f"metadata nested deeper than {MAX_METADATA_DEPTH} levels"
+        try:
+            meta_size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
+        except UnicodeEncodeError:
+            return INVALID_UNICODE, "metadata holds a lone surrogate escape"
+        if meta_size > limits.max_metadata_bytes:
+            return METADATA_TOO_LARGE, (f"metadata has {meta_size} bytes as JSON, more than "
+                                        f"{limits.max_metadata_bytes} (--max-metadata-bytes)")
     return Record(line_no, doc_id, text, metadata)
 
 
