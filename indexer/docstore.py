@@ -109,6 +109,10 @@ class DocStore:
         self._memory_tried = create  # a store being written never loads itself
         if create:
             self.conn = sqlite3.connect(path)
+            # no fsync per commit: a new file is read by nobody until its generation is published,
+            # and the publish fsyncs every file first (store.fsync_generation); a crash before
+            # then leaves a generation that is never published. 20k documents: 0.10 -> 0.09 s
+            self.conn.execute("PRAGMA synchronous = OFF")
             self.conn.executescript(SCHEMA + FIELDS_SCHEMA)
             self._indexes_pending = True  # built once by close(): cheaper than growing them row by row
         else:  # read-only: a reader never writes to a published index
