@@ -42,7 +42,7 @@ from ..indexer.manifest import Fields, Manifest
 from ..indexer.tuning import AutoPolicy
 from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
 from . import faiss_add, shardfs
-from .runners import freeze_long_lived, local_workers, new_pipeline, pipeline_options, run_to_end
+from .runners import freeze_long_lived, local_workers, new_pipeline, one_local_worker, pipeline_options, run_to_end
 
 ENCODER_FILE = "encoder.json"
 PROGRESS_SUFFIX = ".progress"
@@ -261,13 +261,11 @@ def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: Encode
     read the input at ``input_path`` (default: ``job.input``, made absolute)."""
     import apache_beam as beam
 
-    (
-        p
-        | "Chunks" >> beam.Create(chunks)
-        | "Spread" >> beam.Reshuffle()  # one input file spreads over all workers
-        | "Encode" >> beam.ParDo(_encode_chunks_dofn(input_path or os.path.abspath(job.input), job, encoder_config,
-                                                         shard_dir))
-    )
+    pcoll = p | "Chunks" >> beam.Create(chunks)
+    if not one_local_worker(p.options):  # one input file spreads over all workers
+        pcoll = pcoll | "Spread" >> beam.Reshuffle()
+    pcoll | "Encode" >> beam.ParDo(_encode_chunks_dofn(input_path or os.path.abspath(job.input), job, encoder_config,
+                                                       shard_dir))
 
 
 # ---------------------------------------------------------------- driver

@@ -34,7 +34,7 @@ from ..indexer import store
 from ..retrieval.inputs import MAX_K, FilterValue, check_at_most
 from .index import Chunk, IndexInputError, check_input, plan_chunks, read_numbered_lines
 from . import shardfs
-from .runners import freeze_long_lived, local_workers, pipeline_options, run_to_end, runner_name
+from .runners import freeze_long_lived, one_local_worker, pipeline_options, run_to_end
 
 # Rejection reasons beyond indexer/records.py's (stable strings: they appear in the rejected file).
 UNKNOWN_ID = "unknown-id"
@@ -296,13 +296,12 @@ def _lookup_dofn(handle, opener, tag: str, job: LookupJob, work_dir: str):
     return LookupChunks()
 
 
-def build_pipeline(p, job: LookupJob, chunks: list[Chunk], work_dir: str, *, handle, opener, tag: str,
-                   reshuffle: bool) -> None:
+def build_pipeline(p, job: LookupJob, chunks: list[Chunk], work_dir: str, *, handle, opener, tag: str) -> None:
     """Wire the Beam graph onto ``p``; outputs are shard files in ``work_dir``."""
     import apache_beam as beam
 
     pcoll = p | "Chunks" >> beam.Create(chunks)
-    if reshuffle:  # spread one input file across workers
+    if not one_local_worker(p.options):  # spread one input file across workers
         pcoll = pcoll | "Spread" >> beam.Reshuffle()
     pcoll | "Lookup" >> beam.ParDo(_lookup_dofn(handle, opener, tag, job, work_dir))
 
@@ -367,8 +366,7 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
             shardfs.copy_in(job.input, staged)
             job = replace(job, input=staged)
         p = beam.Pipeline(options=options)
-        build_pipeline(p, job, chunks, shards, handle=handle, opener=opener,
-                       tag=tag, reshuffle=local_workers(options) != 1 or runner_name(list(beam_args)) is not None)
+        build_pipeline(p, job, chunks, shards, handle=handle, opener=opener, tag=tag)
         run_to_end(p)
         report = _assemble(work, shards, job, total)
     finally:

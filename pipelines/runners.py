@@ -3,7 +3,8 @@ running a pipeline to the end, and a worker's heap set aside from the garbage co
 model is loaded (:func:`freeze_long_lived`).
 
 Both jobs have the same runner-neutral shape, ``Create(chunks) → Reshuffle → ParDo(chunk → shard
-files)``, because that is what every runner executes faithfully. Beam 2.77's ``DaskRunner`` in
+files)``, because that is what every runner executes faithfully (the Reshuffle left out where there
+is one in-process worker and nothing to spread: :func:`one_local_worker`). Beam 2.77's ``DaskRunner`` in
 particular (apache_beam/runners/dask) computes only the last leaf of a graph, hands every tagged
 output of a ParDo to every consumer, drops what a DoFn emits in ``finish_bundle`` (so
 ``BatchElements`` loses the tail of each bundle) and treats ``Reshuffle`` as a no-op, leaving the
@@ -79,6 +80,14 @@ def pipeline_options(beam_args: list[str]):
 def local_workers(options) -> int:
     """Local worker processes this run starts (``--direct_num_workers``), 1 for other runners."""
     return options.get_all_options().get("direct_num_workers") or 1
+
+
+def one_local_worker(options) -> bool:
+    """The default runner with one worker: the in-process FnApiRunner, where a ``Reshuffle`` has no
+    workers to spread chunks over and only adds a stage (~0.07 s a job)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    return options.view_as(StandardOptions).runner == "FnApiRunner" and local_workers(options) == 1
 
 
 def new_pipeline(options, scratch_parent):

@@ -247,6 +247,27 @@ def test_beam_scratch_space_stays_in_the_build_folder(tmp_path, monkeypatch):
     assert os.listdir(tmp_path / "tmp") == [] and os.path.dirname(p.local_tempdir) == str(build)
 
 
+def test_chunks_are_reshuffled_only_where_there_are_workers_to_spread_them_over():
+    """The default in-process runner with one worker gets no Reshuffle stage (it cost ~0.07 s a
+    job); more local workers, or any runner a user names but that one, keep it."""
+    import apache_beam as beam
+
+    from relsearch.encoder.model import EncoderConfig
+    from relsearch.pipelines import index as index_job
+    from relsearch.pipelines.runners import one_local_worker, pipeline_options
+
+    def stages(args):
+        p = beam.Pipeline(options=pipeline_options(args))
+        index_job.build_pipeline(p, index_job.IndexJob(input="c.jsonl", index="unused"), [], EncoderConfig(), "shards")
+        return [t.full_label for t in p.transforms_stack[0].parts]
+
+    assert one_local_worker(pipeline_options([])) and one_local_worker(pipeline_options(["--runner=FnApiRunner"]))
+    assert stages([]) == ["Chunks", "Encode"]
+    for args in (["--direct_num_workers=2", "--direct_running_mode=multi_processing"], ["--runner=DirectRunner"]):
+        assert not one_local_worker(pipeline_options(args))
+        assert stages(args) == ["Chunks", "Spread", "Encode"]
+
+
 def test_repeated_ids_are_rejected_before_encoding_and_a_huge_number_never_ends_a_build(tmp_path, monkeypatch):
     """A corpus of one id repeated encodes one text per chunk, not one per line (3 MB of one repeated
     id took 539 s); every repeat is rejected naming the first line, across chunks too. A metadata
