@@ -10,8 +10,8 @@ process, a damaged docstore can return wrong rows):
   indexer/store.py);
 - every file exists with the recorded size (always: one ``stat`` per file);
 - every file hashes to the recorded sha256, unless this user already verified this very file:
-  a verified file is remembered in ``$RELSEARCH_CACHE_DIR/verified`` (default
-  ``~/.cache/relsearch/verified``) by device, inode, size, mtime and ctime, so a file rewritten or
+  a verified file is remembered in ``$RELSEARCH_CACHE_DIR/verified-by-index`` (default
+  ``~/.cache/relsearch/verified-by-index``) by device, inode, size, mtime and ctime, so a file rewritten or
   damaged in place (which changes its mtime and ctime, even after ``touch -d``) is hashed again.
   The writer seeds this cache when it publishes, so queries normally hash nothing, and prunes it
   then. Markers live in one folder per index (the folder of its generations), so a publish reads
@@ -95,11 +95,17 @@ def _linked_entry(path: Path, previous: tuple[Path, dict] | None) -> dict | None
     return dict(entry) if same else None
 
 
-def _cache_dir() -> Path:
+def _cache_root() -> Path:
     if os.environ.get(ENV_CACHE):
-        return Path(os.environ[ENV_CACHE]) / "verified"
+        return Path(os.environ[ENV_CACHE])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "relsearch" / "verified"
+    return Path(base) / "relsearch"
+
+
+def _cache_dir() -> Path:
+    # not "verified", the flat layout of earlier versions: one of them running beside this one
+    # would fail on the folders it finds there (it prunes by unlinking every entry)
+    return _cache_root() / "verified-by-index"
 
 
 def _generations(generation: Path) -> str:
@@ -133,6 +139,7 @@ def _mark(path: Path, sha256: str) -> None:
 def prune(generation: Path) -> None:
     """Drop the markers of ``generation``'s index whose file no longer exists or has changed since
     (they can never match again), and the marker folders of indexes that are gone."""
+    _remove(_cache_root() / "verified")  # the flat layout of earlier versions: never read now
     try:
         folders = list(_cache_dir().iterdir())
     except OSError:
@@ -142,8 +149,8 @@ def prune(generation: Path) -> None:
         try:
             if folder == own:
                 _prune_markers(folder)
-            elif not folder.is_dir() or not os.path.isdir((folder / INDEX_FILE).read_text(encoding="utf-8")):
-                _remove(folder)  # its index is gone (or a marker of the old, flat layout)
+            elif not os.path.isdir((folder / INDEX_FILE).read_text(encoding="utf-8")):
+                _remove(folder)  # its index is gone
         except OSError:  # unreadable, or being created by another writer: at worst a re-hash later
             _remove(folder)
 

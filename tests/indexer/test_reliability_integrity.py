@@ -311,8 +311,9 @@ def test_a_publish_reads_its_own_index_markers_and_drops_those_of_deleted_indexe
     kept, deleted = tmp_path / "kept", tmp_path / "deleted"
     build(kept, n=20)
     build(deleted, n=20)
-    old_layout = integrity._cache_dir() / "0123abcd"  # a marker of the flat layout before this change
-    old_layout.write_text("/nowhere\n00\n")
+    old_layout = integrity._cache_root() / "verified"  # the flat markers of earlier versions
+    old_layout.mkdir()
+    (old_layout / "0123abcd").write_text("/nowhere\n00\n")
     folders = {p.name for p in integrity._cache_dir().iterdir() if p.is_dir()}
     assert len(folders) == 2
     shutil.rmtree(deleted)  # by hand: no relsearch command sees it go
@@ -321,7 +322,8 @@ def test_a_publish_reads_its_own_index_markers_and_drops_those_of_deleted_indexe
     monkeypatch.setattr(integrity, "_prune_markers", lambda folder: read.append(folder) or real(folder))
     mutations.delete(str(kept), ["d1"])
     assert read == [integrity._index_markers(Path(gen_of(kept)))]
-    assert [p for p in integrity._cache_dir().iterdir()] == read  # the deleted index's folder and the flat marker went
+    assert [p for p in integrity._cache_dir().iterdir()] == read  # the deleted index's folder went
+    assert not old_layout.exists()
     monkeypatch.setattr(integrity, "sha256_file", lambda path: pytest.fail(f"hashed {path}"))
     open_index(kept)  # the new generation's files were remembered: opening hashes nothing
 
