@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import filters as flt
+from .records import json_text
 
 SCHEMA = """
 CREATE TABLE docs (
@@ -35,7 +36,6 @@ CREATE TABLE fields (
     PRIMARY KEY (field, type, value, elem, pos)
 ) WITHOUT ROWID;
 """
-_META_JSON = json.JSONEncoder(ensure_ascii=False)  # json.dumps(ensure_ascii=False) would build one per document
 MMAP_BYTES = 1 << 30  # of a read-only docstore mapped at most (address space, not memory)
 # A read-only docstore of at most MEMORY_MAX_ROWS documents loads them into memory at its first
 # batch-sized lookup (MEMORY_AT ids or positions): ~400 bytes a document (the rows, the id → position
@@ -128,7 +128,7 @@ class DocStore:
         rows = list(rows)
         self.conn.executemany(
             "INSERT INTO docs VALUES (?, ?, ?, ?, ?)",
-            ((p, i, t, _META_JSON.encode(m), float(n)) for p, i, t, m, n in rows),
+            ((p, i, t, json_text(m), float(n)) for p, i, t, m, n in rows),
         )
         self._add_fields([rows])
         self.conn.commit()

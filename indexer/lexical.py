@@ -38,8 +38,9 @@ def bm25s_module():
     return bm25s
 
 
-def tokenize(texts: list[str]) -> list[list[str]]:
-    return bm25s_module().tokenize(list(texts), stopwords="en", show_progress=False, return_ids=False)
+def tokenize(texts: list[str], *, ids: bool = False):
+    """The index's tokens of each text (``ids``: as bm25s's ``Tokenized``, token ids and vocabulary)."""
+    return bm25s_module().tokenize(list(texts), stopwords="en", show_progress=False, return_ids=ids)
 
 
 @functools.cache
@@ -79,7 +80,7 @@ def build(texts: list[str]):
     """A bm25s ``BM25`` (Lucene, K1, B) indexed over ``texts``; its ``scores`` are None when no
     text has a term (texts of stop words and single letters only, which bm25s cannot index)."""
     retriever = _array_bm25()(k1=K1, b=B)
-    tokenized = bm25s_module().tokenize(list(texts), stopwords="en", show_progress=False, return_ids=True)
+    tokenized = tokenize(texts, ids=True)
     if any(tokenized.ids):
         retriever.index(tokenized, show_progress=False)
     else:

@@ -129,6 +129,9 @@ def _no_constant(name: str):
 
 
 _STRICT_JSON = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)  # one, not one per line
+# a record's JSON as the index writes it, UTF-8 kept: one encoder for every row, where
+# json.dumps(ensure_ascii=False) builds one per call
+json_text = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _preview(raw: bytes) -> str:
@@ -226,7 +229,7 @@ def _record(line_no: int, obj: dict, id_field: str, text_field: str, limits: Lim
         if _depth(metadata, MAX_METADATA_DEPTH) > MAX_METADATA_DEPTH:
             return METADATA_TOO_LARGE, f"metadata nested deeper than {MAX_METADATA_DEPTH} levels"
         try:
-            meta_size = len(json.dumps(metadata, ensure_ascii=False).encode("utf-8"))
+            meta_size = len(json_text(metadata).encode("utf-8"))
         except UnicodeEncodeError:
             return INVALID_UNICODE, "metadata holds a lone surrogate escape"
         if meta_size > limits.max_metadata_bytes:

@@ -46,7 +46,6 @@ from .runners import freeze_long_lived, local_workers, new_pipeline, one_local_w
 
 ENCODER_FILE = "encoder.json"
 PROGRESS_SUFFIX = ".progress"
-_ROW_JSON = json.JSONEncoder(ensure_ascii=False)  # a shard's rows; json.dumps(ensure_ascii=False) builds one per row
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -206,7 +205,7 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
             for r in parsed if isinstance(r, rec.Record)]
     rows += [{"rejected": r.to_json()} for r in parsed if isinstance(r, rec.Rejection)]
     shardfs.write(shardfs.join(shard_dir, f"{chunk.number:06d}.jsonl"),
-                  "".join(_ROW_JSON.encode(row) + "\n" for row in rows).encode("utf-8"))
+                  "".join(rec.json_text(row) + "\n" for row in rows).encode("utf-8"))
     _save_npz(done, vectors=vectors, truncated=np.int64(truncated), lines=np.int64(chunk.lines))
     shardfs.remove([progress_file])
     faults.point("index.shard-written")
