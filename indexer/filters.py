@@ -22,9 +22,13 @@ operator does not match, documents without the field included. ``$any`` and ``$a
 reserved keys: a metadata field of either name cannot be filtered in this form.
 
 A filter holds at most :data:`MAX_CLAUSES` operators (each operator of each field, in every ``$any``
-branch, counts once; an ``in`` counts once) and nests ``$any``/``$all`` at most :data:`MAX_DEPTH`
-deep. Below these bounds the SQL never reaches one of SQLite's own limits: compound SELECTs are
-built in groups of at most :data:`SQL_GROUP` terms (SQLite allows 500).
+branch, counts once; an ``in`` counts once), holds at most :data:`MAX_VALUES` ``in`` values in all (the
+elements of every ``in`` list, counted once per place the list is used) and nests
+``$any``/``$all`` at most :data:`MAX_DEPTH` deep. A sub-filter used in several places (the same
+Python object twice) counts each time it is used, as the SQL would repeat it, but is measured once:
+these bounds are checked before any term is built, so a filter that is refused costs no more than
+the objects it is made of. Below these bounds the SQL never reaches one of SQLite's own limits:
+compound SELECTs are built in groups of at most :data:`SQL_GROUP` terms (SQLite allows 500).
 
 The docstore answers a filter from an indexed side table (one row per field value and array
 element, indexer/docstore.py): each positive operator is an index range scan, so a selective
@@ -41,6 +45,7 @@ from dataclasses import dataclass
 RANGE_OPS = {"gt": ">", "gte": ">=", "lt": "<", "lte": "<="}
 OPS = ("eq", "ieq", *RANGE_OPS, "in", "has", "exists", "null", "not")
 MAX_IN = 10_000  # values of one ``in``
+MAX_VALUES = 10_000  # values of all the ``in`` lists of one filter together (each also at most MAX_IN)
 MAX_CLAUSES = 1_024  # operators in one filter (Elasticsearch's classic indices.query.bool.max_clause_count)
 MAX_DEPTH = 4  # nesting of $any / $all
 SQL_GROUP = 32  # terms per compound SELECT in the generated SQL (SQLITE_MAX_COMPOUND_SELECT is 500)
@@ -85,25 +90,22 @@ def kind(value) -> str:
         return "bool"
     if isinstance(value, (int, float)) and (not isinstance(value, float) or math.isfinite(value)):
         if isinstance(value, int) and abs(value) > MAX_NUMBER:
-            raise FilterError(f"the integer {str(value)[:20]}... ({len(str(abs(value)))} digits) is beyond the "
-                              "numbers a filter compares (about ±1.8e308)")
+            raise FilterError(f"{_shown(value)} is beyond the numbers a filter compares (about ±1.8e308)")
         return "number"
     if isinstance(value, str):
         if not _utf8(value):
             raise FilterError("not valid UTF-8")
         return "text"
-    raise FilterError(f"{value!r} is not a string, boolean or finite number")
+    raise FilterError(f"{_shown(value)} is not a string, boolean or finite number")
 
 
 def clauses(filters: Mapping[str, object] | None) -> list:
     """``filters`` (the JSON form above) → its terms: :class:`Clause` and :class:`AnyOf`; FilterError
-    (one line naming the field) if invalid, or if it holds more than MAX_CLAUSES operators."""
-    out = _terms(filters, 0)
-    n = sum(1 if isinstance(t, Clause) else sum(1 for _ in t.clauses()) for t in out)
-    if n > MAX_CLAUSES:
-        raise FilterError(f"the filter has {n:,} operators, at most {MAX_CLAUSES:,} are allowed; "
-                          "give several values of one field as one 'in'")
-    return out
+    (one line naming the field or the bound) if invalid, or if it holds more than MAX_CLAUSES
+    operators, more than MAX_VALUES ``in`` values or nests deeper than MAX_DEPTH; these bounds are
+    checked first (:func:`_measure`), in time proportional to the distinct objects of ``filters``."""
+    _measure(filters, 0, {})
+    return _terms(filters, 0)
 
 
 def fields_in(filters: Mapping[str, object] | None) -> list[str]:
@@ -127,9 +129,6 @@ def _terms(filters, depth: int) -> list:
             if not isinstance(cond, (list, tuple)) or not cond or not all(isinstance(f, Mapping) and f for f in cond):
                 raise FilterError(f'"{field}" takes a list of filters, e.g. '
                                   '{"%s": [{"sector": "Energy"}, {"year": {"lt": 1950}}]}' % field)
-            if _count_guard(cond):
-                raise FilterError(f"the filter has more than {MAX_CLAUSES:,} operators, at most {MAX_CLAUSES:,} "
-                                  "are allowed")
             options = [_terms(f, depth + 1) for f in cond]
             if field == ALL:
                 out += [t for option in options for t in option]
@@ -137,7 +136,7 @@ def _terms(filters, depth: int) -> list:
                 out.append(AnyOf(tuple(tuple(option) for option in options)))
             continue
         if not isinstance(field, str) or not _utf8(field):
-            raise FilterError(f"filter field {field!r} must be a string of valid UTF-8")
+            raise FilterError(f"filter field {_shown(field)} must be a string of valid UTF-8")
         try:
             if isinstance(cond, Mapping):
                 if not cond:
@@ -156,15 +155,68 @@ def _terms(filters, depth: int) -> list:
     return out
 
 
-def _count_guard(options) -> bool:
-    """True when ``options`` (a $any / $all list) plainly holds more than MAX_CLAUSES operators: refused
-    before its terms are built, so a huge request costs no more than reading it."""
-    return len(options) > MAX_CLAUSES
+def _measure(filters, depth: int, seen: dict) -> tuple[int, int]:
+    """(operators, ``in`` values) of ``filters`` as :func:`_terms` would expand it; FilterError as soon as
+    either passes its bound (MAX_CLAUSES, MAX_VALUES) or ``$any``/``$all`` nest deeper than MAX_DEPTH.
+    ``seen`` (id → size) measures an object used in several places once: a filter made of one
+    sub-filter repeated (``d = {"$all": [d] * 32}`` four times: a million operators) is refused in
+    time proportional to its distinct objects, not to its expansion. Shapes are left to _terms."""
+    if not isinstance(filters, Mapping):
+        return 0, 0
+    if id(filters) in seen:
+        return seen[id(filters)]
+    ops = values = 0
+    for field, cond in filters.items():
+        if field in (ANY, ALL):
+            if depth >= MAX_DEPTH:
+                raise FilterError(f"{ANY} and {ALL} nest at most {MAX_DEPTH} deep")
+            if isinstance(cond, (list, tuple)):
+                if len(cond) > MAX_CLAUSES:
+                    _too_many(len(cond), 0)
+                for option in cond:
+                    o, v = _measure(option, depth + 1, seen)
+                    ops, values = ops + o, values + v
+                    _too_many(ops, values)
+            continue
+        if isinstance(cond, Mapping):
+            for op, value in cond.items():
+                for o, v in value.items() if op == "not" and isinstance(value, Mapping) else ((op, value),):
+                    ops += 1
+                    if o == "in" and isinstance(v, (list, tuple)):
+                        if len(v) > MAX_IN:
+                            raise FilterError(f'filter {_shown(field)}: "in" takes a list of 1 to {MAX_IN:,} values')
+                        values += len(v)
+                    _too_many(ops, values)
+        else:
+            ops += 1
+            _too_many(ops, values)
+    seen[id(filters)] = ops, values
+    return ops, values
+
+
+def _too_many(ops: int, values: int) -> None:
+    if ops > MAX_CLAUSES:
+        raise FilterError(f"the filter has more than {MAX_CLAUSES:,} operators (a sub-filter counts each time it "
+                          f"is used), at most {MAX_CLAUSES:,} are allowed; give several values of one field as one 'in'")
+    if values > MAX_VALUES:
+        raise FilterError(f"the filter's 'in' lists hold more than {MAX_VALUES:,} values together (a list counts each "
+                          f"time it is used), at most {MAX_VALUES:,} are allowed")
+
+
+def _shown(value) -> str:
+    """``value`` in an error message, bounded: a short scalar as written, anything else by its type
+    (the repr of a list nested 3,000 deep would itself fail, of a huge one would be huge)."""
+    if isinstance(value, (bool, int, float, str)) or value is None:
+        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**40:
+            return f"an integer of {value.bit_length():,} bits"  # str() of one beyond 4,300 digits raises
+        text = repr(value)
+        return text if len(text) <= 80 else text[:77] + "..."
+    return f"a {type(value).__name__}"
 
 
 def _clause(field: str, op: str, value, negate: bool = False) -> Clause:
     if op not in OPS:
-        raise FilterError(f"unknown operator {op!r}; operators: {', '.join(OPS)}")
+        raise FilterError(f"unknown operator {_shown(op)}; operators: {', '.join(OPS)}")
     if op == "exists":
         if not isinstance(value, bool):
             raise FilterError('"exists" takes true or false')

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from ..indexer.filters import ALL, ANY, clauses
+from ..indexer.filters import ALL, ANY, MAX_CLAUSES, clauses
 
 # Above these a request is refused; below them k and depth are clipped to the number of live
 # documents (Searcher.search), so a large k costs no more than the index holds.
@@ -20,6 +20,9 @@ MAX_RERANK_DEPTH = 10_000  # ANN candidates re-scored by a pair head (query --re
 # Scores are Σ w·cos in float32: a weight beyond this says nothing a smaller one cannot, and near
 # float32's range (3.4e38) the query vector overflows to inf/nan.
 MAX_WEIGHT = 1e6
+# A --filter expression nests brackets ([ and {, outside double quotes) at most this deep: deeper ones are
+# refused before any JSON is decoded (json.loads recurses once per level: 3,000 levels raised RecursionError).
+MAX_FILTER_NESTING = 32
 
 FilterValue = str | bool | int | float
 Filters = Mapping[str, "FilterValue | Mapping"]  # {field: value | {operator: value}}: indexer/filters.py
@@ -63,6 +66,8 @@ def filter_value(text: str) -> FilterValue:
     """The value a ``--filter FIELD=VALUE`` matches: a JSON number (``1``, ``2.5``; finite), ``true``
     or ``false``, or a JSON string in double quotes (``"1"`` is the string 1); any other text is
     that text as a string (``Financials``, ``null``, ``[1]``)."""
+    if text.lstrip()[:1] in ("[", "{"):  # never a scalar: not decoded (a deep one would recurse)
+        return text
     try:
         value = json.loads(text, parse_constant=_no_constant)
     except ValueError:
@@ -82,7 +87,8 @@ def check_filters(filters: Mapping[str, object]) -> None:
 # of = ! < > ~); EXPR or EXPR ...: any of them
 _WORD = re.compile(r"(?P<field>[^\s=!<>~]+)\s+(?:(?P<op>in|has)\s+(?P<value>.*\S)|(?P<exists>exists|is null|is not null))"
                    r"\s*", re.S)
-_CMP = re.compile(r"(?P<field>[^=!<>~]+?)\s*(?P<op>!=|~=|>=|<=|=|>|<)(?P<value>.*)", re.S)
+# the field runs to the first operator character (stripped after): no backtracking over long runs of spaces
+_CMP = re.compile(r"(?P<field>[^=!<>~]+)(?P<op>!=|~=|>=|<=|=|>|<)(?P<value>.*)", re.S)
 _CMP_OPS = {"=": "eq", "!=": "eq", "~=": "ieq", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"}
 
 
@@ -95,9 +101,14 @@ def parse_filter(spec: str) -> tuple[str, str, object, bool]:
     holding it), ``FIELD exists``, ``FIELD is null`` (missing or null), ``FIELD is not null``; a
     leading ``not `` negates any of them. ``EXPR or EXPR ...`` matches when any of them does (also
     across fields): it parses to ``("$any", "any", [filter, ...], False)``. ValueError if malformed,
-    or for a doubled operator (``==``, ``=>``, ``<>``, ...) naming the right form.
+    or for a doubled operator (``==``, ``=>``, ``<>``, ...) naming the right form, for brackets
+    nested deeper than :data:`MAX_FILTER_NESTING` or more than MAX_CLAUSES ``or`` alternatives.
     """
+    _check_nesting(spec)
     alternatives = _split_or(spec)
+    if len(alternatives) > MAX_CLAUSES:
+        raise ValueError(f"cannot read filter {spec[:80]!r}...: {len(alternatives):,} alternatives joined by 'or', "
+                         f"at most {MAX_CLAUSES:,} are allowed")
     if len(alternatives) > 1:
         return ANY, "any", [merge_filters([parse_filter(a)]) for a in alternatives], False
     text = spec.strip()
@@ -136,6 +147,24 @@ def _refuse_doubled(spec: str, field: str, op: str, rest: str) -> None:
     meant, value = _DOUBLED.get(written, op), rest[len(written) - len(op):].strip()
     raise ValueError(f"cannot read filter {spec!r}: {written!r} is not an operator; write {field}{meant}{value} "
                      f"(a value that starts with {rest[0]!r} goes in double quotes: {field}{op}{json.dumps(rest.strip())})")
+
+
+def _check_nesting(spec: str) -> None:
+    """ValueError naming MAX_FILTER_NESTING when ``spec`` nests [ or { (outside double quotes) deeper."""
+    depth = deepest = 0
+    quoted = False
+    for i, c in enumerate(spec):
+        if c == '"' and (i == 0 or spec[i - 1] != "\\"):
+            quoted = not quoted
+        elif not quoted and c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif not quoted and c in "]}":
+            depth = max(depth - 1, 0)
+    if deepest > MAX_FILTER_NESTING:
+        shown = spec if len(spec) <= 60 else spec[:57] + "..."
+        raise ValueError(f"cannot read filter {shown!r}: brackets nest {deepest:,} deep, at most "
+                         f"{MAX_FILTER_NESTING} are allowed")
 
 
 def _split_or(spec: str) -> list[str]:

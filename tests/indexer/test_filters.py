@@ -3,6 +3,7 @@ the Elasticsearch translation, and a filtered search that returns k whenever k m
 from __future__ import annotations
 
 import sqlite3
+import time
 
 import numpy as np
 import pytest
@@ -332,3 +333,91 @@ def test_elasticsearch_receives_any_as_should_and_null_as_exists():
                              {"bool": {"filter": [{"exists": {"field": "metadata.b"}}]}}], "minimum_should_match": 1}},
         {"bool": {"must_not": [{"exists": {"field": "metadata.c"}}]}},
     ]
+
+
+# ------------------------------------------------------------------------------ what a filter may cost
+def _nested_list(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_deeply_nested_filter_text_is_one_line_naming_the_bound():
+    """``--filter "founded in [[[[…3000 deep…]]]]"`` raised RecursionError (a traceback) from json.loads."""
+    import click
+
+    from relsearch.cli_query import typed_filters
+    from relsearch.retrieval import inputs
+
+    deep = "[" * 3000 + "]" * 3000
+    for spec in [f"founded in {deep}", f"founded={deep}", f"tags has {deep}", f"a=1 or founded in {deep}"]:
+        with pytest.raises(ValueError, match="brackets nest 3,000 deep, at most 32 are allowed"):
+            parse_filter(spec)
+        with pytest.raises(click.BadParameter, match="at most"):  # the CLI's --filter: a usage error, no traceback
+            typed_filters(None, None, [spec])
+    inside = '"' + "[" * 100 + '"'  # brackets inside double quotes are text
+    assert parse_filter(f"title={inside}") == ("title", "eq", "[" * 100, False)
+    assert parse_filter("x in [[1],2]") == ("x", "in", ["[1]", 2], False)  # shallow brackets: as before
+    assert inputs.MAX_FILTER_NESTING == 32
+
+
+def test_a_deeply_nested_filter_value_is_refused_without_recursion():
+    """The Python API's dict form: a list nested 3,000 deep as a value raised RecursionError (its repr)."""
+    deep = _nested_list(3000)
+    for filters in [{"founded": {"in": [deep]}}, {"founded": deep}, {"founded": {"not": {"eq": deep}}}]:
+        with pytest.raises(flt.FilterError, match="filter 'founded': a list is not a string"):
+            flt.clauses(filters)
+    with pytest.raises(flt.FilterError, match="a tuple must be a string"):
+        flt.clauses({(1, 2): 1})
+
+
+def test_the_in_values_of_a_filter_are_bounded_in_all():
+    """1,024 ``in`` clauses of 10,000 values each were accepted (27 s, +660 MB per search)."""
+    values = list(range(flt.MAX_IN))
+    assert len(flt.clauses({"a": {"in": values}})[0].value) == flt.MAX_IN  # one full in: still fine
+    for filters in [{"a": {"in": values}, "b": {"in": [1]}},
+                    {"a": {"in": values[:6000]}, "b": {"not": {"in": values[:6000]}}},
+                    {"$any": [{"a": {"in": values[:4000]}}] * 3}]:
+        with pytest.raises(flt.FilterError, match="at most 10,000 are allowed"):
+            flt.clauses(filters)
+    started = time.perf_counter()
+    with pytest.raises(flt.FilterError, match="'in' lists hold more than 10,000 values"):
+        flt.clauses({f"f{j}": {"in": values} for j in range(flt.MAX_CLAUSES)})
+    assert time.perf_counter() - started < 1.0
+    with pytest.raises(flt.FilterError, match="filter 'a': \"in\" takes a list of 1 to 10,000 values"):
+        flt.clauses({"a": {"in": values + [1]}})
+    assert flt.MAX_VALUES == 10_000
+
+
+def test_shared_sub_filters_are_measured_without_expanding_them(monkeypatch):
+    """A filter repeating one sub-dict (``[d] * 32``, four levels: a million operators) was expanded
+    term by term (18 s) before its count was refused; now it is measured once per distinct object and
+    refused before any term is built."""
+    built = []
+    real = flt._clause
+    monkeypatch.setattr(flt, "_clause", lambda *a, **k: built.append(a) or real(*a, **k))
+    small = {"x": 1}
+    for _ in range(2):
+        small = {"$all": [small] * 40}  # 1,600 operators, each list well within MAX_CLAUSES
+    with pytest.raises(flt.FilterError, match=f"at most {flt.MAX_CLAUSES:,}"):
+        flt.clauses(small)
+    assert built == []  # refused before any term was built
+    huge = {"x": {"in": [1, 2]}}
+    for _ in range(flt.MAX_DEPTH):
+        huge = {"$all": [huge] * 32}
+    started = time.perf_counter()
+    with pytest.raises(flt.FilterError, match="at most 1,024"):
+        flt.clauses(huge)
+    assert time.perf_counter() - started < 1.0 and built == []
+    shared = {"x": {"gte": 1}}
+    assert len(flt.clauses({"$any": [shared, shared], "$all": [shared]})) == 2  # within bounds, shared is fine
+
+
+def test_a_long_run_of_spaces_in_filter_text_is_read_in_linear_time():
+    """The comparison pattern backtracked over every run of spaces: 20,000 spaces took 11 s."""
+    started = time.perf_counter()
+    with pytest.raises(ValueError, match="cannot read filter"):
+        parse_filter("a" + " " * 20_000 + "b")
+    assert parse_filter("year" + " " * 20_000 + ">= 2010") == ("year", "gte", 2010, False)
+    assert time.perf_counter() - started < 2.0
