@@ -193,7 +193,7 @@ def search_batch(batch: list[LookupInput], searcher, job: LookupJob, clock=time.
     """Answer a batch whose inputs share ``same`` values: one search for the id inputs, one for the
     new texts (a relation alone runs its recipe, as ``relsearch query`` does). Returns ((line,
     result JSON line) rows, stats counts)."""
-    from ..retrieval.request import search_with_recipes
+    from ..retrieval.request import SearchOptions, plan
     from ..retrieval.search import Query
 
     filters = {**job.filters, **dict(batch[0].same)}
@@ -204,16 +204,16 @@ def search_batch(batch: list[LookupInput], searcher, job: LookupJob, clock=time.
     rows = []
     if by_id:
         started = clock()
-        hits = search_with_recipes(searcher, [Query(doc_id=x.id, relations=relations, query_id=x.id)
-                                              for x in by_id], k=job.k, filters=filters)
+        hits = plan(searcher, [Query(doc_id=x.id, relations=relations, query_id=x.id) for x in by_id],
+                    SearchOptions(k=job.k, filters=filters)).top(job.k)
         stats["id_seconds"] = clock() - started
         rows += zip(by_id, hits)
     if by_text:
         searcher.encoder  # load the transformer (once per process) outside the timed search
         started = clock()
         # one extra: new text sent under an indexed id must not get that document back
-        hits = search_with_recipes(searcher, [Query(text=x.text, relations=relations, query_id=x.id)
-                                              for x in by_text], k=job.k + 1, filters=filters)
+        hits = plan(searcher, [Query(text=x.text, relations=relations, query_id=x.id) for x in by_text],
+                    SearchOptions(k=job.k + 1, filters=filters)).top(job.k + 1)
         stats["text_seconds"] = clock() - started
         rows += ((x, [h for h in hs if h.id != x.id][:job.k]) for x, hs in zip(by_text, hits))
     return [(x.line, json.dumps({"query_id": x.id, "results": [_hit_json(h, job) for h in hits]},

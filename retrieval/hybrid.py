@@ -9,8 +9,10 @@
   ``weight`` in [0, 1], 0.5 by default (``--hybrid-weight``, the API's ``hybrid_weight``): 1 is the
   relational order alone, 0 BM25's alone (both restricted to the union of the two candidate lists).
 
-Both take the top ``depth`` of each side (Searcher.search: max(HYBRID_DEPTH, k + 1)) and return
-the fused top k; ties go to the smaller position. The fused score replaces the hit's score. An
+Both take the top ``depth`` of each side (HYBRID_DEPTH, fixed by the query plan whatever k is:
+retrieval/plan.py) and return the fused top k; ties go to the smaller position. ``weighted`` runs
+as a recipe with BM25 share 1 − ``weight`` (retrieval/recipe.py); ``rrf`` by :func:`fuse_rrf`,
+whose hits past the pool follow in dense order with score 0. The fused score replaces the hit's score. An
 ``--id`` query's own document (``exclude``) leaves both lists before fusing: it is never a hit,
 and left in, it would take rank 1 and, as the maximum of each list, squeeze the normalised
 scores of the rest, BM25's far more than the dense ones (a text matches all its own terms).
@@ -59,6 +61,33 @@ def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, wei
             scores, positions = top_k(np.asarray([list(fused.values())], np.float32),
                                       np.asarray(list(fused), np.int64), k)
             out_p[i], out_s[i] = positions[0], scores[0]
+    return SearchResult(out_p, out_s)
+
+
+def fuse_rrf(dense: SearchResult, lexical: SearchResult, k: int, *, depth: int = HYBRID_DEPTH,
+             exclude: np.ndarray | None = None) -> SearchResult:
+    """RRF of each row's top ``depth`` dense and lexical candidates (``exclude`` left out first),
+    then the rest of the dense list in its order with score 0: the ranking does not move with k."""
+    n = len(dense.positions)
+    exclude = np.full(n, -1, np.int64) if exclude is None else np.asarray(exclude, np.int64)
+
+    def cut(result: SearchResult, i: int) -> np.ndarray:
+        row = result.positions[i]
+        return row[(row >= 0) & (row != exclude[i])]
+
+    out_p = np.full((n, k), -1, np.int64)
+    out_s = np.full((n, k), -np.inf, np.float32)
+    for i in range(n):
+        ranked_dense = cut(dense, i)
+        fused: dict[int, float] = {}
+        for row in (ranked_dense[:depth], cut(lexical, i)[:depth]):
+            for rank, p in enumerate(row.tolist(), 1):
+                fused[p] = fused.get(p, 0.0) + 1.0 / (RRF_K + rank)
+        ranked = sorted(fused.items(), key=lambda item: (-np.float32(item[1]), item[0]))
+        ranked += [(p, 0.0) for p in ranked_dense[depth:].tolist() if p not in fused]
+        ranked = ranked[:k]
+        out_p[i, :len(ranked)] = [p for p, _ in ranked]
+        out_s[i, :len(ranked)] = [s for _, s in ranked]
     return SearchResult(out_p, out_s)
 
 
@@ -121,13 +150,19 @@ def fuse_lists(weighted: list[tuple[tuple, float]], shape: tuple[int, int]) -> t
 
 def _top(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None):
     """(rows, order, valid, top scores) of each row's ``depth`` best candidates, best first; valid
-    drops the excluded ones and, with ``must_match``, scores of 0 (no BM25 term matched). Ties at
-    the depth cut may keep either candidate; within the top, ties go to the smaller column."""
+    drops the excluded ones and, with ``must_match``, scores of 0 (no BM25 term matched). Ties, at
+    the depth cut too, go to the smaller column."""
     if exclude is not None:
         scores = np.where(exclude, -np.inf, scores)
     rows = np.arange(len(scores))[:, None]
     if depth < scores.shape[1]:  # a partition, then a sort of the top only: tables of 10⁴ × 10⁴ stay cheap
         part = np.argpartition(-scores, depth - 1, axis=1)[:, :depth]
+        kth = scores[rows, part].min(axis=1)
+        # ties across the cut go to the smaller column, as the index's lists keep them (indexer/lexical.py)
+        crossing = ((scores >= kth[:, None]).sum(axis=1) > depth) & (kth > (0 if must_match else -np.inf))
+        for i in np.flatnonzero(crossing):
+            tied = np.flatnonzero(scores[i] >= kth[i])
+            part[i] = tied[np.lexsort((tied, -scores[i, tied]))[:depth]]
         order = part[rows, np.lexsort((part, -scores[rows, part]), axis=1)]
     else:
         order = np.argsort(-scores, axis=1, kind="stable")

@@ -43,6 +43,10 @@ TITLE = "@title"  # the dense tables' key of the query-title cosines (no relatio
 BM25_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
 BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 MIN_DEV_QUERIES = 10  # fewer dev queries than this: no recipe beats the operator alone (noise_margin)
+MAX_DEPTH = 10_000  # candidates per list (MAX_K)
+MAX_FIELDS = 64  # mixture operators / bonus fields of one recipe
+MAX_RECIPE_WEIGHT = 1e3  # |mixture weight|, title weight
+MAX_BONUS = 10.0  # a bonus past this outweighs every fused score many times: no dev search picks it
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -59,15 +63,26 @@ class Recipe:
     depth: int = DEPTH
 
     def __post_init__(self):
+        # bounds checked once, when a bundle's recipe is read: a weight of 1e308 makes scores inf
+        # (invalid JSON), a fractional depth breaks the search, 10⁵ bonus fields cost a second a query
         weights = list(self.mixture.values()) + [self.bm25, self.title] + list(self.same.values())
         if not self.mixture or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
                                        for w in weights):
-            raise ValueError(f"a recipe needs finite numeric weights, got {self.to_json()}")
-        if not 0.0 <= self.bm25 <= 1.0 or self.title < 0 or not 1 <= self.depth <= 10_000 \
-                or not any(self.mixture.values()):
-            raise ValueError(f"recipe out of range: bm25 share in [0, 1], title weight >= 0, depth in [1, 10000], "
-                             f"a non-zero mixture; "
-                             f"got {self.to_json()}")
+            raise ValueError(f"a recipe needs finite numeric weights, got {_short(self.to_json())}")
+        if isinstance(self.depth, bool) or not isinstance(self.depth, int) or not 1 <= self.depth <= MAX_DEPTH:
+            raise ValueError(f"depth must be an integer in [1, {MAX_DEPTH}], got {self.depth!r}")
+        if len(self.mixture) > MAX_FIELDS or len(self.same) > MAX_FIELDS:
+            raise ValueError(f"at most {MAX_FIELDS} mixture operators and {MAX_FIELDS} bonus fields, got "
+                             f"{len(self.mixture)} and {len(self.same)}")
+        if any(abs(w) > MAX_RECIPE_WEIGHT for w in self.mixture.values()) or not any(self.mixture.values()):
+            raise ValueError(f"mixture weights must be within ±{MAX_RECIPE_WEIGHT:g}, not all zero; "
+                             f"got {_short(self.mixture)}")
+        if not 0.0 <= self.bm25 <= 1.0:
+            raise ValueError(f"bm25 share must be in [0, 1], got {self.bm25!r}")
+        if not 0.0 <= self.title <= MAX_RECIPE_WEIGHT:
+            raise ValueError(f"title weight must be in [0, {MAX_RECIPE_WEIGHT:g}], got {self.title!r}")
+        if not all(0.0 <= w <= MAX_BONUS for w in self.same.values()):
+            raise ValueError(f"same bonuses must be in [0, {MAX_BONUS:g}], got {_short(self.same)}")
 
     def alone(self, name: str) -> bool:
         """True when the recipe ranks as operator ``name`` alone: nothing to mix, fuse or re-order.
@@ -85,6 +100,9 @@ class Recipe:
             if not isinstance(entry, dict) or not isinstance(entry.get("mixture"), dict) \
                     or not isinstance(entry.get("same", {}), dict):
                 raise ValueError("not an object with a mixture")
+            unknown = set(entry) - {"mixture", "bm25", "title", "same", "depth"}
+            if unknown:
+                raise ValueError(f"unknown key {sorted(unknown)[0][:40]!r}")
             return cls(mixture={str(k): v for k, v in entry["mixture"].items()}, bm25=entry.get("bm25", 0.0),
                        title=entry.get("title", 0.0),
                        same={str(k): v for k, v in entry.get("same", {}).items()},
@@ -119,22 +137,73 @@ def title_vectors(encode, texts: list[str], h: np.ndarray) -> np.ndarray:
     return out
 
 
+_PARSED: dict[int, tuple[object, Recipe | None]] = {}  # id(info) → (info, its recipe): parsed once per bundle
+
+
 def recipe_of(operator) -> Recipe | None:
-    """The recipe stored with ``operator`` (its bundle entry), or None."""
-    entry = operator.info.get("recipe")
-    return None if entry is None else Recipe.from_json(entry, f"relation {operator.name!r}")
+    """The recipe stored with ``operator`` (its bundle entry), or None; parsed once per operator."""
+    info = operator.info
+    cached = _PARSED.get(id(info))
+    if cached is not None and cached[0] is info:
+        return cached[1]
+    entry = info.get("recipe")
+    recipe = None if entry is None else Recipe.from_json(entry, f"relation {operator.name!r}")
+    if len(_PARSED) > 4096:  # bundles opened and dropped in a long process: keep the cache bounded
+        _PARSED.clear()
+    _PARSED[id(info)] = (info, recipe)
+    return recipe
+
+
+def check_recipes(operators: dict) -> None:
+    """Every stored recipe of ``operators`` parses and names operators that exist: the check made
+    once, when a bundle is opened for search. ValueError: one line naming the relation and key."""
+    for name, op in operators.items():
+        recipe = recipe_of(op)
+        missing = [m for m in (recipe.mixture if recipe else ()) if m not in operators]
+        if missing:
+            raise ValueError(f"relation {name!r}: malformed recipe (mixture names {missing[0][:60]!r}, which is not "
+                             f"an operator of this bundle; operators: {', '.join(sorted(operators))})")
+
+
+def _short(value) -> str:
+    text = str(value)
+    return text if len(text) <= 120 else text[:117] + "..."
 
 
 # ---- scoring a whole candidate table (dev, test, benchmarks) -------------------------------------
 
 def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
                  same: dict[str, np.ndarray], exclude: np.ndarray) -> np.ndarray:
-    """(n, m) recipe scores: ``dense`` operator → (n, m) cosines (every operator of the mixture,
-    and :data:`TITLE` when the recipe weighs the query title), ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
-    "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate."""
+    """(n, m) recipe scores, as :func:`search` ranks an index: ``dense`` operator → (n, m) cosines
+    (every operator of the mixture, and :data:`TITLE` when the recipe weighs the query title),
+    ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
+    "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate.
+    Candidates past the pool score :func:`past_pool` of their dense score."""
     mixed = _dense(recipe, dense)
+    dense_list = hybrid.minmax_list(mixed, recipe.depth, False, exclude)
     lex = hybrid.minmax_list(lexical, recipe.depth, True, exclude) if recipe.bm25 else None
-    return _fused(recipe, hybrid.minmax_list(mixed, recipe.depth, False, exclude), lex, same, mixed.shape)
+    fused = _fused(recipe, dense_list, lex, same, mixed.shape)
+    pool = np.zeros(mixed.shape, bool)
+    for rows, order, valid, _ in [dense_list] + ([lex] if lex is not None else []):
+        pool[rows, order] |= valid
+    lo, span = _bounds(np.take_along_axis(mixed, dense_list[1], axis=1), dense_list[2])
+    return np.where(pool, fused, past_pool(recipe, mixed, lo, span)).astype(np.float32)
+
+
+def _bounds(top: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 1) min and span of each row's valid top-depth dense scores (span 0 where all tie)."""
+    lo = np.where(valid, top, np.inf).min(axis=1, keepdims=True)
+    span = np.where(valid, top, -np.inf).max(axis=1, keepdims=True) - lo
+    return np.where(np.isfinite(lo), lo, 0.0), np.where(np.isfinite(span), span, 0.0)
+
+
+def past_pool(recipe: Recipe, dense: np.ndarray, lo, span) -> np.ndarray:
+    """The score of a candidate in neither top-``depth`` list: −1 + (1 − b) · min(0, its dense score
+    normalised with the pool's bounds ``lo``, ``span``). Below every pooled score (those are ≥ 0) and in
+    dense order, so a deeper page continues the ranking instead of changing it."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        normalised = np.where(span > 0, (dense - lo) / np.where(span > 0, span, 1.0), 0.0)
+    return -1.0 + (1.0 - recipe.bm25) * np.minimum(0.0, normalised)
 
 
 def _dense(recipe: Recipe, dense: dict[str, np.ndarray]) -> np.ndarray:
@@ -309,11 +378,14 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
 
 # ---- scoring an index ----------------------------------------------------------------------------
 
-def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=None, explain: bool = False):
-    """Top-k hits per query under ``recipe`` over ``searcher``'s index: one ANN search of the
-    mixture vector, BM25 when the recipe uses it, then fusion and bonuses over the candidates.
-    ``explain`` adds each part's contribution (``recipe:dense``, ``recipe:bm25``,
-    ``recipe:same:FIELD``) beside every operator's own score."""
+def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=None, explain: bool = False):
+    """Top-k hits per query under ``recipe`` (retrieval/plan.py resolved it): one dense search of the
+    mixture vector, BM25 when the recipe uses it, both from ``backend`` (retrieval/backend.py),
+    fused with bonuses over the pool — each list's top ``recipe.depth``, whatever k is — then the
+    dense list past the pool (:func:`past_pool`), so the ranking never moves with k or paging.
+    ``explain`` adds each part (``recipe:dense``, ``recipe:bm25``, ``recipe:same:FIELD``,
+    ``recipe:past-pool``: they add up to the score) beside every operator's own score."""
+    searcher = backend.local
     k = min(k, searcher.live_count)
     mixed = [replace(q, relations=dict(recipe.mixture)) for q in queries]
     h, qv, own = searcher.query_vectors(mixed, filters)
@@ -323,33 +395,20 @@ def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=No
 
         titles = title_vectors(lambda texts: encode_texts(searcher.encoder, texts)[0], searcher.query_texts(queries), h)
         qv = qv + recipe.title * titles
-    subset = searcher.matching(filters) if filters else None
-    depth = max(recipe.depth, k)
-    # one extra candidate, then each list without the query document and cut to depth: the lists
-    # that score_matrix takes from a whole table
-    dense = _without_own(searcher.ann(qv, depth + 1, subset=subset), own, depth)
-    lexical = _without_own(searcher.lexical_search(searcher.query_texts(queries), depth + 1, subset), own, depth) \
-        if recipe.bm25 else None
+    depth = recipe.depth
+    texts = searcher.query_texts(queries) if recipe.bm25 else None
+    # one extra candidate per list, then each without the query document: the lists score_matrix cuts
+    dense, lexical = backend.candidates(qv, texts, max(depth, k) + 1, depth + 1, filters, own=own)
+    dense = _without_own(dense, own, max(depth, k))
+    lexical = None if lexical is None else _without_own(lexical, own, depth)
     wanted = {f: w for f, w in recipe.same.items() if w and f in searcher.metadata_fields}
     query_meta = _query_metadata(searcher, own) if wanted else [{}] * len(queries)
-    pool = sorted({int(p) for p in dense.positions.ravel().tolist() + ([] if lexical is None else
-                                                                        lexical.positions.ravel().tolist()) if p >= 0})
-    docs = searcher.files.docstore.get(pool) if wanted else {}
     rows_p, rows_s, parts = [], [], []
     for i in range(len(queries)):
-        contributions = {"recipe:dense": hybrid.minmax_part(dense, i, -1, 1.0 - recipe.bm25)}
-        if lexical is not None:
-            contributions["recipe:bm25"] = hybrid.minmax_part(lexical, i, -1, recipe.bm25)
-        candidates = set().union(*contributions.values())
-        for f, w in wanted.items():
-            value = query_meta[i].get(f)
-            contributions[f"recipe:same:{f}"] = {p: w for p in candidates
-                                                 if value is not None and docs[p]["metadata"].get(f) == value}
-        total = {p: sum(part.get(p, 0.0) for part in contributions.values()) for p in candidates}
-        order = sorted(total, key=lambda p: (-total[p], p))[:k]
-        rows_p.append(order + [-1] * (k - len(order)))
-        rows_s.append([total[p] for p in order] + [-np.inf] * (k - len(order)))
-        parts.append({p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p in order})
+        ranked, row_parts = _rank_row(recipe, dense, lexical, i, wanted, query_meta[i], searcher, k)
+        rows_p.append([p for p, _ in ranked] + [-1] * (k - len(ranked)))
+        rows_s.append([s for _, s in ranked] + [-np.inf] * (k - len(ranked)))
+        parts.append(row_parts)
     result = SearchResult(np.asarray(rows_p, np.int64).reshape(len(queries), k),
                           np.asarray(rows_s, np.float32).reshape(len(queries), k))
     hits = searcher.hits(result, queries, k, h if explain else None, own=own)
@@ -363,6 +422,49 @@ def search(searcher, queries: list[Query], recipe: Recipe, *, k: int, filters=No
         out.append([replace(hit, explain={**parts[i][p], **({"title": float(title[p])} if title else {}),
                                           **(hit.explain or {})}) for hit, p in zip(row, order)])
     return out
+
+
+def _rank_row(recipe: Recipe, dense: SearchResult, lexical: SearchResult | None, i: int, wanted: dict,
+              query_meta: dict, searcher, k: int) -> tuple[list[tuple[int, float]], dict[int, dict]]:
+    """Query ``i``'s top k as (position, score) and each hit's parts: the pool by fused score
+    (ties to the smaller position), then the dense list past the pool in its order."""
+    row_p, row_s = dense.positions[i], dense.scores[i].astype(np.float64)
+    valid = row_p >= 0
+    row_p, row_s = row_p[valid], row_s[valid]
+    pooled_p, pooled_s = row_p[:recipe.depth], row_s[:recipe.depth]
+    contributions = {"recipe:dense": _normalised(pooled_p, pooled_s, 1.0 - recipe.bm25)}
+    if lexical is not None:
+        lex_valid = lexical.positions[i] >= 0
+        contributions["recipe:bm25"] = _normalised(lexical.positions[i][lex_valid],
+                                                   lexical.scores[i][lex_valid].astype(np.float64), recipe.bm25)
+    pool = set().union(*contributions.values())
+    if wanted:
+        docs = searcher.files.docstore.get(sorted(pool))
+        for f, w in wanted.items():
+            value = query_meta.get(f)
+            contributions[f"recipe:same:{f}"] = {p: w for p in pool
+                                                 if value is not None and docs[p]["metadata"].get(f) == value}
+    total = {p: sum(part.get(p, 0.0) for part in contributions.values()) for p in pool}
+    ranked = sorted(total.items(), key=lambda item: (-item[1], item[0]))[:k]
+    parts = {p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in ranked}
+    if len(ranked) < k and len(row_p) > len(pooled_p):  # past the pool: the dense order goes on
+        lo, span = _bounds(pooled_s[None], np.ones((1, len(pooled_s)), bool))
+        rest = [j for j in range(len(pooled_p), len(row_p)) if int(row_p[j]) not in pool][:k - len(ranked)]
+        scores = past_pool(recipe, row_s[rest], lo[0, 0], span[0, 0])
+        for j, score in zip(rest, scores):
+            p = int(row_p[j])
+            ranked.append((p, float(score)))
+            parts[p] = {"recipe:dense": float(score) + 1.0, "recipe:past-pool": -1.0}
+    return ranked, parts
+
+
+def _normalised(positions: np.ndarray, scores: np.ndarray, weight: float) -> dict[int, float]:
+    """position → ``weight`` · its score min-max normalised over the list (1 where all tie)."""
+    if not len(scores):
+        return {}
+    span = scores.max() - scores.min()
+    normalised = (scores - scores.min()) / span if span > 0 else np.ones_like(scores)
+    return {int(p): weight * float(s) for p, s in zip(positions, normalised)}
 
 
 def _without_own(result: SearchResult, own: np.ndarray, depth: int) -> SearchResult:

@@ -1,8 +1,10 @@
 """One search, the one way: the path every caller takes from queries to a page of hits.
 
-``relsearch query``, the Python API (relsearch/api.py) and through it the server build the same
-:class:`SearchOptions` and call :func:`run`: the relational search (fused with BM25 when
-``hybrid``, re-scored by a pair head when ``rerank``), collapsed on a metadata field, then the page
+``relsearch query``, the Python API (relsearch/api.py) and through it the server, lookup jobs and
+the benchmarks build the same :class:`SearchOptions` and call :func:`plan` once: each query's
+relation mixture resolved with ``hybrid`` into one scoring (retrieval/plan.py: dense, recipe or
+rrf). :meth:`Plan.run` executes it: candidates from the backend, fusion and bonuses (re-scored by a
+pair head when ``rerank``), collapsed on a metadata field, then the page
 ``offset…offset + k``, the ``min_score`` cut and the metadata each hit carries (``fields``). The result is one list of
 :class:`~.search.Hit` per query, re-ranked or not.
 
@@ -12,6 +14,7 @@ and the server say it in their own words.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -20,6 +23,7 @@ from .hybrid import METHODS as HYBRID_METHODS
 from .hybrid import check as check_fusion
 from .inputs import MAX_K, MAX_RERANK_DEPTH, Filters, check_filters
 from .paging import page, search_collapsed
+from .plan import Scoring
 from .search import Hit, Query, QueryError
 
 
@@ -143,60 +147,91 @@ class SearchOptions:
         return [hit.shaped(self.fields, self.metadata) for hit in hits]
 
 
-def run(searcher, queries: list[Query], options: SearchOptions, *,
+@dataclass(frozen=True)
+class Plan:
+    """A batch of queries resolved once (retrieval/plan.py): each query's :class:`~.plan.Scoring`
+    and the warnings of what they name that cannot contribute. :meth:`run` executes it."""
+
+    backend: object
+    queries: list[Query]
+    options: SearchOptions
+    scorings: list[Scoring]
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(dict.fromkeys(w for s in self.scorings for w in s.warnings))
+
+    def run(self, stop: Callable[[], bool] | None = None) -> list[list[Hit]]:
+        """Each query's page of hits (see the module docstring). ``stop()``: asked between collapse
+        rounds; True ends the work with :class:`~.paging.SearchStopped` (the server's timeout)."""
+        if not self.queries:
+            return []
+        options = self.options
+        ranked = search_collapsed(self.top, need=options.offset + options.k, field=options.collapse,
+                                  limit=self.backend.live_count, stop=stop)
+        return [options.shape(page(hits, offset=options.offset, k=options.k, min_score=options.min_score))
+                for hits in ranked]
+
+    def top(self, fetch: int) -> list[list[Hit]]:
+        """Each query's first ``fetch`` hits, re-ranked by the head when the options name one."""
+        if self.options.rerank is None:
+            return self.ranked(fetch)
+        from .rerank import DEFAULT_DEPTH, rerank
+
+        candidates = self.ranked(max(fetch, self.options.rerank_depth or DEFAULT_DEPTH))
+        return rerank(self.backend, self.options.rerank, self.backend.local.raw_vectors(self.queries), candidates,
+                      fetch)
+
+    def ranked(self, fetch: int) -> list[list[Hit]]:
+        """Each query's first ``fetch`` hits under its scoring: queries sharing one run as one batch."""
+        from .recipe import search as recipe_search
+
+        groups: dict[int, tuple[Scoring, list[int]]] = {}  # queries sharing a mixture share its Scoring object
+        for i, scoring in enumerate(self.scorings):
+            groups.setdefault(id(scoring), (scoring, []))[1].append(i)
+        out: list[list[Hit]] = [[] for _ in self.queries]
+        o = self.options
+        for scoring, rows in groups.values():
+            part = [self.queries[i] for i in rows]
+            if scoring.mode == "recipe":
+                hits = recipe_search(self.backend, part, scoring.recipe, k=fetch, filters=o.filters, explain=o.explain)
+            else:
+                if scoring.mode != "projection":  # the mixture's operators, as the relations' recipes weigh them
+                    part = [dataclasses.replace(q, relations=dict(scoring.recipe.mixture)) for q in part]
+                hybrid = {"hybrid": "rrf"} if scoring.mode == "rrf" else {}
+                hits = self.backend.search(part, k=fetch, filters=o.filters, explain=o.explain, **hybrid)
+            for i, row in zip(rows, hits):
+                out[i] = row
+        return out
+
+
+def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
+    """Resolve each query's relation mixture with ``options`` once (retrieval/plan.py); a
+    :class:`RequestError` naming ``relations`` or ``hybrid`` for a refused combination."""
+    from .plan import PlanError, resolve
+
+    searcher = backend.local
+    resolved: dict[tuple, Scoring] = {}
+    scorings = []
+    for q in queries:
+        key = (tuple(sorted(q.relations.items())), q.doc_id is None)
+        if key not in resolved:
+            try:
+                resolved[key] = resolve(searcher.operators, q.relations, hybrid=options.hybrid,
+                                        hybrid_weight=options.hybrid_weight,
+                                        metadata_fields=searcher.metadata_fields, text_query=q.doc_id is None)
+            except PlanError as e:
+                raise RequestError("hybrid" if str(e).startswith("hybrid") else "relations", str(e)) from None
+            except KeyError as e:
+                raise RequestError("relations", e.args[0]) from None
+        scorings.append(resolved[key])
+    if options.rerank is not None and any(s.mode == "rrf" for s in scorings):
+        raise RequestError("hybrid", "hybrid and rerank do not combine")
+    return Plan(backend, list(queries), options, scorings)
+
+
+def run(backend, queries: list[Query], options: SearchOptions, *,
         stop: Callable[[], bool] | None = None) -> list[list[Hit]]:
-    """Each query's page of hits (see the module docstring). ``searcher``: a FAISS
-    :class:`~.search.Searcher` or an Elasticsearch one (retrieval/es_backend.py). ``stop()``: asked
-    between collapse rounds; True ends the work with :class:`~.paging.SearchStopped` (the server's
-    timeout)."""
-    if not queries:
-        return []
-
-    def top(fetch: int) -> list[list[Hit]]:
-        if options.rerank is not None:
-            from .rerank import search_reranked
-
-            return search_reranked(searcher, queries, head=options.rerank, k=fetch, depth=options.rerank_depth,
-                                   filters=options.filters, explain=options.explain)
-        if options.hybrid:
-            return searcher.search(queries, k=fetch, filters=options.filters, explain=options.explain,
-                                   hybrid=options.hybrid, hybrid_weight=options.hybrid_weight)
-        return search_with_recipes(searcher, queries, k=fetch, filters=options.filters, explain=options.explain)
-
-    ranked = search_collapsed(top, need=options.offset + options.k, field=options.collapse,
-                              limit=searcher.live_count, stop=stop)
-    return [options.shape(page(hits, offset=options.offset, k=options.k, min_score=options.min_score))
-            for hits in ranked]
-
-
-def search_with_recipes(searcher, queries: list[Query], **options) -> list[list[Hit]]:
-    """``searcher.search``, except that a query asking for one relation alone (weight 1) whose
-    bundle entry holds a recipe (retrieval/recipe.py) is answered by that recipe. Explicit mixtures,
-    ``hybrid`` and ``rerank`` use the operators as given; the Elasticsearch backend has no recipes."""
-    from .recipe import recipe_of, search as recipe_search
-
-    recipes: dict[str, object] = {}  # relation name → its recipe, or None: parsed once per call
-
-    def recipe_for(q: Query):
-        if len(q.relations) != 1 or list(q.relations.values()) != [1.0] or not getattr(searcher, "runs_recipes", False):
-            return None
-        name = next(iter(q.relations))
-        if name not in recipes:
-            op = searcher.operators.get(name)
-            recipe = recipe_of(op) if op is not None else None
-            recipes[name] = recipe if recipe is not None and not recipe.alone(name) else None
-        return recipes[name] and name
-
-    groups: dict[str | None, list[int]] = {}
-    for i, q in enumerate(queries):
-        groups.setdefault(recipe_for(q), []).append(i)
-    if list(groups) == [None]:
-        return searcher.search(queries, **options)
-    out: list[list[Hit]] = [[] for _ in queries]
-    for name, rows in groups.items():
-        part = [queries[i] for i in rows]
-        hits = searcher.search(part, **options) if name is None else recipe_search(searcher, part, recipes[name],
-                                                                                  **options)
-        for i, row in zip(rows, hits):
-            out[i] = row
-    return out
+    """:func:`plan`, then :meth:`Plan.run`. ``backend``: a FAISS :class:`~.search.Searcher` or an
+    Elasticsearch one (retrieval/es_backend.py)."""
+    return plan(backend, queries, options).run(stop)

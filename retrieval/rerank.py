@@ -1,6 +1,7 @@
 """Re-rank ANN hits with a bundle's pair head (``relsearch query --rerank HEAD``; encoder/heads.py).
 
-Plan: fetch k' = max(k, depth) hits per query by ANN (depth 50 by default) → raw query vector h_q
+Plan (retrieval/request.py ``Plan.top``): the query plan's first k' = max(k, depth) hits per query
+(depth 50 by default) → raw query vector h_q
 (encoded text, or t̂·‖h‖ of an indexed document) → raw document vectors of the hits → head score
 P(positive | query, document) → sort by it (ANN order breaks ties) → keep k. Each hit keeps its ANN
 score beside the head's.
@@ -16,8 +17,7 @@ import dataclasses
 import numpy as np
 
 from ..encoder.heads import PairHead, lookup_head
-from .inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_at_most
-from .search import Hit, Query, QueryError
+from .search import Hit, QueryError
 
 DEFAULT_DEPTH = 50  # ANN candidates fetched per query before re-ranking (at least k)
 
@@ -81,21 +81,3 @@ def rerank(searcher, head: PairHead | str, h: np.ndarray, results: list[list[Hit
         out.append(rerank_hits(head, h[i], hits, vectors[start:start + len(hits)], k))
         start += len(hits)
     return out
-
-
-def search_reranked(searcher, queries: list[Query], *, head: str, k: int = 10, depth: int | None = None,
-                    filters: dict[str, FilterValue] | None = None, explain: bool = False) -> list[list[Hit]]:
-    """``searcher.search`` for k' = max(k, depth) candidates, then :func:`rerank` to the top ``k``.
-    k and depth above their maxima (retrieval/inputs.py) are refused."""
-    try:
-        check_at_most("k", k, MAX_K)
-        check_at_most("rerank_depth", depth or DEFAULT_DEPTH, MAX_RERANK_DEPTH)
-    except ValueError as e:
-        raise QueryError(str(e)) from None
-    pair_head = head_of(searcher, head)  # fail before searching
-    fetch = max(k, depth or DEFAULT_DEPTH)
-    results = list(searcher.search(queries, k=fetch, filters=filters, explain=explain))  # rows built once: read twice below
-    # Searcher.search does not hand back the raw query vectors it used: take them again (text
-    # queries are encoded a second time; doc_id queries read the stored vector).
-    h = _base(searcher).raw_vectors(queries)
-    return rerank(searcher, pair_head, h, results, k)

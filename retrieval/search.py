@@ -71,8 +71,6 @@ def _encoder_key(encoder: dict) -> tuple:
 class Searcher:
     """Opens one index generation and a bundle whose encoder matches the index's."""
 
-    runs_recipes = True  # a relation's stored recipe (retrieval/recipe.py) runs here; not on Elasticsearch
-
     def __init__(self, index_dir: str, model: str | None = None, *, precision: str = "auto",
                  search_params: dict | None = None, exact_subset_max: int = EXACT_SUBSET_MAX,
                  gpu_facts: gpu.GpuFacts | None = None):
@@ -88,6 +86,12 @@ class Searcher:
                 f"model {self.bundle.path or self.bundle.encoder['model']!r} uses another encoder; re-index the corpus "
                 f"with this model or query with a bundle built on the index's encoder"
             )
+        from .recipe import check_recipes
+
+        try:  # once per bundle: a malformed recipe is named here, not in the middle of a query
+            check_recipes(self.bundle.operators)
+        except ValueError as e:
+            raise QueryError(f"model {self.bundle.path or self.bundle.encoder['model']!r}: {e}") from None
         self.precision = precision
         self._encoder: Encoder | None = None
         self.metadata_fields: list[str] = list(manifest.fields.metadata)
@@ -224,34 +228,41 @@ class Searcher:
             return lookup(self.operators, next(iter(relations))).apply(h, texts)  # = the mixture, minus its sum
         return mixture_query(self.operators, h, relations, texts)
 
+    @property
+    def local(self) -> Searcher:
+        """The local index itself (retrieval/backend.py)."""
+        return self
+
+    def candidates(self, qv: np.ndarray, texts: list[str] | None, n_dense: int, n_lexical: int,
+                   filters: Filters | None, *, own: np.ndarray) -> tuple[SearchResult, SearchResult | None]:
+        """retrieval/backend.py: FAISS (or an exact search of a selective filter's subset) and the
+        BM25 lists, under one docstore match of ``filters``."""
+        subset = self.matching(filters) if filters else None
+        dense = self.ann(qv, n_dense, subset=subset)
+        return dense, None if texts is None else self.lexical_search(texts, n_lexical, subset)
+
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
-               explain: bool = False, params: dict | None = None, hybrid: str | None = None,
-               hybrid_weight: float | None = None) -> HitColumns:
-        """Top-k hits per query (never the query document itself), as columns (retrieval/hits.py).
-        ``params`` overrides the index's tuned search parameters for this call (indexer/ann.py). ``filters``: field → value
-        a value or ``{operator: value}`` per field, typed (indexer/filters.py). ``hybrid``
-        (``rrf`` | ``weighted``): fuse the relational list with BM25 on the query text (or the stored
-        text of an ``--id`` query), retrieval/hybrid.py; hit scores are then the fused scores.
-        ``hybrid_weight`` (weighted only, in [0, 1], default 0.5): the relational list's share.
-        k above the number of live documents is clipped to it: every result array is (n, k + 1)."""
+               explain: bool = False, params: dict | None = None, hybrid: str | None = None) -> HitColumns:
+        """Top-k hits per query by ⟨q, t̂⟩ of its relation mixture's vector (never the query
+        document itself), as columns (retrieval/hits.py): the plan's ``dense`` and ``projection``
+        modes, and ``rrf`` with ``hybrid="rrf"`` (retrieval/plan.py; retrieval/request.py runs
+        recipes). ``params`` overrides the index's tuned search parameters for this call
+        (indexer/ann.py). ``filters``: field → a value or ``{operator: value}``, typed
+        (indexer/filters.py). k above the number of live documents is clipped to it."""
         k = min(k, self.live_count)
-        try:
-            fusion.check(hybrid, hybrid_weight)
-        except ValueError as e:
-            raise QueryError(str(e)) from None
+        if hybrid not in (None, "rrf"):
+            raise QueryError(f"Searcher.search fuses by rrf only, got hybrid={hybrid!r} (weighted runs as a recipe)")
         projection = self.projection_of(queries)
         h, qv, own = self.query_vectors(queries, filters)
         subset = self.matching(filters) if filters else None
         # one extra candidate per query so that dropping the query document still leaves k
-        depth = max(fusion.HYBRID_DEPTH, k + 1) if hybrid else k + 1
         if projection:
-            result = self.projected_search(projection, qv, depth, subset)
+            result = self.projected_search(projection, qv, k + 1, subset)
         else:
-            result = self.ann(qv, depth, subset=subset, params=params)
+            result = self.ann(qv, max(k, fusion.HYBRID_DEPTH if hybrid else 0) + 1, subset=subset, params=params)
         if hybrid:
-            lexical = self.lexical_search(self.query_texts(queries), depth, subset)
-            weight = fusion.WEIGHT if hybrid_weight is None else hybrid_weight
-            result = fusion.fuse(hybrid, result, lexical, k + 1, weight=weight, exclude=own)
+            lexical = self.lexical_search(self.query_texts(queries), fusion.HYBRID_DEPTH + 1, subset)
+            result = fusion.fuse_rrf(result, lexical, k + 1, depth=fusion.HYBRID_DEPTH, exclude=own)
         return self.hits(result, queries, k, h if explain else None, own=own)
 
     def own_positions(self, queries: list[Query]) -> np.ndarray:

@@ -8,7 +8,7 @@ from relsearch.indexer import lexical, mutations
 from relsearch.indexer.ann import SearchResult
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
-from relsearch.retrieval import hybrid
+from relsearch.retrieval import hybrid, request
 from relsearch.retrieval.search import Query, QueryError, Searcher
 
 from conftest import SHARED_DATA
@@ -142,10 +142,11 @@ def test_hybrid_over_segments_deletes_and_filters(index):
     assert lexical.positions[0].tolist() == [200, -1, -1, -1, -1]  # a word only the appended document has
     d3 = searcher.files.docstore.get([3])[3]["text"].split()[0]
     assert 3 not in searcher.lexical_search([d3], 200).positions  # deleted
-    for method in hybrid.METHODS:
-        hits = searcher.search([Query(doc_id="d5")], k=10, hybrid=method)[0]
+    for method in hybrid.METHODS:  # the query plan runs weighted fusion as a recipe, rrf in Searcher.search
+        hits = request.run(searcher, [Query(doc_id="d5")], request.SearchOptions(k=10, hybrid=method))[0]
         assert len(hits) == 10 and {"d5", "d3"}.isdisjoint(h.id for h in hits)
-        filtered = searcher.search([Query(doc_id="d5")], k=10, hybrid=method, filters={"group": 1})[0]
+        filtered = request.run(searcher, [Query(doc_id="d5")],
+                               request.SearchOptions(k=10, hybrid=method, filters={"group": 1}))[0]
         assert filtered and all(h.metadata["group"] == 1 for h in filtered)
     # every fused hit comes from one of the two candidate lists, and the order is neither list's own
     dense = [h.id for h in searcher.search([Query(doc_id="d5")], k=100)[0]]
@@ -176,7 +177,7 @@ def test_an_index_without_bm25_lists_is_refused_until_compact(tmp_path):
         Searcher(str(target)).search([Query(doc_id="d1")], k=3, hybrid="rrf")
     mutations.compact(str(target))
     assert len(Searcher(str(target)).search([Query(doc_id="d1")], k=3, hybrid="rrf")[0]) == 3
-    with pytest.raises(QueryError, match="unknown hybrid fusion"):
+    with pytest.raises(QueryError, match="fuses by rrf only"):  # weighted runs as a recipe (retrieval/plan.py)
         Searcher(str(target)).search([Query(doc_id="d1")], k=3, hybrid="max")
 
 
@@ -193,7 +194,8 @@ def test_cli_query_hybrid(index):
         assert out.exit_code == 0, out.output
         rows = [json.loads(line) for line in out.output.splitlines()]
         assert len(rows) == 3 and "d5" not in {r["id"] for r in rows}
-    expected = [h.id for h in Searcher(str(index)).search([Query(doc_id="d5")], k=3, hybrid="weighted")[0]]
+    expected = [h.id for h in request.run(Searcher(str(index)), [Query(doc_id="d5")],
+                                          request.SearchOptions(k=3, hybrid="weighted"))[0]]
     assert [r["id"] for r in rows] == expected
     out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "--hybrid", "max"])
     assert out.exit_code == 2 and "'max' is not one of 'rrf', 'weighted'" in out.output
@@ -209,5 +211,5 @@ def test_cli_query_hybrid(index):
     assert by_weight["0"] != by_weight["1"]
     out = runner.invoke(cli, ["query", "--id", "d5", "--index", str(index), "--hybrid", "--hybrid-weight", "0.3"])
     assert out.exit_code != 0 and "--hybrid-weight: a hybrid weight needs the weighted fusion" in out.output
-    with pytest.raises(QueryError, match="between 0 and 1"):
-        searcher.search([Query(doc_id="d5")], k=3, hybrid="weighted", hybrid_weight=2.0)
+    with pytest.raises(request.RequestError, match="between 0 and 1"):
+        request.SearchOptions(k=3, hybrid="weighted", hybrid_weight=2.0).check()

@@ -1,5 +1,6 @@
 """A relation's recipe (retrieval/recipe.py): the index answers as the whole-table scoring that
-chose it on dev, `--relation R` runs it and mixtures do not, explain shows its parts, and the dev
+chose it on dev, `--relation R` runs it, so do mixtures and hybrid (weighted or refused:
+retrieval/plan.py), rankings do not move with k, explain shows its parts, and the dev
 search picks what the data rewards."""
 from dataclasses import replace
 
@@ -13,8 +14,8 @@ from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.indexer.lexical import BM25
 from relsearch.retrieval import recipe as recipes
 from relsearch.retrieval.recipe import Recipe, choose, score_matrix
-from relsearch.retrieval.request import SearchOptions, run
-from relsearch.retrieval.search import Query, Searcher
+from relsearch.retrieval.request import RequestError, SearchOptions, plan, run
+from relsearch.retrieval.search import Query, QueryError, Searcher
 
 from synthetic_index import D, encoder_identity, raw_vectors
 
@@ -67,7 +68,7 @@ def test_the_index_answers_as_the_whole_table_scores(indexed):
         np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
 
 
-def test_only_the_relation_alone_runs_its_recipe_and_explain_shows_the_parts(indexed):
+def test_a_relation_runs_its_recipe_and_explain_parts_add_up_to_the_score(indexed):
     searcher, _, _ = indexed
     query = Query(doc_id="d7", relations={"rel": 1.0})
     with_recipe = run(searcher, [query], SearchOptions(k=5, explain=True))[0]
@@ -76,13 +77,108 @@ def test_only_the_relation_alone_runs_its_recipe_and_explain_shows_the_parts(ind
         assert set(parts) <= {"recipe:dense", "recipe:bm25", "recipe:same:group"}
         assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
         assert "rel" in hit.explain and "identity" in hit.explain  # every operator's own cosine too
-    mixed = run(searcher, [Query(doc_id="d7", relations={"rel": 0.5, "identity": 0.5})], SearchOptions(k=5))[0]
     plain = searcher.search([Query(doc_id="d7", relations={"rel": 0.5, "identity": 0.5})], k=5)[0]
-    assert [h.id for h in mixed] == [h.id for h in plain]  # an explicit mixture is the operators as given
     assert [h.id for h in with_recipe] != [h.id for h in plain]
-    # a text query has no metadata: dense and BM25 only, never a same-field bonus
-    text_hits = run(searcher, [Query(text="oil gas bank", relations={"rel": 1.0})], SearchOptions(k=5, explain=True))
+    # a text query has no metadata: dense and BM25 only, never a same-field bonus, and a warning says so
+    text_query = [Query(text="oil gas bank", relations={"rel": 1.0})]
+    text_hits = run(searcher, text_query, SearchOptions(k=5, explain=True))
     assert all(h.explain.get("recipe:same:group", 0.0) == 0.0 for h in text_hits[0])
+    assert any("do not apply to a text query" in w for w in plan(searcher, text_query, SearchOptions()).warnings)
+
+
+def _ids(rows):
+    return [[h.id for h in row] for row in rows]
+
+
+def test_a_mixture_with_a_recipe_relation_runs_the_weighted_recipe_never_plain_cosine(indexed):
+    """{rel: 0.7, identity: 0.3} is rel's recipe weighted with identity's (the operator alone):
+    its dense vector 0.7·(0.5 rel + 0.5 identity) + 0.3 identity, BM25 share 0.7 · 0.3, bonus 0.7 · 0.2."""
+    searcher, _, _ = indexed
+    heads = [Query(doc_id=f"d{i}", relations={"rel": 0.7, "identity": 0.3}) for i in (3, 7, 42)]
+    got = run(searcher, heads, SearchOptions(k=8, explain=True))
+    weighted = Recipe(mixture={"rel": 0.35, "identity": 0.65}, bm25=0.21, same={"group": 0.14}, depth=N)
+    want = recipes.search(searcher, heads, weighted, k=8)
+    assert _ids(got) == _ids(want)
+    plain = searcher.search(heads, k=8)
+    assert _ids(got) != _ids(plain)  # the README's mixture is not silently plain cosine
+    for hit in got[0]:
+        assert sum(v for k, v in hit.explain.items() if k.startswith("recipe:")) == pytest.approx(hit.score, abs=1e-5)
+    # weights keep their ratio: doubling every weight ranks alike
+    doubled = [replace(q, relations={"rel": 1.4, "identity": 0.6}) for q in heads]
+    assert _ids(run(searcher, doubled, SearchOptions(k=8))) == _ids(got)
+
+
+def test_hybrid_with_a_recipe_is_refused_or_fused_once_never_silent(indexed, tmp_path):
+    searcher, _, _ = indexed
+    query = [Query(doc_id="d7", relations={"rel": 1.0})]
+    for method in ("rrf", "weighted"):  # rel's recipe already fuses BM25
+        with pytest.raises(RequestError, match="already fuse BM25"):
+            run(searcher, query, SearchOptions(k=5, hybrid=method))
+    # a relation whose recipe has bonuses but no BM25 share: weighted hybrid adds BM25, rrf is refused
+    bonus_only = Operator(name="rel", kind="identity",
+                          info={"recipe": Recipe(mixture={"identity": 1.0}, same={"group": 0.2}, depth=N).to_json()})
+    other = Searcher(str(searcher.files.root),
+                     model=str(Bundle(encoder=encoder_identity(), operators={"rel": bonus_only}).save(tmp_path / "b")))
+    with pytest.raises(RequestError, match="rrf fuses ranks"):
+        run(other, query, SearchOptions(k=5, hybrid="rrf"))
+    hybrid = run(other, query, SearchOptions(k=8, hybrid="weighted", hybrid_weight=0.6))
+    want = recipes.search(other, query, Recipe(mixture={"identity": 1.0}, same={"group": 0.2}, bm25=0.4, depth=N), k=8)
+    assert _ids(hybrid) == _ids(want) != _ids(run(other, query, SearchOptions(k=8)))
+
+
+@pytest.mark.parametrize("hybrid", [None, "rrf", "weighted"])
+def test_the_top_hits_do_not_move_with_k_and_pages_tile(indexed, tmp_path, hybrid):
+    """The recipe's pool is its depth's candidates whatever k is; past it the dense order goes on."""
+    searcher, _, _ = indexed
+    shallow = Recipe(mixture={"rel": 0.5, "identity": 0.5}, bm25=0.3, same={"group": 0.2}, depth=20)
+    op = searcher.operators["rel"]
+    op = Operator(name="rel", kind=op.kind, params=op.params, info={"recipe": shallow.to_json()} if not hybrid else {})
+    other = Searcher(str(searcher.files.root),
+                     model=str(Bundle(encoder=encoder_identity(), operators={"rel": op}).save(tmp_path / "b")))
+    queries = [Query(doc_id=f"d{i}", relations={"rel": 1.0}) for i in (1, 7)]
+    full = run(other, queries, SearchOptions(k=N, hybrid=hybrid))
+    for k in (3, 10, 25, 60):
+        assert _ids(run(other, queries, SearchOptions(k=k, hybrid=hybrid))) == [row[:k] for row in _ids(full)]
+    pages = [run(other, queries, SearchOptions(k=7, offset=o, hybrid=hybrid)) for o in range(0, 63, 7)]
+    assert [sum((_ids(p)[i] for p in pages), []) for i in range(2)] == [row[:63] for row in _ids(full)]
+    assert all(len(row) == N - 1 for row in full)
+    scores = [h.score for h in full[0]]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_a_recipe_scores_the_whole_table_as_the_index_ranks_past_its_pool(indexed, tmp_path):
+    """bench linkpred's score_matrix and the index agree on every candidate, the pool's and the rest."""
+    searcher, docs, raw = indexed
+    shallow = replace(RECIPE, depth=15)
+    op = searcher.operators["rel"]
+    op = Operator(name="rel", kind=op.kind, params=op.params, info={"recipe": shallow.to_json()})
+    other = Searcher(str(searcher.files.root),
+                     model=str(Bundle(encoder=encoder_identity(), operators={"rel": op}).save(tmp_path / "b")))
+    heads = [0, 42]
+    stored = other.files.vectors[heads] * np.array([[other.files.docstore.get([h])[h]["norm"]] for h in heads])
+    raw_heads = raw.copy()
+    raw_heads[heads] = stored
+    expected = score_matrix(shallow, *whole_table(other, docs, raw_heads, heads))
+    pages = run(other, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=N))
+    for row, hits in zip(expected, pages):
+        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
+        assert min(h.score for h in hits) < -1 + 1e-6  # past the pool, below it
+
+
+def test_crafted_recipes_are_refused_once_naming_the_relation_and_key(indexed, tmp_path):
+    searcher, _, _ = indexed
+    op = searcher.operators["rel"]
+    crafted = [({**RECIPE.to_json(), "depth": 50.5}, "depth must be an integer"),
+               ({**RECIPE.to_json(), "same": {"group": 1e308}}, "same bonuses must be in"),
+               ({**RECIPE.to_json(), "title": 1e308}, "title weight must be in"),
+               ({**RECIPE.to_json(), "same": {f"f{i}": 0.1 for i in range(200_000)}}, "bonus fields"),
+               ({**RECIPE.to_json(), "mixture": {"nosuchop": 1.0}}, "'nosuchop', which is not an operator")]
+    for i, (entry, message) in enumerate(crafted):
+        bad = Operator(name="rel", kind=op.kind, params=op.params, info={"recipe": entry})
+        path = Bundle(encoder=encoder_identity(), operators={"rel": bad}).save(tmp_path / f"b{i}")
+        with pytest.raises(QueryError, match="relation 'rel': malformed recipe") as caught:
+            Searcher(str(searcher.files.root), model=str(path))
+        assert message in str(caught.value) and len(str(caught.value)) < 400
 
 
 def test_a_relation_whose_dev_chose_identity_answers_as_identity(indexed, tmp_path):

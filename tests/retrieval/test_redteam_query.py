@@ -15,8 +15,8 @@ from relsearch.pipelines.lookup import LookupInputError, LookupJob, run_lookup
 from relsearch.retrieval.elastic import filter_clauses
 from relsearch.retrieval.inputs import MAX_K, MAX_WEIGHT, filter_value
 from relsearch.retrieval.queries import read_queries
-from relsearch.retrieval.rerank import search_reranked
-from relsearch.retrieval.search import Hit, Query, QueryError, Searcher
+from relsearch.retrieval.request import RequestError, SearchOptions
+from relsearch.retrieval.search import Hit, Query, Searcher
 from synthetic_index import D, raw_vectors
 
 # flag values of d0..d9, one per JSON type a filter must tell apart
@@ -73,8 +73,8 @@ def test_k_and_depth_are_bounded_and_clipped_to_the_index(forged, tmp_path):
     assert depth.exit_code == 2 and "--rerank-depth" in depth.output
     searcher = Searcher(str(forged))
     assert len(searcher.search([Query(doc_id="d0")], k=3_000_000_000)[0]) == 9  # clipped, not allocated
-    with pytest.raises(QueryError, match="rerank_depth must be between 1 and 10,000"):
-        search_reranked(searcher, [Query(doc_id="d0")], head="h", depth=10 ** 8)
+    with pytest.raises(RequestError, match="rerank_depth must be between 1 and 10,000"):
+        SearchOptions(rerank="h", rerank_depth=10 ** 8).check()
     with pytest.raises(LookupInputError, match="k must be between 1 and 10,000"):
         LookupJob(input="in.jsonl", index=str(forged), out="o.jsonl", k=3_000_000_000)
     assert invoke("lookup", "in.jsonl", "--index", forged, "--out", tmp_path / "o", "-k", 10 ** 9).exit_code == 2
