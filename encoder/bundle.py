@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -31,6 +32,9 @@ from .tower import marker_parts
 FORMAT = "relsearch-bundle/1"
 MANIFEST = "bundle.json"
 TENSORS = "operators.safetensors"
+
+log = logging.getLogger(__name__)
+log.setLevel(logging.WARNING)  # said even where the CLI quiets the root logger (stderr when nothing is set up)
 
 
 @dataclass(kw_only=True)
@@ -186,11 +190,9 @@ def _check_manifest(manifest: dict, where: Path) -> None:
             if entry["name"] in names:
                 raise ValueError(f"{where}: {field}.name {entry['name']!r} is given twice")
             names.add(entry["name"])
-            for sub in ("description", "info", "metrics", "recipe"):  # when given: of their type
+            for sub in ("info", "recipe"):  # when given: of their type (description, metrics: _described)
                 if sub in entry:
-                    (text if sub == "description" else mapping)(entry[sub], f"{field}.{sub}")
-            for sub in ("trained", "identity"):
-                mapping((entry.get("metrics") or {}).get(sub), f"{field}.metrics.{sub}", optional=True)
+                    mapping(entry[sub], f"{field}.{sub}")
             if key == "operators":
                 if entry.get("kind") not in KINDS:
                     fail(f"{field}.kind", "one of " + ", ".join(KINDS), entry.get("kind"))
@@ -202,6 +204,107 @@ def _check_manifest(manifest: dict, where: Path) -> None:
                 if not (isinstance(labels, list) and labels and all(isinstance(x, str) for x in labels)):
                     fail(f"{field}.labels", "a non-empty list of strings", labels)
                 text(entry.get("positive"), f"{field}.positive")
+
+
+# What describes an operator or head and nothing else reads: its description, its test ``metrics`` (a head's
+# under ``info``) and an operator's ``whole_corpus`` (recipe fitting). The explorer page, ``relsearch
+# relations`` and model cards show them; no search uses them. One of the wrong type, a NaN or infinite
+# number (JSON cannot carry it: GET /relations failed), or nesting deeper than MAX_DESCRIBED_DEPTH is
+# dropped at load with one warning naming the file, the relation and the field: refusing the bundle
+# would make every index built with it unsearchable over a figure that is only shown.
+METRIC_TEXTS = ("metric", "split", "protocol")
+METRIC_NUMBERS = ("queries", "candidates", "pairs", "accuracy", "macro_f1")
+SCORE_TABLES = ("trained", "identity", "bm25", "hybrid")  # {metric name: number}
+CORPUS_SPLITS = ("dev", "test")
+CORPUS_NUMBERS = ("recipe", "operator", "identity", "bm25", "hybrid", "queries", "candidates")
+MAX_DESCRIBED_DEPTH = 8
+_DROP = object()
+_DROPPED_SAID: set[str] = set()
+
+
+def _number(value) -> bool:
+    """A finite JSON number that formats as a float (not a bool, not beyond float's range)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) < 10**300
+
+
+def _type_name(value) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number" if isinstance(value, (int, float)) else type(value).__name__)
+
+
+def _described(entry: dict, label: str, where: Path, *, metrics_in_info: bool = False) -> dict:
+    """``entry`` (an operator's or head's manifest entry, a copy) without its descriptive fields of the
+    wrong type, each dropped with a warning: ``{where}: {label}: {field} ...; dropped``."""
+    def drop(field: str, expected: str, value) -> object:
+        line = (f"{where}: {label}: {field} must be {expected}, got {_type_name(value)}; dropped (it is only "
+                "shown: the relation still works)")
+        if line not in _DROPPED_SAID:  # once per process, though every generation loads the bundle again
+            _DROPPED_SAID.add(line)
+            log.warning("%s", line)
+        return _DROP
+
+    def finite(value, field: str, depth: int):
+        """``value`` without NaN / infinite numbers and nesting beyond MAX_DESCRIBED_DEPTH."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return drop(field, "a finite number", value)
+        if isinstance(value, (dict, list)) and depth >= MAX_DESCRIBED_DEPTH:
+            return drop(field, f"nested at most {MAX_DESCRIBED_DEPTH} deep", value)
+        if isinstance(value, dict):
+            kept = {k: finite(v, f"{field}.{k}", depth + 1) for k, v in value.items()}
+            return {k: v for k, v in kept.items() if v is not _DROP}
+        if isinstance(value, list):
+            kept = [finite(v, f"{field}[{i}]", depth + 1) for i, v in enumerate(value)]
+            return [v for v in kept if v is not _DROP]
+        return value
+
+    def typed(value, field: str, rules: dict):
+        """``value`` an object whose keys named in ``rules`` hold what the rule checks, the rest finite."""
+        if not isinstance(value, dict):
+            return drop(field, "an object", value)
+        out = {}
+        for key, item in value.items():
+            rule = rules.get(key)
+            if rule is not None:
+                item = rule(item, f"{field}.{key}")
+            else:
+                item = finite(item, f"{field}.{key}", 1)
+            if item is not _DROP:
+                out[key] = item
+        return out
+
+    def text(value, field: str):
+        return value if isinstance(value, str) else drop(field, "a string", value)
+
+    def number(value, field: str):
+        return value if _number(value) else drop(field, "a finite number", value)
+
+    def numbers(value, field: str):
+        return typed(value, field, {k: number for k in value} if isinstance(value, dict) else {})
+
+    def corpus_split(value, field: str):
+        return typed(value, field, dict.fromkeys(CORPUS_NUMBERS, number))
+
+    metric_rules = {**dict.fromkeys(METRIC_TEXTS, text), **dict.fromkeys(METRIC_NUMBERS, number),
+                    **dict.fromkeys(SCORE_TABLES, numbers)}
+    entry = dict(entry)
+    if "description" in entry and text(entry["description"], "description") is _DROP:
+        del entry["description"]
+    holder = entry
+    if metrics_in_info and isinstance(entry.get("info"), dict):
+        holder = entry["info"] = dict(entry["info"])
+    for key, rules, shown in (("metrics", metric_rules, "info.metrics" if metrics_in_info else "metrics"),
+                              ("whole_corpus", dict.fromkeys(CORPUS_SPLITS, corpus_split), "whole_corpus")):
+        if key in holder and not (metrics_in_info and key == "whole_corpus"):
+            value = typed(holder[key], shown, rules)
+            if value is _DROP:
+                del holder[key]
+            else:
+                holder[key] = value
+    return entry
 
 
 def _check_tower(tower, where: str) -> None:
@@ -282,14 +385,16 @@ def load_bundle(ref: str | None = None, *, dim: int | None = None) -> Bundle:
     try:
         operators = {}
         for entry in manifest["operators"]:
-            entry = dict(entry)
+            entry = _described(entry, f"operator {entry['name']!r}", where)
             name, kind, desc = entry.pop("name"), entry.pop("kind"), entry.pop("description", "")
             tower = entry.get("tower") if kind == "encoder" else None
             prefix = TOWER_PREFIX + str(tower.get("name")) if isinstance(tower, dict) else name
             params = {k.split("/", 1)[1]: v for k, v in tensors.items()
                       if k.split("/", 1)[0] == prefix and not k.startswith(HEAD_PREFIX)}
             operators[name] = Operator(name=name, kind=kind, description=desc, params=params, info=entry)
-        heads = {entry["name"]: PairHead.from_manifest(entry, tensors) for entry in manifest.get("heads") or []}
+        heads = {entry["name"]: PairHead.from_manifest(_described(entry, f"head {entry['name']!r}", where,
+                                                                  metrics_in_info=True), tensors)
+                 for entry in manifest.get("heads") or []}
         bundle = Bundle(encoder=encoder, operators=operators, path=str(root), info=manifest.get("info") or {},
                         heads=heads)
     except ValueError as e:  # shapes or parameters that do not fit: one line naming the bundle

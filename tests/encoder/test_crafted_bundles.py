@@ -240,7 +240,7 @@ MALFORMED = {  # operators are saved sorted by name: [0] identity, [1] lin
     "encoder": lambda m: m.update(encoder=[]),
     "encoder.dim": lambda m: m["encoder"].update(dim="384"),
     "operators[2].name 'lin' is given twice": lambda m: m["operators"].append(dict(m["operators"][1])),
-    "operators[1].metrics": lambda m: m["operators"][1].update(metrics=5),
+    "heads[0].info": lambda m: m["heads"][0].update(info=5),  # a head is built from it
     "operators[1].recipe": lambda m: m["operators"][1].update(recipe=[1]),
 }
 
@@ -250,6 +250,72 @@ def test_a_malformed_bundle_json_value_is_one_line_naming_file_and_field(tmp_pat
     path = _edit_manifest(_bundle(tmp_path), MALFORMED[field])
     result = CliRunner().invoke(cli, ["relations", "--model", str(path)])
     _one_line_failure(result, str(path / "bundle.json"), field)
+
+
+def _metrics(**changes) -> dict:
+    base = {"split": "test", "metric": "mrr", "queries": 10, "trained": {"mrr": 0.5}, "identity": {"mrr": 0.3}}
+    return {**base, **changes}
+
+
+# Fields that only describe a relation (shown by the explorer page, `relsearch relations`, model cards; no
+# search reads them): one of the wrong type is dropped at load with a warning naming the relation and the
+# field, so the bundle, and every index built with it, stays usable. (field shown in the warning, edit)
+DESCRIBED = {
+    "operator 'lin': metrics.bm25": lambda m: m["operators"][1].update(metrics=_metrics(bm25="mrr-string")),
+    "operator 'lin': metrics must": lambda m: m["operators"][1].update(metrics=5),
+    "operator 'lin': metrics.trained.mrr": lambda m: m["operators"][1].update(metrics=_metrics(trained={"mrr": "x"})),
+    "operator 'lin': metrics.identity must": lambda m: m["operators"][1].update(metrics=_metrics(identity=[0.3])),
+    "operator 'lin': metrics.queries": lambda m: m["operators"][1].update(metrics=_metrics(queries=math.nan)),
+    "operator 'lin': metrics.hybrid.mrr": lambda m: m["operators"][1].update(metrics=_metrics(hybrid={"mrr": math.inf})),
+    "operator 'lin': metrics.metric": lambda m: m["operators"][1].update(metrics=_metrics(metric={"a": 1})),
+    "operator 'lin': metrics.note": lambda m: m["operators"][1].update(metrics=_metrics(note=[1, math.nan])),
+    "operator 'lin': description": lambda m: m["operators"][1].update(description={"text": 1}),
+    "operator 'lin': whole_corpus must": lambda m: m["operators"][1].update(whole_corpus="fitted"),
+    "operator 'lin': whole_corpus.test.recipe": lambda m: m["operators"][1].update(
+        whole_corpus={"test": {"recipe": "0.5", "identity": 0.4}}),
+    "head 'h': info.metrics.pairs": lambda m: m["heads"][0]["info"].update(metrics={"accuracy": 0.9, "pairs": "many"}),
+    "head 'h': info.metrics.macro_f1": lambda m: m["heads"][0]["info"].update(metrics={"accuracy": 0.9,
+                                                                                       "macro_f1": math.nan}),
+    "head 'h': description": lambda m: m["heads"][0].update(description=7),
+}
+
+
+def _strict_json(text: str):
+    def refuse(name):
+        raise ValueError(f"{name} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("field", sorted(DESCRIBED))
+def test_a_malformed_descriptive_field_is_dropped_with_a_warning_and_the_bundle_loads(tmp_path, field, caplog):
+    """metrics {"bm25": "mrr-string"} stopped the explorer page ("The index could not be opened"), a NaN
+    made GET /relations fail (JSON has no NaN), a string count made `relsearch relations` a traceback."""
+    path = _edit_manifest(_bundle(tmp_path), DESCRIBED[field])
+    with caplog.at_level("WARNING", logger="relsearch.encoder.bundle"):
+        result = CliRunner().invoke(cli, ["relations", "--model", str(path)])
+        listed = CliRunner().invoke(cli, ["relations", "--model", str(path), "--json"])
+    assert result.exit_code == 0 and listed.exit_code == 0, (result.output, result.exception, listed.output)
+    said = [r.getMessage() for r in caplog.records if r.name == "relsearch.encoder.bundle"]
+    assert said and all(line.startswith(f"{path / 'bundle.json'}: ") and "dropped" in line for line in said), said
+    assert any(field in line for line in said), (field, said)
+    rows = {row["name"]: row for row in map(_strict_json, listed.stdout.splitlines())}
+    for row in rows.values():
+        json.dumps(row, allow_nan=False)  # what GET /relations sends
+    row = rows["h" if field.startswith("head") else "lin"]
+    assert isinstance(row["description"], str) and isinstance(row["metrics"], dict)
+    kept = load_bundle(str(path))
+    assert kept.operators["lin"].params["W"].shape == (DIM, DIM)  # the relation itself is untouched
+
+
+def test_well_formed_descriptive_fields_are_kept_without_a_warning(tmp_path, caplog):
+    metrics = _metrics(bm25={"mrr": 0.2}, hybrid={"mrr": 0.4}, protocol="p", note="free text", extra={"a": [1, 2]})
+    corpus = {"test": {"recipe": 0.6, "identity": 0.4, "first_hit": {"recipe": 0.7}}, "not_fitted": "time budget"}
+    path = _edit_manifest(_bundle(tmp_path), lambda m: m["operators"][1].update(metrics=metrics, whole_corpus=corpus))
+    with caplog.at_level("WARNING", logger="relsearch.encoder.bundle"):
+        op = load_bundle(str(path)).operators["lin"]
+        load_bundle(None)  # the shipped pack
+    assert op.info["metrics"] == metrics and op.info["whole_corpus"] == corpus and op.description == "a linear map"
+    assert not [r for r in caplog.records if r.name == "relsearch.encoder.bundle"]
 
 
 def test_unknown_keys_and_a_recipe_object_in_an_operator_entry_are_kept(tmp_path):
