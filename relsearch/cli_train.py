@@ -7,6 +7,8 @@ dataclass); an option that means nothing for the chosen objective is an error ra
 silently ignored. The bundle is written aside and swapped in
 (a killed run never leaves half a bundle), with MODEL_CARD.md beside ``bundle.json``; the
 checkpoint that lets an interrupted run resume (``OUT.checkpoint``) is removed once it is written.
+With ``--dev`` or ``--test`` (rse), each relation's recipe is then chosen and reported by
+:func:`relsearch.retrieval.recipe_fit.fit_bundle`; this module only echoes its lines.
 """
 from __future__ import annotations
 
@@ -104,8 +106,9 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--max-candidates", type=int, default=None, help="sampled softmax above this many texts")
 @click.option("--relation", "relations", multiple=True, help="train only these relations (repeatable)")
 @click.option("--candidates", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="rse adapter: JSONL ({\"text\"}) or text lines every relation's softmax also contrasts against, "
-                   "e.g. all entity descriptions of a knowledge graph")
+              help="rse: the corpus you index, JSONL ({\"text\"}) or text lines (e.g. all entity descriptions of a "
+                   "knowledge graph): every relation's softmax also contrasts against it, and recipes are chosen and "
+                   "judged on it (without it, on each split's own texts, and the report warns)")
 @click.option("--aspect", "aspects", multiple=True, help="aspect: label field (repeatable)")
 @click.option("--combine", type=click.Choice(["separate", "union", "intersection"]), default=None,
               help="aspect: one operator per field, or one for sharing any / all of them")
@@ -218,88 +221,20 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
 
 
 def _fit_recipes(path, data, run, card, deadline: float | None = None, command_started: float | None = None) -> None:
-    """Choose each trained relation's recipe on dev by whole-corpus retrieval (retrieval/recipe.py;
-    without --dev the recipe is the operator alone), compare it on test with identity, BM25 and
-    hybrid, say plainly when it does not beat them, and write the bundle again with the recipes and
-    the comparison in its card.
+    """Choose and report each trained relation's recipe (:func:`retrieval.recipe_fit.fit_bundle`),
+    its lines echoed here; a figure over a split's own candidates (no ``--candidates``) names the
+    commands that measure it on the corpus a user indexes."""
+    from .retrieval.recipe_fit import fit_bundle
 
-    ``deadline`` (:func:`loop.clock` time, from --time-budget): relations are fitted largest first
-    (dev and test pairs), each only when its estimated cost — its pairs at the mean cost per pair
-    so far — still fits; the others keep their operator alone, and the command and the card say so.
-    ``command_started``: when the budget's clock started, for the record of how it was spent."""
-    from .encoder.bundle import load_bundle
-    from .encoder.model import Encoder
-    from .encoder.training import encode_cached
-    from .encoder.training.data import INVERSE_SUFFIX, read_triples
-    from .encoder.training import loop
-    from .encoder.training.loop import write_bundle
-    from .retrieval.recipe import Recipe
-    from .retrieval.recipe_fit import Split, card_section, fit, verdict
+    def remeasure(split: str) -> str:
+        files = data.test if split == "test" else data.dev
+        bench = shlex.join(["relsearch", "bench", "linkpred", files[0] if len(files) == 1 else "TEST.jsonl",
+                            "--candidates", "CORPUS", "--model", str(path)])
+        return f"`{bench}`, or train with the corpus as candidates: `{command_line()} --candidates CORPUS`"
 
-    started = loop.clock()
-
-    bundle = load_bundle(str(path))
-    encoder = Encoder(bundle.encoder_config())
-    if any(op.needs_text for op in bundle.operators.values()):
-        from .encoder.tower import attach_towers
-
-        attach_towers(bundle.operators, encoder)
-
-    def encode(texts):
-        return encode_cached(encoder, texts, cache_dir=run.cache_dir, progress=False)
-
-    triples = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", data.dev), ("test", data.test))}
-    pairs = {}  # relation to fit → split → its (head, tail) pairs
-    for name, op in sorted(bundle.operators.items()):
-        base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
-        pairs[name] = {s: [(t.tail, t.head) if inverse else (t.head, t.tail) for t in rows if t.relation == base]
-                       for s, rows in triples.items()}
-        if not (pairs[name]["dev"] or pairs[name]["test"]) or op.kind == "identity" or op.both_sides:
-            del pairs[name]
-    # what an index of the split would hold: every head, tail and hard negative; with --candidates
-    # (the corpus a user indexes) those texts, the tails and negatives, and heads only among them.
-    # Encoded and indexed once per split, shared by every relation.
-    splits = {}
-    for s, rows in triples.items():
-        queries = sorted({h for by_split in pairs.values() for h, _ in by_split[s]})
-        if queries:
-            candidates = {x for t in rows for x in (t.tail, t.negative) if x} \
-                | (set(data.candidates) if data.candidates else {t.head for t in rows})
-            splits[s] = Split(sorted(candidates), queries, encode)
-    reports, late, fitted_pairs, fitting_seconds = {}, [], 0, 0.0
-    for name, by_split in sorted(pairs.items(), key=lambda item: -sum(map(len, item[1].values()))):
-        op, size = bundle.operators[name], sum(map(len, by_split.values()))
-        estimate = size * fitting_seconds / fitted_pairs if fitted_pairs else 0.0
-        if deadline is not None and loop.clock() + estimate > deadline:
-            late.append(name)
-            op.info["recipe"] = Recipe(mixture={name: 1.0}).to_json()
-            op.info["whole_corpus"] = {"not_fitted": "time budget"}
-            continue
-        t0 = loop.clock()
-        corpus = {s: splits[s].corpus(by_split[s]) if by_split[s] else None for s in triples}
-        reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
-        fitting_seconds, fitted_pairs = fitting_seconds + loop.clock() - t0, fitted_pairs + size
-        if not {"dev", "test"} & set(reports[name]):  # no query whose gold is another text
-            continue
-        wins, line = verdict(name, reports[name])
-        click.echo(line + ("" if corpus["dev"] else " [no --dev: the operator alone, no recipe chosen]")
-                   + ("" if data.candidates else " [the split's own texts: --candidates CORPUS judges it on the "
-                                                 "corpus you index]"))
-        if not wins:
-            unused = name not in reports[name]["recipe"]["mixture"]  # dev chose plain cosine (and BM25) over it
-            click.echo(f"warning: {name} does not beat plain retrieval on its whole-corpus "
-                       f"{'test' if corpus['test'] else 'dev'} split; "
-                       + ("its recipe leaves the operator out, so --relation " + name + " answers without it"
-                          if unused else "query with identity or --hybrid instead"), err=True)
-    if late:
-        click.echo(f"time budget: {len(late)} of {len(pairs)} relations were not fitted in the time left and "
-                   f"keep their operator alone: {', '.join(sorted(late))}", err=True)
-    if "time_budget" in bundle.info and command_started is not None:
-        bundle.info["time_budget"].update(fitting_seconds=round(loop.clock() - started, 1),
-                                          relations_fitted=len(reports), relations_not_fitted=sorted(late),
-                                          seconds_to_last_write=round(loop.clock() - command_started, 1))
-    if reports or late:
-        write_bundle(bundle, path, card=card(bundle) + card_section(reports))
+    fit_bundle(path, data.dev, data.test, card=card, candidates=data.candidates, cache_dir=run.cache_dir,
+               deadline=deadline, command_started=command_started, remeasure=remeasure,
+               say=lambda line, err: click.echo(line, err=err))
 
 
 def budget_section(bundle) -> str:

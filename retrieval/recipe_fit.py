@@ -11,6 +11,11 @@ Items are plain ``(head, tail)`` texts; metadata (``same`` bonuses) come with a
 :class:`Corpus` built by the caller (tools/build_pack.py does for companies). Many relations
 fitted on one split (``relsearch train``: a hundred on a knowledge graph's 16k entities) share a
 :class:`Split`: its texts are encoded, normalised and indexed by BM25 once.
+
+:func:`fit_bundle` is what ``relsearch train`` runs after training (the CLI only echoes its lines):
+every relation of a written bundle fitted on dev and judged on test, over the corpus a user indexes
+(``--candidates``) or, without it, over the split's own candidates — a figure then labelled so,
+with a ``warning:`` that it may not hold on a larger index and the command that measures it there.
 """
 from __future__ import annotations
 
@@ -216,8 +221,10 @@ def verdict(name: str, report: dict) -> tuple[bool, str]:
     return scores["recipe"] > scores[best], line
 
 
-def card_section(reports: dict[str, dict]) -> str:
-    """Markdown for the model card: each relation's recipe and its whole-corpus comparison."""
+def card_section(reports: dict[str, dict], own_texts: bool = False) -> str:
+    """Markdown for the model card: each relation's recipe and its whole-corpus comparison.
+    ``own_texts``: each split's corpus was its own candidates (no ``--candidates``), which the
+    section then says, with what measures the figures on the corpus a user indexes."""
     lines = ["", "## Recipes (what `--relation NAME` runs), by whole-corpus retrieval", "",
              "Chosen on dev (retrieval/recipe.py): a recipe other than the operator alone only when it beats it by "
              "more than one paired standard error; each query searches every text of its split, itself excluded; "
@@ -234,4 +241,125 @@ def card_section(reports: dict[str, dict]) -> str:
             lines.append(f"| {name} | {described} | {split} | **{s['recipe']:.3f}** | {s['identity']:.3f} | "
                          f"{s['bm25']:.3f} | {s['hybrid']:.3f} | {s['operator']:.3f} | {counts['queries']} | "
                          f"{counts['candidates']} |")
+    if own_texts:
+        lines += ["", "The texts searched are each split's own candidates (its heads, tails and hard negatives; no "
+                  "`--candidates`), which may be far fewer than the corpus you index: these figures may not hold "
+                  "there. `relsearch bench linkpred TEST.jsonl --candidates CORPUS --model BUNDLE` measures them on "
+                  "that corpus."]
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# Fitting a trained bundle (what `relsearch train` runs after training, with --dev or --test)
+
+OWN_TEXTS = "the {split} split's own candidates"  # the label of a figure not measured on the corpus indexed
+
+
+def _echo(line: str, err: bool = False) -> None:
+    import sys
+
+    print(line, file=sys.stderr if err else sys.stdout)
+
+
+def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | list[str], *,
+               card: Callable[[object], str], candidates: list[str] | None = None, cache_dir=None,
+               deadline: float | None = None, command_started: float | None = None,
+               remeasure: Callable[[str], str] | None = None,
+               say: Callable[[str, bool], None] = _echo) -> dict[str, dict]:
+    """Choose each relation's recipe of the bundle at ``path`` on the ``dev`` triples files by
+    whole-corpus retrieval (:func:`fit`; without dev the recipe is the operator alone), compare it
+    on the ``test`` files with identity, BM25 and hybrid, say plainly when it does not beat them,
+    and write the bundle again with the recipes and the comparison in its card (``card``: bundle →
+    the card's markdown, the recipes section left out). Returns each fitted relation's report.
+
+    What a split's queries search: ``candidates`` (the corpus a user indexes: ``--candidates``),
+    with the split's tails and hard negatives, heads only among them; without ``candidates``, every
+    head, tail and hard negative of the split — the split's own candidates, which may be far fewer
+    texts than an index holds (TrecQA's test triples: 354 texts, the 1,393 test sentences a user
+    indexes left out). Each figure of the latter kind is labelled :data:`OWN_TEXTS`, and a
+    ``warning:`` says it may not hold on a larger index and what measures it there:
+    ``remeasure(split)``, the commands to name (default: a generic hint).
+
+    ``say(line, err)`` prints a line (``err``: to stderr). ``deadline`` (:func:`loop.clock` time):
+    relations are fitted largest first (dev and test pairs), each only when its estimated cost — its
+    pairs at the mean cost per pair so far — still fits; the others keep their operator alone, and
+    a line and the card say so. ``command_started``: when the budget's clock started, for the
+    record of how it was spent (``bundle.info["time_budget"]``, when the bundle has one)."""
+    from ..encoder.bundle import load_bundle
+    from ..encoder.model import Encoder
+    from ..encoder.training import encode_cached, loop
+    from ..encoder.training.data import INVERSE_SUFFIX, read_triples
+    from ..encoder.training.loop import write_bundle
+
+    started = loop.clock()
+    bundle = load_bundle(str(path))
+    encoder = Encoder(bundle.encoder_config())
+    if any(op.needs_text for op in bundle.operators.values()):
+        from ..encoder.tower import attach_towers
+
+        attach_towers(bundle.operators, encoder)
+
+    def encode(texts):
+        return encode_cached(encoder, texts, cache_dir=cache_dir, progress=False)
+
+    triples = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", dev), ("test", test))}
+    pairs = {}  # relation to fit → split → its (head, tail) pairs
+    for name, op in sorted(bundle.operators.items()):
+        base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
+        pairs[name] = {s: [(t.tail, t.head) if inverse else (t.head, t.tail) for t in rows if t.relation == base]
+                       for s, rows in triples.items()}
+        if not (pairs[name]["dev"] or pairs[name]["test"]) or op.kind == "identity" or op.both_sides:
+            del pairs[name]
+    # what an index of the split would hold: every head, tail and hard negative; with candidates
+    # (the corpus a user indexes) those texts, the tails and negatives, and heads only among them.
+    # Encoded and indexed once per split, shared by every relation.
+    splits = {}
+    for s, rows in triples.items():
+        queries = sorted({h for by_split in pairs.values() for h, _ in by_split[s]})
+        if queries:
+            texts = {x for t in rows for x in (t.tail, t.negative) if x} \
+                | (set(candidates) if candidates else {t.head for t in rows})
+            splits[s] = Split(sorted(texts), queries, encode)
+    reports, late, fitted_pairs, fitting_seconds = {}, [], 0, 0.0
+    own: dict[str, int] = {}  # split → its texts, for each split judged on its own candidates only
+    for name, by_split in sorted(pairs.items(), key=lambda item: -sum(map(len, item[1].values()))):
+        op, size = bundle.operators[name], sum(map(len, by_split.values()))
+        estimate = size * fitting_seconds / fitted_pairs if fitted_pairs else 0.0
+        if deadline is not None and loop.clock() + estimate > deadline:
+            late.append(name)
+            op.info["recipe"] = Recipe(mixture={name: 1.0}).to_json()
+            op.info["whole_corpus"] = {"not_fitted": "time budget"}
+            continue
+        t0 = loop.clock()
+        corpus = {s: splits[s].corpus(by_split[s]) if by_split[s] else None for s in triples}
+        reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
+        fitting_seconds, fitted_pairs = fitting_seconds + loop.clock() - t0, fitted_pairs + size
+        if not {"dev", "test"} & set(reports[name]):  # no query whose gold is another text
+            continue
+        wins, line = verdict(name, reports[name])
+        judged = "test" if "test" in reports[name] else "dev"
+        if not candidates:
+            own[judged] = sum(splits[judged].candidate)
+        say(line + ("" if corpus["dev"] else " [no --dev: the operator alone, no recipe chosen]")
+            + ("" if candidates else f" [{OWN_TEXTS.format(split=judged)}: --candidates CORPUS judges it on the "
+                                     "corpus you index]"), False)
+        if not wins:
+            unused = name not in reports[name]["recipe"]["mixture"]  # dev chose plain cosine (and BM25) over it
+            say(f"warning: {name} does not beat plain retrieval on its whole-corpus {judged} split; "
+                + ("its recipe leaves the operator out, so --relation " + name + " answers without it"
+                   if unused else "query with identity or --hybrid instead"), True)
+    for split, texts in sorted(own.items(), key=lambda item: item[0] != "test"):
+        say(f"warning: the whole-corpus {split} figures above rank each query among {OWN_TEXTS.format(split=split)} "
+            f"only (its heads, tails and negatives: {texts} texts), not the corpus you will index; they may not hold "
+            f"on a larger index. Measure them there: "
+            + (remeasure(split) if remeasure else "fit again with that corpus as the candidates"), True)
+    if late:
+        say(f"time budget: {len(late)} of {len(pairs)} relations were not fitted in the time left and "
+            f"keep their operator alone: {', '.join(sorted(late))}", True)
+    if "time_budget" in bundle.info and command_started is not None:
+        bundle.info["time_budget"].update(fitting_seconds=round(loop.clock() - started, 1),
+                                          relations_fitted=len(reports), relations_not_fitted=sorted(late),
+                                          seconds_to_last_write=round(loop.clock() - command_started, 1))
+    if reports or late:
+        write_bundle(bundle, path, card=card(bundle) + card_section(reports, own_texts=bool(own)))
+    return reports

@@ -57,6 +57,8 @@ def summary_lines(bundle) -> list[str]:
         keys = metric_keys(m)[:3]
         parts = [f"{k} {m['trained'][k]:.3f} (identity {m.get('identity', {}).get(k, float('nan')):.3f})" for k in keys]
         size = f", {m['queries']} queries" if m.get("queries") else ""
+        if size and m.get("candidates"):  # what this figure ranks among: not the corpus a user indexes
+            size += f" over {m['candidates']} texts (the trainer's candidate table, not the corpus you index)"
         lines.append(f"{op.name:<24} {op.kind:<12} " + (", ".join(parts) + size if parts else "no test metrics"))
     for name, head in sorted(getattr(bundle, "heads", {}).items()):
         m = head.info.get("metrics", {})

@@ -175,3 +175,54 @@ def test_the_dev_search_ranks_over_each_pool_as_over_the_whole_table(seed):
                    Recipe(mixture={"rel": 1.0}, bm25=0.7, same={"group": 0.2}, depth=depth)):
         whole = pair_reciprocal_ranks(_fused(recipe, *lists, same, (n, m)), gold, exclude)
         np.testing.assert_allclose(_pool_reciprocal_ranks(recipe, *lists, same, pairs), whole, rtol=0, atol=1e-12)
+
+
+def _train_meta_se(tmp_path, *extra):
+    """``relsearch train`` on 80 meta.stackexchange duplicate triples with --test (one epoch):
+    the CliRunner result (stdout and stderr apart)."""
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    from conftest import shared
+
+    data = shared("meta_se_dupq", "triples")
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join((data / "train.jsonl").read_text().splitlines(keepends=True)[:80]))
+    result = CliRunner().invoke(cli, ["train", str(train), "--test", str(data / "test.jsonl"), "--epochs", "1",
+                                      "--out", str(tmp_path / "bundle"), "--quiet", *extra])
+    assert result.exit_code == 0, result.output
+    return result, data
+
+
+def test_a_figure_over_the_test_splits_own_texts_is_labelled_and_warned_about(tmp_path):
+    """Without --candidates the whole-corpus test figure ranks among the test split's own texts only
+    (TrecQA: 354, not the 1,393 sentences a user indexes): the line says so, and a warning on stderr
+    says it may not hold on a larger index and names the commands that measure it there."""
+    result, data = _train_meta_se(tmp_path)
+    line = next(x for x in result.stdout.splitlines() if "whole-corpus test MRR" in x)
+    assert "[the test split's own candidates" in line
+    warning = next(x for x in result.stderr.splitlines() if x.startswith("warning: the whole-corpus test figures"))
+    assert "may not hold on a larger index" in warning
+    assert f"relsearch bench linkpred {data / 'test.jsonl'} --candidates CORPUS --model {tmp_path / 'bundle'}" \
+        in warning
+    assert "relsearch train " in warning and " --candidates CORPUS`" in warning
+    assert "own candidates" in (tmp_path / "bundle" / "MODEL_CARD.md").read_text()
+    # the trainer's own test metric (its candidate table) says what it ranks among too
+    assert "texts (the trainer's candidate table, not the corpus you index)" in result.stdout
+
+
+def test_a_figure_over_the_candidates_carries_no_such_warning(tmp_path):
+    """With --candidates (the corpus a user indexes) the figure is measured on it: no label, no warning."""
+    import json
+
+    from conftest import shared
+
+    data = shared("meta_se_dupq", "triples")
+    corpus = tmp_path / "corpus.jsonl"
+    texts = {json.loads(x)["tail"] for x in (data / "test.jsonl").read_text().splitlines()}
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in [*sorted(texts), "An unrelated sentence."]))
+    result, _ = _train_meta_se(tmp_path, "--candidates", str(corpus))
+    assert "whole-corpus test MRR" in result.stdout
+    assert "own candidates" not in result.output and "may not hold on a larger index" not in result.output
+    assert "own candidates" not in (tmp_path / "bundle" / "MODEL_CARD.md").read_text()
