@@ -85,11 +85,13 @@ def read_numbered_lines(path: str, start: int = 0, end: int | None = None, first
     A line longer than ``max_bytes`` (default: ``DEFAULT_LIMITS.max_line_bytes``) is yielded as
     its first ``max_bytes + 2`` bytes and the rest is skipped without holding it in memory, so a
     hostile multi-gigabyte line costs no more than the limit; parse_line rejects it by its length.
-    ``opener(path, "rb")`` gives a seekable binary file (the pipelines pass Beam's FileSystems).
+    ``opener(path, "rb")`` gives a binary file (the pipelines pass Beam's FileSystems), seekable
+    unless ``start`` is 0.
     """
     limit = DEFAULT_LIMITS.max_line_bytes if max_bytes is None else max_bytes
     with opener(path, "rb") as f:
-        f.seek(start)
+        if start:  # only then: a pipe (`--ids <(...)`, /dev/fd/N) reads from its start but cannot seek
+            f.seek(start)
         number, pos = first_line, start
         while end is None or pos < end:
             line = f.readline(limit + 2)  # + 2: a line of exactly ``limit`` bytes may end in \r\n

@@ -10,7 +10,10 @@
 
 Indexes written before this layout (``DIR`` a symlink to ``.DIR.generations/<gen>``, with
 ``.DIR.history.json`` and ``.DIR.lock`` beside it) open as they are and are migrated to it by their
-next writer (:func:`writer_lock`). A generation folder ``DIR/generations/<gen>`` holds::
+next writer (:func:`writer_lock`). Any other symlink given as ``DIR`` stands for the folder it
+links to (:func:`index_dir`); inside ``DIR``, ``generations`` and its entries must not be symlinks
+(:func:`generations_dir`), and only folders named as a writer names them are ever removed.
+A generation folder ``DIR/generations/<gen>`` holds::
 
     manifest.json   encoder identity, bundle, counts, FAISS spec, fields, input fingerprint
     index.faiss     inner-product FAISS index of unit vectors t̂
@@ -42,6 +45,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import shutil
 import sqlite3
 import stat
@@ -79,12 +83,32 @@ GENERATIONS = "generations"
 HISTORY = "history.json"
 LOCK = "lock"
 MAX_POINTER_BYTES = 4096
+# the names new_generation gives (and the only generation folders a writer ever removes), and those
+# of the build folders of pipelines/index.py
+GENERATION_NAME = re.compile(r"[0-9]{8}T[0-9]{6}-[0-9]+-[0-9a-f]{6}")
+BUILD_NAME = re.compile(r"build-[0-9a-f]+")
 
 
 def legacy(target: str | os.PathLike) -> bool:
     """True for an index of the layout before one-folder indexes: ``DIR`` a symlink to
-    ``.DIR.generations/<gen>`` (migrated by its next writer)."""
-    return Path(target).is_symlink()
+    ``.DIR.generations/<gen>`` (migrated by its next writer), or to another generation folder. A
+    symlink to anything else is a link to an index folder (:func:`index_dir`)."""
+    target = Path(target).absolute()
+    if not target.is_symlink():
+        return False
+    real = Path(os.path.realpath(target))
+    # the parent test: an old-layout link whose generation was removed is still an old-layout index
+    return os.path.lexists(real / MANIFEST) or real.parent == Path(os.path.realpath(_legacy_path(target, "generations")))
+
+
+def index_dir(target: str | os.PathLike) -> Path:
+    """The absolute index folder ``target`` names: when ``target`` itself is a symlink to a folder
+    (``ln -s /data/idx link``; not an index of the old layout), the folder it links to, so that
+    reading and writing through the link act on that folder and a writer never replaces the link."""
+    target = Path(target).absolute()
+    if target.is_symlink() and not legacy(target):
+        return Path(os.path.realpath(target))
+    return target
 
 
 def _legacy_path(target: Path, suffix: str) -> Path:
@@ -92,15 +116,33 @@ def _legacy_path(target: Path, suffix: str) -> Path:
 
 
 def generations_dir(target: str | os.PathLike) -> Path:
-    target = Path(target).absolute()
-    return _legacy_path(target, "generations") if legacy(target) else target / GENERATIONS
+    """``DIR/generations`` (``.DIR.generations`` beside an index of the old layout).
+
+    IndexCorruptError when it, or any entry in it, is a symlink: an index folder received from
+    someone else can carry one, and following it would read generations from, and remove folders
+    in, a place that is not the index."""
+    target = index_dir(target)
+    if legacy(target):
+        return _legacy_path(target, "generations")
+    gens = target / GENERATIONS
+    if gens.is_symlink():
+        raise IndexCorruptError(f"{gens} is a symlink; an index's generations must be a folder inside it: "
+                                "replace the link with the folder it points to")
+    try:
+        links = sorted(e.name for e in os.scandir(gens) if e.is_symlink())
+    except (FileNotFoundError, NotADirectoryError):  # no generation yet; or damage the caller names
+        links = []
+    if links:
+        raise IndexCorruptError(f"{gens / links[0]} is a symlink; generations must be folders inside the index: "
+                                "replace the link with the folder it points to")
+    return gens
 
 
 def current_generation(target: str | os.PathLike) -> Path | None:
     """The generation folder ``target`` publishes now, None when it publishes none (no index, or a
     first build that never finished). ``target`` is an index folder (``DIR/current`` names the
     generation), an index of the old layout (a symlink to it), or a generation folder itself."""
-    target = Path(target).absolute()
+    target = index_dir(target)
     if legacy(target):
         return Path(os.path.realpath(target))
     try:
@@ -117,7 +159,7 @@ def current_generation(target: str | os.PathLike) -> Path | None:
         name = ""
     if not safe_generation_name(name):
         raise IndexCorruptError(f"{target / CURRENT} does not name a generation of the index; the index is damaged")
-    return target / GENERATIONS / name
+    return generations_dir(target) / name
 
 
 def is_published(target: str | os.PathLike) -> bool:
@@ -131,6 +173,7 @@ def is_published(target: str | os.PathLike) -> bool:
 def _ours(target: Path) -> bool:
     """``target`` is absent, an index (either layout) or an index folder a writer started (its lock,
     its generations), or an empty folder: a writer may use it."""
+    target = index_dir(target)
     if legacy(target) or not os.path.lexists(target):
         return True
     if not target.is_dir():
@@ -141,7 +184,7 @@ def _ours(target: Path) -> bool:
 
 def new_generation(target: str | os.PathLike) -> Path:
     """Create an empty generation folder in ``target`` (not yet visible to readers)."""
-    target = Path(target).absolute()
+    target = index_dir(target)
     if legacy(target) or not _ours(target):
         raise FileExistsError(f"{target} exists and is not a relsearch index; choose another --index")
     gens = generations_dir(target)
@@ -161,7 +204,7 @@ def publish(target: str | os.PathLike, gen: Path, *, remove_builds: bool = True)
     append of other input to the same index starts (:func:`remove_stale_builds`) or succeeds.
     A rollback (``remove_builds=False``) is neither, so it leaves them.
     """
-    target = Path(target).absolute()
+    target = index_dir(target)
     if gen.parent != generations_dir(target) or legacy(target):
         raise ValueError(f"{gen} is not a generation folder of {target}")
     published = current_generation(target) if os.path.lexists(target / CURRENT) else None
@@ -209,7 +252,7 @@ MAX_HISTORY = 100
 
 
 def history_path(target: str | os.PathLike) -> Path:
-    target = Path(target).absolute()
+    target = index_dir(target)
     return _legacy_path(target, "history.json") if legacy(target) else target / HISTORY
 
 
@@ -241,7 +284,7 @@ def _record_published(target: Path, name: str) -> None:
 def retained(target: str | os.PathLike) -> list[Path]:
     """The retained generations, newest first: the published one, then the most recently published
     others that still exist, ``keep`` in all."""
-    target = Path(target).absolute()
+    target = index_dir(target)
     gens, history = generations_dir(target), read_history(target)
     try:
         published = current_generation(target)
@@ -290,7 +333,11 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None, builds: 
     (the writer's pid in the name is only for people reading the folder). A generation a reader is
     opening right now (shared lock on its manifest) is left for the next write; readers that have
     opened a removed generation keep answering from their open files.
+
+    Only real folders named as :func:`new_generation` names them are removed: nothing else in
+    ``generations`` (a folder someone put there, a link) was written by a writer of this index.
     """
+    target = index_dir(target)
     gens = generations_dir(target)
     kept = set(retained(target)) | {keep}
     # temporary pointers of publishes killed before their swap
@@ -300,19 +347,29 @@ def remove_stale_generations(target: Path, *, keep: Path | None = None, builds: 
     if builds:
         remove_stale_builds(target)
     for gen in gens.glob("*") if gens.is_dir() else []:
-        if gen in kept or not gen.is_dir() or gen.name.startswith("build-"):
+        if gen in kept or not _ours_to_remove(gen, GENERATION_NAME):
             continue
         if not _being_opened(gen):  # else a reader is opening it: the next write removes it
             shutil.rmtree(gen, ignore_errors=True)
 
 
+def _ours_to_remove(path: Path, name: re.Pattern) -> bool:
+    """``path`` is a folder (not a link to one) named as a writer names the folders it makes."""
+    try:
+        return name.fullmatch(path.name) is not None and stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:  # gone meanwhile
+        return False
+
+
 def remove_if_empty(target: str | os.PathLike) -> None:
     """Remove the index folder ``target`` if it holds nothing but an empty ``generations`` folder
-    (what a first build that failed on its input leaves)."""
-    target = Path(target).absolute()
+    (what a first build that failed on its input leaves). Reached through a symlink, the folder
+    stays: the user made it, and removing it would leave the link dangling."""
+    named = Path(target).absolute()
+    target = index_dir(named)
     if legacy(target):
         return
-    for path in (target / GENERATIONS, target):
+    for path in (target / GENERATIONS, target) if target == named else (target / GENERATIONS,):
         try:
             os.rmdir(path)
         except OSError:  # not empty, or gone
@@ -323,8 +380,8 @@ def remove_stale_builds(target: str | os.PathLike, *, keep: Path | None = None) 
     """Delete the shards of interrupted builds (``build-*``) other than ``keep``, unless a run
     holds them: a build starting on other input calls it first, so old shards never fill the disk
     it needs."""
-    for build in generations_dir(Path(target).absolute()).glob("build-*"):
-        if build != keep and build.is_dir() and _unlocked(build / "lock"):
+    for build in generations_dir(target).glob("build-*"):
+        if build != keep and _ours_to_remove(build, BUILD_NAME) and _unlocked(build / "lock"):
             shutil.rmtree(build, ignore_errors=True)
 
 
@@ -350,7 +407,7 @@ def writer_lock(target: str | os.PathLike, *, create: bool = True):
     make the index folder when it is absent (a first build); else FileNotFoundError. Re-entrant
     within a thread: the index job decides under the lock whether to build or append, and the
     append takes it again."""
-    target = Path(target).absolute()
+    target = index_dir(target)
     held = _held.__dict__.setdefault("targets", set())
     if target in held:
         yield
@@ -382,7 +439,7 @@ def migrate(target: str | os.PathLike) -> bool:
     folders go last. Under the old lock, so old writers and other migrators wait; readers that
     opened a generation keep their open files, and an open racing the exchange retries.
     Returns True when it migrated (or finished a killed migration)."""
-    target = Path(target).absolute()
+    target = index_dir(target)
     old_lock = _legacy_path(target, "lock")
     if not legacy(target) and not (not os.path.lexists(target) and any(_migrations(target))):
         return False
@@ -401,7 +458,8 @@ def migrate(target: str | os.PathLike) -> bool:
                 if entry.is_dir() and not entry.is_symlink():
                     shutil.copytree(entry, tmp / GENERATIONS / entry.name, symlinks=True, copy_function=link_or_copy)
             if published.parent != old_gens.resolve() and published.is_dir():  # a link to a folder elsewhere
-                if not safe_generation_name(name) or (tmp / GENERATIONS / name).exists():
+                # named as a writer names generations, so that retention can remove it one day
+                if not GENERATION_NAME.fullmatch(name) or (tmp / GENERATIONS / name).exists():
                     name = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
                 shutil.copytree(published, tmp / GENERATIONS / name, symlinks=True, copy_function=link_or_copy)
             history = read_history(target)
@@ -689,7 +747,7 @@ def open_index(path: str | os.PathLike) -> IndexFiles:
     """Open the generation ``path`` publishes now (``path/current``; or the generation an index of
     the old layout links to; or ``path`` itself when it is a generation folder), after checking its
     files against the manifest; later publishes do not affect this reader."""
-    path = Path(path)
+    path = index_dir(path)
     for attempt in range(5):
         root = _pointed(path)
         try:
