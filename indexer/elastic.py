@@ -186,7 +186,7 @@ class EsIndexConfig:
     m: int | None = None
     ef_construction: int | None = None
     confidence_interval: float | None = None
-    text_analyzer: str = "standard"
+    text_analyzer: str = "relsearch"  # the local BM25's tokens (text_analysis), so both backends rank alike
     shards: int | None = None
     replicas: int | None = None
 
@@ -264,19 +264,35 @@ def index_body(config: EsIndexConfig, metadata_sample: Mapping[str, Any] | None 
             "mapping": {"type": "keyword"}}}],
         "properties": {
             ID_FIELD: {"type": "keyword"},
-            TEXT_FIELD: {"type": "text", "analyzer": config.text_analyzer},
+            TEXT_FIELD: {"type": "text", "analyzer": config.text_analyzer, "similarity": "relsearch_bm25"},
             VECTOR_FIELD: config.vector_mapping(),
             NORM_FIELD: {"type": "float"},
             METADATA_FIELD: {"type": "object", "dynamic": True, "properties": {
                 field: {"type": t} for field, t in metadata_types(metadata_sample).items()}},
         },
     }
-    settings: dict[str, Any] = {}
+    settings: dict[str, Any] = text_analysis()
     if config.shards is not None:
         settings["number_of_shards"] = config.shards
     if config.replicas is not None:
         settings["number_of_replicas"] = config.replicas
     return {"settings": settings, "mappings": mappings}
+
+
+def text_analysis() -> dict[str, Any]:
+    """Index settings that make Elasticsearch's BM25 the local one (indexer/lexical.py): lower-cased
+    ``\\w\\w+`` tokens (Unicode word characters), bm25s's English stop words, Lucene BM25 with the
+    same k1 and b. Recipes fuse min-max normalised BM25 scores (retrieval/recipe.py), so with the
+    same tokens and parameters both backends rank a recipe's candidates alike (Lucene's one-byte
+    length norms aside)."""
+    from .lexical import B, K1, stopwords
+
+    return {"analysis": {"tokenizer": {"relsearch_words": {"type": "pattern", "pattern": "\\w\\w+", "group": 0,
+                                                           "flags": "UNICODE_CHARACTER_CLASS"}},
+                         "filter": {"relsearch_stop": {"type": "stop", "stopwords": stopwords()}},
+                         "analyzer": {"relsearch": {"type": "custom", "tokenizer": "relsearch_words",
+                                                    "filter": ["lowercase", "relsearch_stop"]}}},
+            "similarity": {"relsearch_bm25": {"type": "BM25", "k1": K1, "b": B}}}
 
 
 _HTTP_ISH = re.compile(r"(?:https?:?/*)?", re.IGNORECASE)  # http://, https://, and typos: http//, http:/

@@ -38,6 +38,13 @@ def bm25s_module():
     return bm25s
 
 
+def stopwords() -> list[str]:
+    """The English stop words :func:`tokenize` drops (bm25s's list; the Elasticsearch mirror's too)."""
+    from bm25s.stopwords import STOPWORDS_EN
+
+    return sorted(STOPWORDS_EN)
+
+
 def tokenize(texts: list[str], *, ids: bool = False):
     """The index's tokens of each text (``ids``: as bm25s's ``Tokenized``, token ids and vocabulary)."""
     return bm25s_module().tokenize(list(texts), stopwords="en", show_progress=False, return_ids=ids)

@@ -63,7 +63,8 @@ class Hits(list):
     """The hits of one search, a ``list`` of :class:`~relsearch.retrieval.search.Hit`, with
     ``warnings``: one line per filter operator that can never match in this index because its value's
     type never occurs in its field (``{"founded": {"gte": 1990}}`` where ``founded`` holds strings;
-    negated, it keeps every document), with the quoted form to use (``Searcher.filter_warnings``)."""
+    negated, it keeps every document), with the quoted form to use (``Searcher.filter_warnings``);
+    and one per part of a named relation that cannot apply to this query (retrieval/plan.py)."""
 
     def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = ()):
         super().__init__(hits)
@@ -250,7 +251,7 @@ class Index:
             for rows in groups.values():
                 warnings = _filter_warnings(searcher, requests[rows[0]].filters)  # the group shares its filters
                 for i, result in zip(rows, self._answer(searcher, requests, rows, late)):
-                    out[i] = result if isinstance(result, Exception) else Hits(result, warnings)
+                    out[i] = result if isinstance(result, Exception) else Hits(result, [*warnings, *result.warnings])
             return BatchAnswer(searcher.files.root.name, out)
 
     def filter_warnings(self, filters: dict | None) -> list[str]:
@@ -427,8 +428,10 @@ def _run(searcher: Searcher, requests: list[SearchRequest], stop=None) -> list[l
     first = requests[0].options()
     shared = dataclasses.replace(first, k=first.k + first.offset, offset=0, min_score=None, fields=None, metadata=True)
     with blame("query"):
-        ranked = search_request.run(searcher, [r.query() for r in requests], shared, stop=stop)
-    return [r.shape(page(hits, offset=r.offset, k=r.k, min_score=r.min_score)) for r, hits in zip(requests, ranked)]
+        plan = search_request.plan(searcher, [r.query() for r in requests], shared)
+        ranked = plan.run(stop=stop)
+    return [Hits(r.shape(page(hits, offset=r.offset, k=r.k, min_score=r.min_score)), scoring.warnings)
+            for r, hits, scoring in zip(requests, ranked, plan.scorings)]
 
 
 def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits) -> rec.Record:

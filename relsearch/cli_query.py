@@ -110,7 +110,8 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--hybrid", type=click.Choice(["rrf", "weighted"]), is_flag=False, flag_value="rrf", default=None,
               help="Fuse BM25 on the query text (the stored text for --id) with the relational search: rrf "
                    "(reciprocal rank fusion; plain --hybrid) or weighted (min-max scores, see --hybrid-weight). "
-                   "Local: the index's BM25 lists; --backend es: the server's BM25, rrf only.")
+                   "Local: the index's BM25 lists; --backend es: the server's BM25. Refused with a relation whose "
+                   "recipe already fuses BM25 (docs/how-a-query-runs.md).")
 @click.option("--hybrid-weight", type=click.FloatRange(0, 1), default=None, metavar="W",
               help="--hybrid weighted: the relational list's share of the normalised scores, BM25 gets 1 - W "
                    "(default 0.5).")
@@ -131,14 +132,12 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
     head, rerank = _parse_rerank(rerank)
     if backend == "es" and not (es_url and es_index):
         _fail("--backend es needs --es-url and --es-index")
-    if backend == "es" and hybrid not in (None, "rrf"):
-        _fail("--hybrid weighted needs the local backend")
     options = request.SearchOptions(k=k, offset=offset, min_score=min_score, collapse=collapse_field, filters=filters,
                                     explain=explain, rerank=head, rerank_depth=rerank_depth,
-                                    hybrid=hybrid if backend != "es" else None, hybrid_weight=hybrid_weight,
+                                    hybrid=hybrid, hybrid_weight=hybrid_weight,
                                     fields=fields, metadata=not no_metadata)
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
-                        num_candidates=num_candidates, hybrid=bool(hybrid), fusion=fusion) if backend == "es" else None
+                        num_candidates=num_candidates, fusion=fusion) if backend == "es" else None
     try:
         options.check()
         try:
@@ -149,8 +148,6 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
                                  search_params=_search_params(ef_search, nprobe, rerank, search_param))
         if backend == "es":
             _warn_if_stale_mirror(searcher.searcher.files.manifest, es_index)
-            for line in searcher.recipe_warnings(weights):
-                click.echo(f"warning: {line}", err=True)
         if queries_file:
             searcher.check(weights, {})
             options.check_against(searcher)
@@ -161,9 +158,11 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
             req = SearchRequest(text=text, id=doc_id, relations=weights, **vars(options))
             validate_request(searcher, req)
             queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
-        for line in searcher.filter_warnings(filters) if filters else ():  # a filter that can never match says so
+        plan = request.plan(searcher, queries, options)
+        # a filter that can never match, or a named relation's part that cannot apply, says so
+        for line in [*(searcher.filter_warnings(filters) if filters else ()), *plan.warnings]:
             click.echo(f"warning: {line}", err=True)
-        results = request.run(searcher, queries, options)
+        results = plan.run()
         if filters and queries and not any(results) and not len(searcher.matching(filters)):
             click.echo(f"no document matches the filter {json.dumps(filters, ensure_ascii=False)}", err=True)
     except request.RequestError as e:

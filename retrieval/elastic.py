@@ -217,6 +217,22 @@ def knn_search(client, name: str, query_vectors: np.ndarray, *, k: int = 10, num
     return results
 
 
+def bm25_search(client, name: str, texts: Sequence[str], *, k: int,
+                filters: Mapping[str, Any] | None = None) -> list[list[Hit]]:
+    """Top-``k`` hits per text by Elasticsearch's own BM25 (``match`` on ``text``) under
+    ``filters``: the lexical list of a recipe on this backend (retrieval/backend.py)."""
+    if not 1 <= k <= MAX_NUM_CANDIDATES:
+        raise ValueError(f"k must be in [1, {MAX_NUM_CANDIDATES}], got {k!r}")
+    es = client.options(retry_on_status=SEARCH_RETRY_STATUS)
+    clauses = filter_clauses(filters)
+    out = []
+    for text in texts:
+        query = {"bool": {"must": [{"match": {TEXT_FIELD: {"query": text}}}], "filter": clauses}}
+        hits = es.search(index=name, query=query, size=k, source={"excludes": [VECTOR_FIELD]})["hits"]["hits"]
+        out.append([_hit(h, h["_score"]) for h in hits])
+    return out
+
+
 def _rrf_search(es, name: str, retriever: dict[str, Any], k: int, source: dict[str, Any]):
     from elasticsearch import ApiError
 

@@ -6,8 +6,10 @@ raw vector; the relational query vector q is computed exactly as for FAISS and s
 (``dot_product`` needs unit vectors). Elasticsearch returns cos(q, t̂); multiplying by ‖q‖ gives
 back the FAISS backend's score ⟨q, t̂⟩ (they differ only for relation mixtures, where q is not a
 unit vector), so on an exact ES index both backends return the same ids and scores. ``--hybrid``
-fuses BM25 on the query text (an ``--id`` query's own text) with kNN by RRF; its scores are RRF
-scores, not cosines.
+(rrf) fuses BM25 on the query text (an ``--id`` query's own text) with kNN by RRF; its scores are
+RRF scores, not cosines. Recipes (and ``--hybrid weighted``) run here as on the local index: the
+query plan takes kNN and BM25 candidates from :meth:`EsSearcher.candidates` and the same fusion code
+ranks them (retrieval/backend.py); only the BM25 scores are Elasticsearch's own.
 """
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .elastic import MAX_NUM_CANDIDATES, knn_search
+from ..indexer.ann import SearchResult
+from .elastic import MAX_NUM_CANDIDATES, bm25_search, knn_search
 from .inputs import Filters
 from .search import Hit, Query, QueryError, Searcher, drop_own
 
@@ -59,25 +62,48 @@ class EsSearcher:
     def unknown_ids(self, queries: list[Query]) -> set[str]:
         return self.searcher.unknown_ids(queries)
 
-    def recipe_warnings(self, relations: dict[str, float]) -> list[str]:
-        """What this backend cannot run: a relation queried alone whose bundle entry holds a recipe
-        (retrieval/recipe.py: fusion with BM25 and metadata bonuses over the local index's lists)
-        is answered here by its operator alone."""
-        from .recipe import recipe_of
+    @property
+    def local(self) -> Searcher:
+        """The local index: bundle, encoder, stored vectors and documents (retrieval/backend.py)."""
+        return self.searcher
 
-        if len(relations) != 1 or list(relations.values()) != [1.0]:
-            return []
-        name = next(iter(relations))
-        recipe = recipe_of(self.searcher.operators[name]) if name in self.searcher.operators else None
-        if recipe is None or recipe.alone(name):
-            return []
-        return [f"--backend es runs {name}'s operator alone, not its recipe ({recipe.describe()}); "
-                "the local index (the default backend) runs the recipe"]
+    @property
+    def operators(self):
+        return self.searcher.operators
+
+    def candidates(self, qv: np.ndarray, texts: list[str] | None, n_dense: int, n_lexical: int,
+                   filters: Filters | None, *, own: np.ndarray) -> tuple[SearchResult, SearchResult | None]:
+        """retrieval/backend.py: Elasticsearch's kNN (scores back on the FAISS scale ⟨q, t̂⟩) and its
+        own BM25, each hit mapped to the local index's position (a hit the local index lacks is
+        dropped: the mirror is stale)."""
+        from ..indexer.elastic import display_url, reported
+
+        n_dense = min(n_dense, MAX_NUM_CANDIDATES)
+        with reported(f"search {self.options.index} at {display_url(self.options.url)}"):
+            dense = knn_search(self.client, self.options.index, qv, k=n_dense,
+                               num_candidates=max(self.options.num_candidates or 0, n_dense), filters=filters or None)
+            lexical = None if texts is None else bm25_search(self.client, self.options.index, texts,
+                                                             k=min(n_lexical, MAX_NUM_CANDIDATES), filters=filters or None)
+        scale = np.linalg.norm(qv, axis=1)
+        return (self._positions(dense, n_dense, scale),
+                None if lexical is None else self._positions(lexical, n_lexical, np.ones(len(texts))))
+
+    def _positions(self, rows: list[list[Hit]], width: int, scale: np.ndarray) -> SearchResult:
+        found = self.searcher.files.docstore.positions([h.id for row in rows for h in row])
+        positions = np.full((len(rows), width), -1, np.int64)
+        scores = np.full((len(rows), width), -np.inf, np.float32)
+        for i, row in enumerate(rows):
+            kept = [(found[h.id], h.score * scale[i]) for h in row if h.id in found][:width]
+            positions[i, :len(kept)] = [p for p, _ in kept]
+            scores[i, :len(kept)] = [s for _, s in kept]
+        return SearchResult(positions, scores)
 
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
-               explain: bool = False, params: dict | None = None) -> list[list[Hit]]:
+               explain: bool = False, params: dict | None = None, hybrid: str | None = None) -> list[list[Hit]]:
         """As :meth:`Searcher.search`; k is clipped to the local index's live documents. Filter values
-        go to Elasticsearch typed, where each metadata field has the one type its mapping gave it."""
+        go to Elasticsearch typed, where each metadata field has the one type its mapping gave it.
+        ``hybrid="rrf"``: Elasticsearch's BM25 fused by RRF (the server's retriever or here,
+        ``EsQueryOptions.fusion``); recipes and weighted fusion run through :meth:`candidates`."""
         if explain:
             raise QueryError("explain needs the FAISS backend (it reads the stored vectors)")
         if params:
@@ -89,7 +115,7 @@ class EsSearcher:
             raise QueryError("projection operators search their own projected index: use the FAISS backend")
         qv = self.searcher.query_vectors(queries, filters).q
         k = min(k, self.searcher.live_count, MAX_NUM_CANDIDATES - 1)  # k + 1 below: the query document may come back
-        texts = self._texts(queries) if self.options.hybrid else None
+        texts = self._texts(queries) if hybrid == "rrf" or self.options.hybrid else None
         from ..indexer.elastic import display_url, reported
 
         with reported(f"search {self.options.index} at {display_url(self.options.url)}"):

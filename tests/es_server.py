@@ -8,7 +8,9 @@ retrievers), ``POST /_aliases`` and ``GET /_alias/<name>``. Every response carri
 ``X-Elastic-Product: Elasticsearch`` (the client refuses servers without it).
 
 Searches are exact: kNN scores every stored vector, ``(1 + dot) / 2`` like ``dot_product``;
-``match`` is a plain BM25 over lower-cased word tokens; RRF is implemented here independently of
+``match`` is a plain BM25 over lower-cased word tokens, or over the tokens and with the k1 / b of
+the text field's custom ``pattern`` analyzer, ``stop`` filter and BM25 ``similarity`` when the
+index's settings define them; RRF is implemented here independently of
 ``relsearch``, so tests compare against it rather than against the code under test.
 
 It records every request (method, path, query, headers, body) and can be scripted: whole-request
@@ -101,8 +103,28 @@ def _same(stored: Any, wanted: Any) -> bool:
     return stored == wanted
 
 
+_ANALYSIS = threading.local()  # the searched index's text analysis, set per request by _search
+
+
 def _tokens(text: str) -> list[str]:
-    return _TOKEN.findall(str(text).lower())
+    pattern, stop = getattr(_ANALYSIS, "tokens", (_TOKEN, frozenset()))
+    return [t for t in pattern.findall(str(text).lower()) if t not in stop]
+
+
+def _analysis(settings: dict[str, Any], mappings: dict[str, Any]) -> tuple[tuple, tuple[float, float]]:
+    """((token pattern, stop words), (k1, b)) of the text field: a custom analyzer of a ``pattern``
+    tokenizer (group 0), ``lowercase`` and ``stop`` filters, and a BM25 ``similarity``, as
+    relsearch's mirror sets them; the default \\w+ tokens and k1 = 1.2, b = 0.75 otherwise."""
+    text = mappings.get("properties", {}).get("text", {})
+    analysis = settings.get("analysis", {})
+    analyzer = analysis.get("analyzer", {}).get(text.get("analyzer"))
+    tokens = (_TOKEN, frozenset())
+    if analyzer:
+        tokenizer = analysis.get("tokenizer", {}).get(analyzer["tokenizer"], {})
+        stop = {w for f in analyzer.get("filter", []) for w in analysis.get("filter", {}).get(f, {}).get("stopwords", [])}
+        tokens = (re.compile(tokenizer.get("pattern", r"\w+"), re.UNICODE), frozenset(stop))
+    similarity = settings.get("similarity", {}).get(text.get("similarity"), {})
+    return tokens, (float(similarity.get("k1", 1.2)), float(similarity.get("b", 0.75)))
 
 
 class EsTestServer:
@@ -350,6 +372,8 @@ class EsTestServer:
         indices = self._resolve(name)
         docs = [(i, doc_id, src) for i in indices for doc_id, src in self.indices[i].docs.items()]
         size = int(body.get("size", 10))
+        if indices:
+            _ANALYSIS.tokens, _ANALYSIS.bm25 = _analysis(self.indices[indices[0]].settings, self.indices[indices[0]].mappings)
         if "retriever" in body:
             ranked = self._retriever(body["retriever"], docs, indices, size)
         elif "knn" in body:
@@ -475,7 +499,8 @@ class EsTestServer:
         for term in set(_tokens(text)):
             if tf[term]:
                 idf = math.log(1 + (n - df[term] + 0.5) / (df[term] + 0.5))
-                score += idf * tf[term] * 2.2 / (tf[term] + 1.2 * (0.25 + 0.75 * len(toks) / max(avgdl, 1e-9)))
+                k1, b = getattr(_ANALYSIS, "bm25", (1.2, 0.75))
+                score += idf * tf[term] * (k1 + 1) / (tf[term] + k1 * (1 - b + b * len(toks) / max(avgdl, 1e-9)))
         return score
 
     def _retriever(self, retriever: dict[str, Any], docs, indices, size: int) -> list[tuple]:

@@ -20,6 +20,7 @@ from relsearch.indexer.elastic import (
     bulk_index,
     connect,
     create_index,
+    text_analysis,
     delete_index,
     index_meta,
     metadata_types,
@@ -86,7 +87,14 @@ def test_mapping_payload(server, client):
     assert body["mappings"]["dynamic"] == "strict"
     template = body["mappings"]["dynamic_templates"][0]["metadata_strings"]
     assert template["path_match"] == "metadata.*" and template["mapping"] == {"type": "keyword"}
-    assert body["settings"] == {"number_of_shards": 2, "number_of_replicas": 0}
+    assert body["settings"] == {"number_of_shards": 2, "number_of_replicas": 0, **text_analysis()}
+    # the text is analysed as the local BM25 tokenises it, with its k1 and b (indexer/lexical.py)
+    analysis = body["settings"]["analysis"]
+    assert analysis["tokenizer"]["relsearch_words"]["pattern"] == r"\w\w+"
+    assert set(analysis["filter"]["relsearch_stop"]["stopwords"]) >= {"the", "and", "of"}
+    assert body["settings"]["similarity"]["relsearch_bm25"] == {"type": "BM25", "k1": 1.5, "b": 0.75}
+    assert body["mappings"]["properties"]["text"] == {"type": "text", "analyzer": "relsearch",
+                                                      "similarity": "relsearch_bm25"}
     meta = index_meta(client, "idx")
     assert meta["config"]["dims"] == 8 and meta["config"]["index_type"] == "int8_hnsw" and meta["version"]
     assert meta["bundle"] == "minilm@abc"
@@ -289,8 +297,8 @@ def test_hybrid_rrf_body_and_server_client_agreement(server, client):
     assert knn["k"] == 20 and knn["num_candidates"] == 20 and abs(np.linalg.norm(knn["query_vector"]) - 1) < 1e-6
     client_hits = knn_search(client, "idx", q, k=5, num_candidates=20, hybrid_text=texts, filters={"year": 2002},
                              fusion="client")
-    for s_hits, c_hits in zip(server_hits, client_hits):
-        assert [h.id for h in s_hits] == [h.id for h in c_hits]
+    for s_hits, c_hits in zip(server_hits, client_hits):  # equal RRF scores may trade places (ES leaves ties open)
+        assert sorted((round(h.score, 9), h.id) for h in s_hits) == sorted((round(h.score, 9), h.id) for h in c_hits)
         np.testing.assert_allclose([h.score for h in s_hits], [h.score for h in c_hits])
         assert all(h.metadata["year"] == 2002 for h in s_hits)
     assert server_hits[0][0].score <= 2 / 61  # RRF scores, not cosines

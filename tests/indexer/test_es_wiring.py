@@ -76,16 +76,20 @@ def test_hybrid_and_client_fusion(mirrored, server):
     assert out.exit_code != 0 and "--es-url" in out.output
 
 
-def test_es_backend_says_it_runs_a_relation_without_its_recipe(mirrored, server):
-    """similar-company's recipe (BM25 and GICS bonuses over the local lists) cannot run on the
-    mirror: the ES backend answers with the operator alone and says so; the local backend runs it."""
+SHIPPED = ("similar-company", "duplicate-question", "qa-entailment", "same-caption", "contradiction", "identity")
+
+
+@pytest.mark.parametrize("relation", SHIPPED)
+def test_es_backend_runs_each_shipped_relation_as_the_local_index_does(mirrored, server, relation):
+    """The query plan takes kNN and BM25 candidates from Elasticsearch and ranks them with the same
+    fusion code: a recipe (BM25 share, GICS bonuses) gives the local top 10 on the mirror too."""
     target, _ = mirrored
-    base = ["query", "--id", "BAC", "--index", str(target), "-k", "3", "--relation", "similar-company"]
-    es = CliRunner().invoke(cli, [*base, "--backend", "es", "--es-url", server.url, "--es-index", "companies"])
-    assert es.exit_code == 0, es.output
-    assert "warning: --backend es runs similar-company's operator alone, not its recipe" in es.output
-    local = CliRunner().invoke(cli, base)
-    assert local.exit_code == 0 and "not its recipe" not in local.output
+    for query in (["--id", "BAC"], ["--id", "AAPL"], ["cloud software and services for enterprises"]):
+        base = ["query", *query, "--index", target, "-k", "11", "--json", "--relation", relation]
+        local = [h["id"] for h in run(*base) if h["id"] != "ABBV"][:10]  # ABBV was refused by the mirror
+        es = CliRunner().invoke(cli, [*base, "--backend", "es", "--es-url", server.url, "--es-index", "companies"])
+        assert es.exit_code == 0 and "not its recipe" not in es.output, es.output
+        assert [json.loads(line)["id"] for line in es.output.splitlines() if line.startswith("{")][:10] == local
 
 
 def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
