@@ -8,15 +8,20 @@ needs beyond them are read-only, bounded and behind the API key like every other
 - ``GET /fields``: the index's metadata fields with the value types stored in each, and for a text
   field with few distinct values those values (the filter builder's choices).
 - ``GET /complete``: stored documents whose id or name starts with a prefix (the id box's completion).
+- ``POST /filters/parse``: filter expressions in ``relsearch query --filter`` syntax → the JSON form the
+  API takes, parsed by the CLI's own parser (so a filter in the page's URL means what it means to the
+  CLI: ``A or B``, ``not ...``, typed values), each expression checked against the index's fields.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 from fastapi import FastAPI, Query
 from fastapi.openapi.docs import get_swagger_ui_html, get_swagger_ui_oauth2_redirect_html
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, ConfigDict, Field
 
 UI_DIR = Path(__file__).parent / "ui"
 UI_ASSETS, DOCS_ASSETS = "/ui/assets", "/docs/assets"
@@ -31,6 +36,8 @@ MAX_VALUES = 50  # distinct text values listed per field (more: none listed)
 MAX_COMPLETIONS = 50  # matches one /complete may ask for
 MAX_PREFIX = 200  # characters of a /complete prefix
 NAME_FIELDS = ("name", "title", "company", "security")  # the first present is what completion calls a name
+MAX_FILTER_TEXTS = 64  # expressions one /filters/parse may read
+MAX_FILTER_CHARS = 10_000  # characters of one expression
 
 
 def swagger_assets() -> Path:
@@ -141,9 +148,52 @@ def complete(searcher, prefix: str, limit: int) -> list[dict]:
     return [{"id": i, "name": str(by_id.get(i, {}).get(name_field, "")) if name_field else ""} for i in wanted]
 
 
+def parse_filters(specs: list[str], metadata_fields=None) -> dict:
+    """``{"filters", "errors"}``: ``specs`` (``relsearch query --filter`` expressions, AND-ed) in the API's
+    JSON form, parsed as the CLI parses them (retrieval/inputs.parse_filter, merge_filters) and checked
+    (indexer/filters.clauses: types and bounds); with ``metadata_fields``, every field named must be
+    one of them. ``errors``: ``[{"field": "filters[i]" | "filters", "message"}]``, one per expression
+    that cannot be read (``filters[i]``), or one for the expressions together (``filters``: the same
+    operator given twice on a field, a bound passed); ``filters`` is null when there is any."""
+    from .indexer.filters import clauses, fields_in
+    from .retrieval.inputs import merge_filters, parse_filter
+
+    errors, parsed = [], []
+    for i, spec in enumerate(specs):
+        try:
+            one = parse_filter(spec)
+            alone = merge_filters([one])
+            clauses(alone)
+        except ValueError as e:
+            errors.append({"field": f"filters[{i}]", "message": str(e)})
+            continue
+        unknown = [f for f in fields_in(alone) if metadata_fields is not None and f not in metadata_fields]
+        if unknown:
+            errors.append({"field": f"filters[{i}]", "message": f"unknown filter field {unknown[0]!r}; metadata "
+                                                                f"fields: {', '.join(metadata_fields) or '(none)'}"})
+            continue
+        parsed.append(one)
+    if errors:
+        return {"filters": None, "errors": errors}
+    try:
+        together = merge_filters(parsed)
+        clauses(together)
+    except ValueError as e:
+        return {"filters": None, "errors": [{"field": "filters", "message": str(e)}]}
+    return {"filters": together, "errors": []}
+
+
+class FilterTexts(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    index: str | None = Field(None, description="Served index name (default: the first --index).")
+    filters: list[Annotated[str, Field(max_length=MAX_FILTER_CHARS)]] = Field(
+        max_length=MAX_FILTER_TEXTS, description="Expressions in `relsearch query --filter` syntax, AND-ed, e.g. "
+        '["gics_sector=Energy or founded<1950", "not ceo exists"].')
+
+
 def add_routes(app: FastAPI, run, *, errors: dict) -> None:
-    """``GET /fields`` and ``GET /complete``; ``run(index, fn, *args)`` answers ``fn(searcher, *args)``
-    on the model thread as ``(name, answer)``."""
+    """``GET /fields``, ``GET /complete`` and ``POST /filters/parse``; ``run(index, fn, *args)`` answers
+    ``fn(searcher, *args)`` on the model thread as ``(name, answer)``."""
 
     @app.get("/fields", summary="Metadata fields of an index, their value types and (few) text values",
              responses=errors)
@@ -156,3 +206,9 @@ def add_routes(app: FastAPI, run, *, errors: dict) -> None:
                           limit: int = Query(10, ge=1, le=MAX_COMPLETIONS)):
         name, answer = await run(index, complete, prefix, limit)
         return {"index": name, "matches": answer}
+
+    @app.post("/filters/parse", summary="Filter expressions in `relsearch query --filter` syntax → the JSON form of "
+              "`filters`; errors per expression", responses=errors)
+    async def filters_parse(body: FilterTexts):
+        name, answer = await run(body.index, lambda searcher: parse_filters(body.filters, searcher.metadata_fields))
+        return {"index": name, **answer}

@@ -1,6 +1,6 @@
 // The explorer: form ↔ URL state, side-by-side search (identity vs the chosen mixture), score and relations panels.
 import {ApiError, call, get, setKey} from "./api.js";
-import {FILTER_OPS, filtersJson, parseFilter, readState, writeFilter, writeState} from "./query.js";
+import {FILTER_OPS, readState, rowParts, writeFilter, writeState} from "./query.js";
 import {bars, el, hitList, relationRows} from "./view.js";
 
 const $ = (id) => document.getElementById(id);
@@ -58,34 +58,57 @@ function fieldTypes(name) {
   return (fields.find((f) => f.name === name) || {types: []}).types;
 }
 
+// A filter row: field, operator, value; `spec` (an expression from the URL) is kept as written until the
+// row is edited, and one a row cannot show (not ..., A or B) stays an editable expression. Either way the
+// server reads it (POST /filters/parse), with the CLI's grammar, and names what is wrong next to the row.
 function filterRow(spec) {
-  const parsed = spec ? parseFilter(spec) : {field: fields[0] ? fields[0].name : "", op: "=", value: ""};
-  const field = el("select", {class: "field", "aria-label": "filter field"},
-    fields.map((f) => el("option", {value: f.name, selected: f.name === parsed.field}, f.name)));
-  const op = el("select", {class: "op", "aria-label": "filter operator"},
-    FILTER_OPS.map((o) => el("option", {value: o, selected: o === parsed.op}, o)));
-  const listId = `values-${Math.random().toString(36).slice(2)}`;
-  const values = el("datalist", {id: listId});
-  const value = el("input", {class: "value", list: listId, value: parsed.value, "aria-label": "filter value"});
-  const offerValues = () => values.replaceChildren(...((fields.find((f) => f.name === field.value) || {}).values || [])
-    .map((v) => el("option", {value: v})));
-  field.addEventListener("change", offerValues);
-  offerValues();
+  const parts = spec === undefined ? {field: fields[0] ? fields[0].name : "", op: "=", value: ""} : rowParts(spec);
   const remove = el("button", {type: "button", class: "remove", title: "remove this filter"}, "×");
-  const row = el("div", {class: "filter"}, field, op, remove, value, values);
+  const error = el("div", {class: "error filter-error"});
+  let row;
+  if (!parts) {
+    const expression = el("input", {class: "expr", value: spec, spellcheck: "false", "aria-label": "filter expression",
+                                    title: "as `relsearch query --filter` reads it"});
+    row = el("div", {class: "filter expression"}, expression, remove, error);
+  } else {
+    const known = fields.some((f) => f.name === parts.field);
+    const field = el("select", {class: "field", "aria-label": "filter field"},
+      known ? null : el("option", {value: parts.field, selected: true, class: "unknown"}, `${parts.field} (not a field here)`),
+      fields.map((f) => el("option", {value: f.name, selected: f.name === parts.field}, f.name)));
+    const op = el("select", {class: "op", "aria-label": "filter operator"},
+      FILTER_OPS.map((o) => el("option", {value: o, selected: o === parts.op}, o)));
+    const listId = `values-${Math.random().toString(36).slice(2)}`;
+    const values = el("datalist", {id: listId});
+    const value = el("input", {class: "value", list: listId, value: parts.value, "aria-label": "filter value"});
+    const offerValues = () => values.replaceChildren(...((fields.find((f) => f.name === field.value) || {}).values || [])
+      .map((v) => el("option", {value: v})));
+    field.addEventListener("change", offerValues);
+    offerValues();
+    row = el("div", {class: "filter"}, field, op, remove, value, values, error);
+    if (spec !== undefined) {
+      row.dataset.spec = spec;
+      for (const input of [field, op, value]) {
+        for (const type of ["input", "change"]) input.addEventListener(type, () => { delete row.dataset.spec; });
+      }
+    }
+  }
   remove.addEventListener("click", () => row.remove());
   return row;
 }
 
+function filterText(row) {
+  if (row.classList.contains("expression")) return row.querySelector(".expr").value.trim();
+  if (row.dataset.spec !== undefined) return row.dataset.spec; // as the URL wrote it
+  const field = row.querySelector(".field").value;
+  return writeFilter(field, row.querySelector(".op").value, row.querySelector(".value").value.trim(), fieldTypes(field));
+}
+
 function readForm() {
-  const relations = {};
+  const relations = Object.create(null); // keyed by relation names: no inherited keys
   for (const range of document.querySelectorAll("[data-relation]")) {
     if (Number(range.value) > 0) relations[range.dataset.relation] = Number(range.value);
   }
-  const filters = [...document.querySelectorAll(".filter")].map((row) => {
-    const field = row.querySelector(".field").value;
-    return writeFilter(field, row.querySelector(".op").value, row.querySelector(".value").value.trim(), fieldTypes(field));
-  });
+  const filters = [...document.querySelectorAll(".filter")].map(filterText);
   return {
     index: $("index").value,
     mode: document.querySelector('input[name="mode"]:checked').value,
@@ -112,15 +135,8 @@ function fillForm(state, operators) {
   $("k").value = String(state.k);
   $("hybrid").value = state.hybrid;
   $("relations").replaceChildren(...operators.map((r) => relationSlider(r.name, state.relations[r.name] || 0)));
-  $("filters").replaceChildren();
+  $("filters").replaceChildren(...state.filters.map((spec) => filterRow(spec)));
   clearErrors($("search-form"));
-  for (const spec of state.filters) {
-    try {
-      $("filters").append(filterRow(spec));
-    } catch (error) {
-      showError(new ApiError(0, "filters", error.message));
-    }
-  }
   const nameField = NAME_FIELDS.find((n) => fields.some((f) => f.name === n));
   const shown = new Set(state.columns || (nameField ? [nameField] : []));
   $("columns").replaceChildren(...fields.filter((f) => !f.types.every((t) => t === "array" || t === "object"))
@@ -129,20 +145,47 @@ function fillForm(state, operators) {
 
 // ---------------------------------------------------------------- searching
 
+function clearHits() {
+  $("identity-hits").replaceChildren();
+  $("mixture-hits").replaceChildren();
+  $("mixture-name").textContent = "";
+}
+
+// The filter expressions in the API's JSON form, read by the server as the CLI reads them; null (and
+// each message next to its row, no hits shown) when one cannot be read or names no field of the index
+async function readFilters(state, form) {
+  if (!state.filters.length) return {};
+  let answer;
+  try {
+    answer = await call("/filters/parse", {index: state.index, filters: state.filters});
+  } catch (error) {
+    if (error.status === 401) retry = () => search({push: false});
+    showError(error, form);
+    return null;
+  }
+  const rows = document.querySelectorAll("#filters .filter");
+  for (const {field, message} of answer.errors) {
+    const at = /^filters\[(\d+)\]$/.exec(field || "");
+    const box = at && rows[Number(at[1])] ? rows[Number(at[1])].querySelector(".filter-error")
+                                          : form.querySelector('.error[data-for="filters"]');
+    box.textContent = message;
+  }
+  return answer.errors.length ? null : answer.filters;
+}
+
 async function search({push = true} = {}) {
   const form = $("search-form");
   const state = readForm();
   clearErrors(form);
   $("warnings").textContent = "";
-  let filters;
-  try {
-    filters = filtersJson(state.filters);
-  } catch (error) {
-    showError(new ApiError(0, "filters", error.message));
-    return;
-  }
   const url = writeState(state);
   if (push && url !== location.search) history.pushState(null, "", url);
+  const filters = await readFilters(state, form);
+  if (filters === null) {
+    clearHits();
+    $("status").textContent = "Not searched: a filter could not be read (see the message next to it).";
+    return;
+  }
   const mixture = Object.keys(state.relations).length ? state.relations : {identity: 1};
   const base = {index: state.index, k: state.k, filters, explain: true, [state.mode]: state[state.mode]};
   if (state.hybrid) base.hybrid = state.hybrid;

@@ -1,15 +1,17 @@
 // The page's state and its URL (?id=MSFT&relation=similar-company:0.7&filter=gics_sector=Energy&k=10),
-// and filter expressions in `relsearch query --filter` syntax turned into the API's JSON form.
+// and filter expressions in `relsearch query --filter` syntax. What a filter means is decided by the
+// server (POST /filters/parse runs the CLI's own parser); here an expression is only split into the
+// field / operator / value of a filter row, when a row can show it exactly.
 
 export const FILTER_OPS = ["=", "!=", "~=", ">", ">=", "<", "<=", "in", "has", "exists", "is null", "is not null"];
 const NO_VALUE = new Set(["exists", "is null", "is not null"]);
 const WORDS = /^([^\s=!<>~]+)\s+(?:(in|has)\s+(.*\S)|(exists|is null|is not null))\s*$/s;
-const COMPARISON = /^([^=!<>~]+?)\s*(!=|~=|>=|<=|=|>|<)(.*)$/s;
-const API_OPS = {"=": "eq", "!=": "eq", "~=": "ieq", ">": "gt", ">=": "gte", "<": "lt", "<=": "lte"};
+// the field runs to the first operator character (trimmed after): linear time on any text
+const COMPARISON = /^([^=!<>~]+)(!=|~=|>=|<=|=|>|<)(.*)$/s;
 
 export function readState(search) {
   const params = new URLSearchParams(search);
-  const relations = {};
+  const relations = Object.create(null); // keyed by names from the URL: "__proto__" is a name like any other
   for (const spec of params.getAll("relation")) {
     const cut = spec.lastIndexOf(":");
     const weight = cut > 0 ? Number(spec.slice(cut + 1)) : NaN;
@@ -65,6 +67,27 @@ export function parseFilter(spec) {
                   "FIELD~=TEXT, FIELD in [A,B], FIELD has VALUE, FIELD exists or FIELD is [not] null");
 }
 
+// True when `spec` joins expressions with " or " outside double quotes (as the CLI splits them)
+function joinsWithOr(spec) {
+  let quoted = false;
+  for (let i = 0; i < spec.length; i += 1) {
+    if (spec[i] === '"' && (i === 0 || spec[i - 1] !== "\\")) quoted = !quoted;
+    else if (!quoted && spec.startsWith(" or ", i)) return true;
+  }
+  return false;
+}
+
+// {field, op, value} of a filter row that shows `spec` exactly, or null when a row cannot (a negation
+// "not ...", alternatives "A or B", text this splitter does not read): that one stays as written
+export function rowParts(spec) {
+  if (/^\s*not\s/.test(spec) || joinsWithOr(spec)) return null;
+  try {
+    return parseFilter(spec);
+  } catch {
+    return null;
+  }
+}
+
 // One filter row → its expression; values stay strings in a field that holds only strings
 export function writeFilter(field, op, value, types = []) {
   if (NO_VALUE.has(op)) return `${field} ${op}`;
@@ -76,35 +99,4 @@ export function writeFilter(field, op, value, types = []) {
   }
   if (op === "has") return `${field} has ${quoted(value)}`;
   return `${field}${op}${op === "~=" ? value : quoted(value)}`;
-}
-
-function listValue(text) {
-  const value = filterValue(text);
-  if (Array.isArray(value)) return value;
-  try {
-    const list = JSON.parse(text);
-    if (Array.isArray(list)) return list;
-  } catch { /* comma-separated */ }
-  return text.replace(/^\[|\]$/g, "").split(",").map((v) => filterValue(v.trim()));
-}
-
-// Expressions (AND) → {field: value | {operator: value, not: {...}}}, as `relsearch query` builds it
-export function filtersJson(specs) {
-  const fields = {};
-  for (const spec of specs) {
-    const {field, op, value} = parseFilter(spec);
-    let apiOp, apiValue, negate = op === "!=";
-    if (op === "exists") [apiOp, apiValue] = ["exists", true];
-    else if (op === "is null") [apiOp, apiValue] = ["null", true];
-    else if (op === "is not null") [apiOp, apiValue] = ["null", false];
-    else if (op === "in") [apiOp, apiValue] = ["in", listValue(value)];
-    else if (op === "has") [apiOp, apiValue] = ["has", filterValue(value)];
-    else [apiOp, apiValue] = [API_OPS[op], op === "~=" && !value.startsWith('"') ? value : filterValue(value)];
-    let target = fields[field] ||= {};
-    if (negate) target = target.not ||= {};
-    if (apiOp in target) throw new Error(`filter ${field}: ${op} given twice; use "${field} in [A,B]"`);
-    target[apiOp] = apiValue;
-  }
-  return Object.fromEntries(Object.entries(fields).map(
-    ([field, ops]) => [field, Object.keys(ops).length === 1 && "eq" in ops ? ops.eq : ops]));
 }

@@ -47,7 +47,7 @@ export function hitList(list, hits, {columns, before = null, kept = null, chosen
         before ? movement(hit.rank, before.get(hit.id)) : null,
         el("strong", {class: "id"}, hit.id),
         el("span", {class: "score", title: "score"}, round(hit.score, 4))),
-      columns.length ? el("dl", {class: "meta"}, columns.flatMap((c) => hit.metadata && c in hit.metadata
+      columns.length ? el("dl", {class: "meta"}, columns.flatMap((c) => isObject(hit.metadata) && Object.hasOwn(hit.metadata, c)
         ? [el("dt", {}, c), el("dd", {}, String(hit.metadata[c]))] : [])) : null,
       el("p", {class: "snippet"}, hit.text.length > 220 ? `${hit.text.slice(0, 220)}…` : hit.text),
       mine.length ? bars(mine, {highlight: chosen}) : null,
@@ -55,21 +55,28 @@ export function hitList(list, hits, {columns, before = null, kept = null, chosen
   }));
 }
 
+// A bundle's description of a relation is data: any field may be missing or of another type, and a
+// field that is not what is expected is left out, never allowed to stop the page.
+const isObject = (x) => typeof x === "object" && x !== null && !Array.isArray(x);
+const own = (object, key) => (isObject(object) && Object.hasOwn(object, key) ? object[key] : undefined);
+const isNumber = (x) => typeof x === "number" && Number.isFinite(x);
+
 function metricCells(metrics) {
-  if (!metrics || typeof metrics !== "object") return "";
-  const name = metrics.metric || "mrr";
-  const rows = ["trained", "identity", "bm25", "hybrid"].filter((k) => metrics[k] && name in metrics[k])
+  if (!isObject(metrics)) return "";
+  const name = typeof own(metrics, "metric") === "string" ? metrics.metric : "mrr";
+  const split = typeof own(metrics, "split") === "string" ? metrics.split : "test";
+  const rows = ["trained", "identity", "bm25", "hybrid"].filter((k) => isNumber(own(own(metrics, k), name)))
     .map((k) => [k === "trained" ? "operator" : k, metrics[k][name]]);
   if (!rows.length) return "";
-  return el("div", {}, el("div", {class: "muted"}, `${name} on ${metrics.split || "test"}`),
+  return el("div", {}, el("div", {class: "muted"}, `${name} on ${split}`),
     bars(rows, {signed: false, highlight: new Set(["operator"])}));
 }
 
 function wholeCorpusCells(info) {
-  if (!info || !info.whole_corpus) return "";
-  const parts = ["test", "dev"].filter((split) => info.whole_corpus[split]).map((split) => {
+  if (!isObject(own(info, "whole_corpus"))) return "";
+  const parts = ["test", "dev"].filter((split) => isObject(own(info.whole_corpus, split))).map((split) => {
     const numbers = info.whole_corpus[split];
-    const rows = ["recipe", "operator", "identity", "bm25", "hybrid"].filter((k) => typeof numbers[k] === "number")
+    const rows = ["recipe", "operator", "identity", "bm25", "hybrid"].filter((k) => isNumber(own(numbers, k)))
       .map((k) => [k, numbers[k]]);
     return el("div", {}, el("div", {class: "muted"}, `${split} MRR`), bars(rows, {signed: false,
       highlight: new Set(["recipe"])}));
@@ -80,6 +87,7 @@ function wholeCorpusCells(info) {
 
 export function relationRows(tbody, relations) {
   tbody.replaceChildren(...relations.map((r) => el("tr", {"data-name": r.name},
-    el("td", {}, el("strong", {}, r.name)), el("td", {}, r.kind), el("td", {}, r.description || ""),
+    el("td", {}, el("strong", {}, String(r.name))), el("td", {}, String(r.kind ?? "")),
+    el("td", {}, typeof r.description === "string" ? r.description : ""),
     el("td", {}, metricCells(r.metrics)), el("td", {}, wholeCorpusCells(r)))));
 }

@@ -185,3 +185,169 @@ def test_text_search_and_score_panel(served, browser_page, artifacts):
     assert page.eval_on_selector_all("#relation-table tbody tr", "rows => rows.length") >= 2
     page.screenshot(path=str(artifacts / "explorer-score.png"), full_page=True)
     assert not page.console_errors, page.console_errors
+
+
+# ------------------------------------------------------------------------------ filters from a URL, crafted bundles
+def _open_with_key(page, url: str) -> None:
+    page.goto(url + "/ui/assets/style.css")  # this origin, without the page's requests
+    page.evaluate("key => sessionStorage.setItem('relsearch.api-key', key)", KEY)
+
+
+def test_url_filters_are_read_as_the_cli_reads_them(served, browser_page, artifacts):
+    """`A or B` became one equality to the whole text, `not ...` a field named "not ...": the page now
+    sends its URL's expressions to the server, which reads them with the CLI's parser."""
+    from urllib.parse import urlencode
+
+    url, index = served
+    page = browser_page
+    specs = ["gics_sector=Energy or gics_sector=Utilities", "not hq_location=Houston, Texas"]
+    _open_with_key(page, url)
+    page.goto(f"{url}/?" + urlencode({"id": DOC, "relation": "similar-company:1", "k": "10", "filter": specs},
+                                     doseq=True))
+    wanted = cli(index, "--id", DOC, "-r", "similar-company", "-k", "10", *[a for s in specs for a in ("--filter", s)])
+    assert 0 < len(wanted) < 10 and all(h["metadata"]["gics_sector"] in ("Energy", "Utilities") and
+                                        h["metadata"]["hq_location"] != "Houston, Texas" for h in wanted)
+    wait_until(page, lambda: listed(page, "mixture") == [h["id"] for h in wanted], "the CLI's answer for the URL's filters")
+    # a row cannot show `or` / `not`: they stay as written, and the URL keeps them unchanged
+    assert page.eval_on_selector_all(".filter.expression .expr", "els => els.map(e => e.value)") == specs
+    assert page.eval_on_selector_all(".filter-error", "els => els.map(e => e.textContent)") == ["", ""]
+    page.click("#search")
+    wait_until(page, lambda: listed(page, "mixture") == [h["id"] for h in wanted], "the same answer again")
+    from urllib.parse import parse_qs, urlsplit
+    assert parse_qs(urlsplit(page.url).query)["filter"] == specs
+    page.screenshot(path=str(artifacts / "explorer-url-filters.png"), full_page=True)
+    assert not page.console_errors, page.console_errors
+
+
+def test_url_filters_on_unknown_fields_are_named_not_replaced(served, browser_page):
+    """An unknown field became the index's first field (hits for another filter), and a `__proto__`
+    field set Object.prototype.eq in the page."""
+    url = served[0]
+    page = browser_page
+    _open_with_key(page, url)
+    page.goto(f"{url}/?id={DOC}&k=5&filter=nosuch%3D1&filter=__proto__%3D1&relation=__proto__%3A0.5")
+    wait_until(page, lambda: page.eval_on_selector_all(".filter-error", "els => els.filter(e => e.textContent).length")
+               == 2, "an error next to each filter")
+    errors = page.eval_on_selector_all(".filter-error", "els => els.map(e => e.textContent)")
+    assert "unknown filter field 'nosuch'" in errors[0] and "unknown filter field '__proto__'" in errors[1], errors
+    assert page.eval_on_selector_all(".filter .field", "els => els.map(e => e.value)") == ["nosuch", "__proto__"]
+    assert page.evaluate("() => [({}).eq, Object.prototype.eq, Object.keys(Object.prototype).length]") == [None, None, 0]
+    assert listed(page, "identity") == [] and listed(page, "mixture") == []  # nothing shown for another filter
+    assert page.text_content("#status").startswith("Not searched")
+    assert not page.console_errors, page.console_errors
+
+
+@pytest.fixture(scope="module")
+def crafted_served(small_index, tmp_path_factory):
+    """`relsearch serve --model` a copy of the shipped pack whose operators describe themselves badly:
+    a string where metrics.bm25 is an object, a NaN count (JSON has no NaN: GET /relations failed)."""
+    from relsearch.encoder.bundle import default_bundle_path
+
+    folder = tmp_path_factory.mktemp("crafted") / "pack"
+    shutil.copytree(default_bundle_path(), folder)
+    manifest = json.loads((folder / "bundle.json").read_text())
+    for op in manifest["operators"]:
+        if op["name"] != "identity":
+            op["metrics"] = {**op.get("metrics", {}), "bm25": "mrr-string", "queries": float("nan")}
+    (folder / "bundle.json").write_text(json.dumps(manifest))
+    key_file = tmp_path_factory.mktemp("crafted-key") / "key"
+    key_file.write_text(KEY + "\n")
+    proc = subprocess.Popen([*RELSEARCH, "serve", "--index", str(small_index), "--model", str(folder), "--port", "0",
+                             "--api-key-file", str(key_file), "--no-access-log"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    line = proc.stdout.readline()
+    match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+    if match is None:
+        proc.kill()
+        pytest.fail(f"relsearch serve did not start: {line}{proc.stderr.read()}")
+    yield match[1]
+    proc.terminate()
+    proc.wait(30)
+
+
+def test_a_bundle_field_of_the_wrong_type_does_not_close_the_explorer(crafted_served, tmp_path, artifacts):
+    """metrics {"bm25": "mrr-string"} made the page say "The index could not be opened"."""
+    with playwright_api.sync_playwright() as p:
+        context = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
+                                                       headless=True, args=CHROMIUM_ARGS)
+        page = context.new_page()
+        errors = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        _open_with_key(page, crafted_served)
+        page.goto(f"{crafted_served}/?text=oil+and+gas+producers&k=5")
+        page.wait_for_selector("#identity-hits > li", timeout=60_000)
+        rows = page.eval_on_selector_all("#relation-table tbody tr", "rows => rows.map(r => r.dataset.name)")
+        assert "similar-company" in rows and "could not be opened" not in page.text_content("#status")
+        page.screenshot(path=str(artifacts / "explorer-crafted-bundle.png"), full_page=True)
+        context.close()
+    assert not errors, errors
+
+
+ATTACK_PAGE = """<!doctype html><title></title><script>
+(async () => {
+  const out = {};
+  try {  // what any page may send without a CORS preflight
+    await fetch("%(url)s/documents", {method: "POST", mode: "no-cors", headers: {"Content-Type": "text/plain"},
+                                      body: JSON.stringify({documents: [{id: "PLANTED", text: "a planted document"}]})});
+    out.write = "sent";
+  } catch (e) { out.write = String(e); }
+  try { out.read = (await (await fetch("%(url)s/health")).text()).length; } catch (e) { out.read = "refused"; }
+  document.title = JSON.stringify(out);
+})();
+</script>"""
+
+
+def test_a_page_on_another_origin_can_neither_write_nor_read(small_index, tmp_path):
+    """Red-team item 2 in a real browser, against a server without a key (the default): a page on
+    attacker.test (Chromium maps the name to 127.0.0.1), or on localhost's other port, sends a
+    no-cors text/plain POST to /documents (it used to add the document) and tries a read; then the
+    attacker's name points at the server itself (DNS rebinding) and the page reads its own origin."""
+    import http.server
+    import threading
+    import urllib.request
+
+    from test_serve import _start
+
+    from relsearch.api import Index
+    from relsearch.serve import create_app
+
+    url, server = _start(create_app({"companies": Index(small_index)}, access_log=False))
+    port = int(url.rsplit(":", 1)[1])
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = (ATTACK_PAGE % {"url": url}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    other = attacker.server_address[1]
+
+    def documents() -> int:
+        with urllib.request.urlopen(url + "/health", timeout=30) as response:
+            return json.load(response)["indexes"]["companies"]["documents"]
+
+    before = documents()
+    try:
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                        args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP attacker.test 127.0.0.1"])
+            page = browser.new_page()
+            for origin in (f"http://attacker.test:{other}", f"http://localhost:{other}"):
+                page.goto(origin + "/")
+                wait_until(page, lambda: page.title(), f"the page on {origin} to finish")
+                assert json.loads(page.title()) == {"write": "sent", "read": "refused"}, origin
+                assert documents() == before, origin
+            page.goto(f"http://attacker.test:{port}/health")  # rebound: the page's own origin, its own name
+            assert '"field":"host"' in page.text_content("body") and str(before) not in page.text_content("body")
+            browser.close()
+    finally:
+        attacker.shutdown()
+        server.should_exit = True

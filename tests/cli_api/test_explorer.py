@@ -142,3 +142,51 @@ def test_relations_carry_a_stored_recipe(small_index):
     assert rows["similar-company"]["recipe"]["bm25"] == 0.2
     assert rows["similar-company"]["whole_corpus"]["test"]["recipe"] == 0.61
     assert "recipe" not in rows["identity"]
+
+
+# ------------------------------------------------------------------------------ filters from the page's URL
+def _post(url: str, body: dict, key: str | None = KEY) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_filter_texts_are_read_with_the_cli_grammar():
+    """The page sends its URL's filter expressions to the server, which reads them as `relsearch query
+    --filter` does: `or`, `not`, typed values; each error names its expression, nothing is guessed."""
+    from relsearch.cli_query import typed_filters
+
+    specs = ["gics_sector=Energy or founded<1950", "not ceo exists", 'code="1"', "x in [1, b]", "name~=apple"]
+    fields = ["gics_sector", "founded", "ceo", "code", "x", "name"]
+    answer = explorer.parse_filters(specs, fields)
+    assert answer == {"filters": typed_filters(None, None, specs), "errors": []}
+    assert answer["filters"]["$any"] == [{"gics_sector": "Energy"}, {"founded": {"lt": 1950}}]
+    assert answer["filters"]["ceo"] == {"not": {"exists": True}}
+    bad = explorer.parse_filters(["gics_sector=Energy", "nosuch=1", "year == 2010", "__proto__=1"], fields)
+    assert bad["filters"] is None and [e["field"] for e in bad["errors"]] == ["filters[1]", "filters[2]", "filters[3]"]
+    assert "unknown filter field 'nosuch'" in bad["errors"][0]["message"]
+    assert "is not an operator; write year=2010" in bad["errors"][1]["message"]
+    twice = explorer.parse_filters(["gics_sector=Energy", "gics_sector=Utilities"], fields)
+    assert twice["filters"] is None and twice["errors"][0]["field"] == "filters" and "given twice" in twice["errors"][0]["message"]
+    deep = explorer.parse_filters(["founded in " + "[" * 3000 + "]" * 3000], fields)
+    assert "brackets nest 3,000 deep, at most 32" in deep["errors"][0]["message"]
+
+
+def test_filters_parse_endpoint_checks_the_index_fields(keyed):
+    status, answer = _post(keyed + "/filters/parse", {"filters": ["gics_sector=Energy or founded<1950", "nosuch=1"]})
+    assert status == 200 and answer["index"] == "companies" and answer["filters"] is None
+    assert answer["errors"] == [{"field": "filters[1]", "message": answer["errors"][0]["message"]}]
+    assert "unknown filter field 'nosuch'" in answer["errors"][0]["message"]
+    status, answer = _post(keyed + "/filters/parse", {"filters": ["gics_sector=Energy or founded<1950"]})
+    assert status == 200 and answer["errors"] == [] and answer["filters"] == {
+        "$any": [{"gics_sector": "Energy"}, {"founded": {"lt": 1950}}]}
+    assert _post(keyed + "/filters/parse", {"filters": ["a=1"]}, key=None)[0] == 401
+    for body, field in [({"filters": ["a=1"] * (explorer.MAX_FILTER_TEXTS + 1)}, "filters"),
+                        ({"filters": ["a=" + "1" * explorer.MAX_FILTER_CHARS]}, "filters.0"), ({"filters": [1]}, "filters.0"),
+                        ({"filters": [], "index": "nope"}, "index")]:
+        status, answer = _post(keyed + "/filters/parse", body)
+        assert status in (404, 422) and answer["error"]["field"] == field, (body, answer)
