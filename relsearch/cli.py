@@ -110,7 +110,8 @@ def _format_metrics(metrics: dict) -> str:
 @model_option
 @click.option("--json", "as_json", is_flag=True)
 def score(text_a, text_b, model, as_json):
-    """Print every relation's score cos(op(h_A), B) for the pair TEXT_A → TEXT_B."""
+    """Print every relation's score for the pair TEXT_A → TEXT_B: what --relation R runs, its
+    recipe's dense part ⟨q_R(A), B⟩ (a warning names the BM25 share and bonuses it leaves out)."""
     from relsearch.api import RequestError, check_score_texts
     from relsearch.encoder.bundle import load_bundle
     from relsearch.encoder.model import Encoder
@@ -128,6 +129,8 @@ def score(text_a, text_b, model, as_json):
         scores = score_pair(bundle, Encoder(bundle.encoder_config()), text_a, text_b)
     except (ValueError, RuntimeError) as e:  # a model folder or query tower that does not fit: one line
         raise click.ClickException(str(e)) from None
+    for line in scores.warnings:
+        click.echo(f"warning: {line}", err=True)
     if as_json:
         click.echo(json.dumps(scores))
         return

@@ -163,6 +163,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         for line in [*(searcher.filter_warnings(filters) if filters else ()), *plan.warnings]:
             click.echo(f"warning: {line}", err=True)
         results = plan.run()
+        modes = {s.mode for s in plan.scorings}
+        fused = modes.pop() if len(modes) == 1 and head is None else None
         if filters and queries and not any(results) and not len(searcher.matching(filters)):
             click.echo(f"no document matches the filter {json.dumps(filters, ensure_ascii=False)}", err=True)
     except request.RequestError as e:
@@ -173,7 +175,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         for q, hits in zip(queries, results):
             payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits]}
             click.echo(json.dumps(payload, ensure_ascii=False) if as_json
-                       else _table(hits, title=f"query {q.query_id}", first=offset + 1, fields=fields, fused=hybrid))
+                       else _table(hits, title=f"query {q.query_id}", first=offset + 1, fields=fields, fused=fused))
         for err in errors:
             click.echo(f"{queries_file}:{err['line']}: {err['error']}", err=True)
         if errors:
@@ -184,7 +186,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         for rank, hit in enumerate(hits, offset + 1):
             click.echo(json.dumps(hit.to_json(rank), ensure_ascii=False))
     else:
-        click.echo(_table(hits, first=offset + 1, fields=fields, fused=hybrid))
+        click.echo(_table(hits, first=offset + 1, fields=fields, fused=fused))
 
 
 # the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
@@ -212,7 +214,7 @@ def _read_queries(path: str, weights: dict, searcher) -> tuple[list, list[dict]]
     return [q for q in queries if q.doc_id not in unknown], sorted(errors, key=lambda err: err["line"])
 
 
-FUSED = {"rrf": "rrf", "weighted": "fused"}  # --hybrid: the score column's name
+FUSED = {"rrf": "rrf", "recipe": "recipe"}  # the plan's mode (retrieval/plan.py): the score column's name
 PARTS = ("mixture:", "recipe:")  # explain keys of a score's parts (an operator may be named aspect:FIELD)
 
 
@@ -225,8 +227,8 @@ def _table(hits, title: str | None = None, first: int = 1, fields: list[str] | N
            fused: str | None = None) -> str:
     """Rank, score, id, the chosen metadata ``fields`` as columns, a snippet of the text; with
     explain, a line of parts (mixture:/recipe:) and a line of every operator's score per hit.
-    ``fused`` (the --hybrid method): the score column says so, and a note below the table says
-    that fused scores are on another scale than cosines."""
+    ``fused`` (the plan's ``rrf`` or ``recipe`` mode): the score column says so, and a note below
+    the table says that fused scores are on another scale than cosines."""
     lines = [title] if title else []
     reranked = bool(hits) and hits[0].reranker is not None
     columns = [(f, max([len(f)] + [len(_cell(h.metadata.get(f))) for h in hits])) for f in fields or ()]
@@ -253,7 +255,7 @@ def _table(hits, title: str | None = None, first: int = 1, fields: list[str] | N
     elif fused == "rrf":
         lines.append("  rrf: fused scores, reciprocal rank fusion of the relational and BM25 ranks, Σ 1/(60 + rank) "
                      "(at most 0.033): not cosines")
-    elif fused:
-        lines.append("  fused: fused scores, the relational and BM25 scores each min-max normalised over the "
-                     "candidates, then weighted (0 to 1): not cosines")
+    elif fused == "recipe":
+        lines.append("  recipe: the dense and BM25 scores each min-max normalised over their top candidates, weighted, "
+                     "plus metadata bonuses (0 to 1 + bonuses; below 0 past the candidates): not cosines")
     return "\n".join(lines)

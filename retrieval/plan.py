@@ -132,8 +132,8 @@ def _bonus_warnings(recipe: Recipe, fused: dict[str, Recipe], metadata_fields, t
         return []
     owners = ", ".join(n for n, r in fused.items() if any(r.same.values()))
     missing = [f for f in bonus if f not in metadata_fields]
-    out = [f"{owners}: the recipe's bonus for sharing {f!r} does not apply: this index has no metadata field "
-           f"{f!r}" for f in missing]
+    out = [f"{owners}: the recipe's bonuses for sharing {', '.join(missing)} do not apply: this index has no such "
+           "metadata field"] if missing else []
     if text_query and len(missing) < len(bonus):
         out.append(f"{owners}: the recipe's bonuses for sharing {', '.join(f for f in bonus if f not in missing)} "
                    "with the query document do not apply to a text query (query by --id / id to use them)")

@@ -419,7 +419,10 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
         order = [p for p in rows_p[i] if p >= 0]
         # the title's own cosine beside every operator's (its weighted share is inside recipe:dense)
         title = {} if titles is None else dict(zip(order, np.asarray(searcher.files.vectors[order]) @ titles[i]))
-        out.append([replace(hit, explain={**parts[i][p], **({"title": float(title[p])} if title else {}),
+        # the raw dense score ⟨q, t̂⟩ each hit's recipe:dense part normalises (what `relsearch score` shows)
+        dense_score = dict(zip(order, np.asarray(searcher.files.vectors[order]) @ qv[i])) if order else {}
+        out.append([replace(hit, explain={**parts[i][p], "dense": float(dense_score[p]),
+                                          **({"title": float(title[p])} if title else {}),
                                           **(hit.explain or {})}) for hit, p in zip(row, order)])
     return out
 
