@@ -121,7 +121,8 @@ class SearchOptions:
         for name, (kind, ok) in wanted.items():
             value = getattr(self, name)
             if not ok(value):
-                raise RequestError(name, f"{name} must be {kind}, got {type(value).__name__} {str(value)[:40]!r}")
+                shown = f" {str(value)[:40]!r}" if isinstance(value, (str, int, float)) else ""  # never a deep repr
+                raise RequestError(name, f"{name} must be {kind}, got {type(value).__name__}{shown}")
 
     def check_against(self, searcher) -> None:
         """The checks against an opened index (its fields and heads); RequestError naming the option."""
