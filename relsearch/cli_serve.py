@@ -41,6 +41,11 @@ def _loopback(host: str) -> bool:
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; the default accepts connections from this machine only.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="0: any free port.")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME[:PORT]",
+              help="Also accept requests whose Host header is NAME (any port, or PORT), e.g. the name a reverse proxy "
+                   "forwards; repeat for several. By default only the bound names are accepted (for 127.0.0.1: "
+                   "127.0.0.1, localhost and [::1] on --port), so a page whose DNS name was made to point here "
+                   "(DNS rebinding) is refused (421).")
 @click.option("--model", default=None, help="Relation bundle to query with (default: each index's own bundle).")
 @click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="File whose first line is the API key clients must send (default: $RELSEARCH_API_KEY; "
@@ -69,8 +74,8 @@ def _loopback(host: str) -> bool:
                    "clients (README, Serving under load).")
 @click.option("--access-log/--no-access-log", default=True, show_default=True,
               help="One line per request on stderr: time, method, path, status, latency (never bodies or keys).")
-def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batch, max_hits, max_response_bytes,
-          timeout_s, body_timeout_s, micro_batch, refill_wait_ms, threads, access_log):
+def serve(index_specs, host, port, allowed_hosts, model, api_key_file, max_body_bytes, max_batch, max_hits,
+          max_response_bytes, timeout_s, body_timeout_s, micro_batch, refill_wait_ms, threads, access_log):
     """Serve indexes over HTTP (JSON; OpenAPI at /docs): search, relations, score, add/delete, health, metrics."""
     if threads:
         import torch
@@ -78,13 +83,17 @@ def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batc
         torch.set_num_threads(threads)
     from relsearch.api import Index
     from relsearch.files import check_regular_file
-    from relsearch.serve import ServeLimits, read_api_key
+    from relsearch.serve import Hosts, ServeLimits, read_api_key
     from relsearch.serve import serve as run_server
 
     given = {"max_body_bytes": max_body_bytes, "max_batch": max_batch, "max_hits": max_hits,
              "max_response_bytes": max_response_bytes, "timeout_s": timeout_s, "body_timeout_s": body_timeout_s,
              "micro_batch": micro_batch, "refill_wait_ms": refill_wait_ms}
     limits = ServeLimits(**{k: v for k, v in given.items() if v is not None})
+    try:
+        Hosts.bound(host, port, allowed_hosts)
+    except ValueError as e:  # before the model loads
+        raise click.BadParameter(str(e).removeprefix("--allowed-host "), param_hint="--allowed-host") from None
     try:
         if api_key_file:  # a FIFO or device would hang the start-up, a huge file fill memory
             check_regular_file(api_key_file, limit=MAX_API_KEY_FILE_BYTES, what=f"--api-key-file {api_key_file}")
@@ -112,7 +121,8 @@ def serve(index_specs, host, port, model, api_key_file, max_body_bytes, max_batc
                    f"{'' if access_log else '; no access log'})")
 
     try:
-        run_server(indexes, host=host, port=port, api_key=api_key, limits=limits, ready=ready, access_log=access_log)
+        run_server(indexes, host=host, port=port, api_key=api_key, limits=limits, ready=ready, access_log=access_log,
+                   allowed_hosts=allowed_hosts)
     except OSError as e:  # the port is taken, the address is not ours
         raise click.ClickException(f"cannot bind {host}:{port}: {e.strerror or e}") from None
 

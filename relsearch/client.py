@@ -5,11 +5,15 @@
     client = Client("http://127.0.0.1:8000")  # api_key=... or $RELSEARCH_API_KEY when the server wants one
     hits = client.search(text="cloud software", relations={"similar-company": 1.0}, k=5)
     print([(h["id"], h["score"]) for h in hits])
+    print(hits.warnings)  # filter operators that can never match in this index, if any
 
 Each method returns the server's JSON (hits are dicts: ``rank``, ``id``, ``score``, ``text``, the
-metadata and, with ``explain``, ``explain``). A 4xx/5xx answer raises :class:`ClientError` carrying
-the status and the field the server blamed. One keep-alive connection per client; not shared
-between threads (make one client per thread).
+metadata and, with ``explain``, ``explain``). ``search`` and ``search_batch`` return a list as
+before, a :class:`Results` that also carries the answer's ``warnings``, ``generation`` and
+``index``. A 4xx/5xx answer raises :class:`ClientError` carrying the status and the field the
+server blamed. Bodies are sent as ``Content-Type: application/json`` (the server refuses any
+other type). One keep-alive connection per client; not shared between threads (make one client
+per thread).
 """
 from __future__ import annotations
 
@@ -23,6 +27,23 @@ class ClientError(RuntimeError):
     def __init__(self, status: int, field: str | None, message: str):
         super().__init__(f"HTTP {status}" + (f" ({field})" if field else "") + f": {message}")
         self.status, self.field, self.message = status, field, message
+
+
+class Results(list):
+    """The hits of ``Client.search`` (or the per-query answers of ``search_batch``): a ``list``, so code
+    that used the plain list keeps working, with the rest of the answer: ``warnings`` (one line per
+    filter operator that can never match in this index, as ``relsearch.api.Hits.warnings``),
+    ``generation`` and ``index`` (the generation and index that answered)."""
+
+    def __init__(self, items=(), *, warnings=(), generation: str | None = None, index: str | None = None):
+        super().__init__(items)
+        self.warnings: list[str] = list(warnings)
+        self.generation, self.index = generation, index
+
+    @classmethod
+    def of(cls, answer: dict, key: str) -> Results:
+        return cls(answer[key], warnings=answer.get("warnings", ()), generation=answer.get("generation"),
+                   index=answer.get("index"))
 
 
 class Client:
@@ -42,15 +63,17 @@ class Client:
     def health(self) -> dict:
         return self.request("GET", "/health")
 
-    def search(self, text: str | None = None, *, id: str | None = None, **options) -> list[dict]:
-        """Hits for one query; ``options``: relations, k, offset, min_score, filters, explain, rerank, ..."""
+    def search(self, text: str | None = None, *, id: str | None = None, **options) -> Results:
+        """Hits for one query, with the answer's ``warnings`` (:class:`Results`); ``options``:
+        relations, k, offset, min_score, filters, explain, rerank, ..."""
         body = {"text": text, "id": id, **options}
-        return self.request("POST", "/search", self._with_index(body))["results"]
+        return Results.of(self.request("POST", "/search", self._with_index(body)), "results")
 
-    def search_batch(self, queries: list[dict], **options) -> list[dict]:
+    def search_batch(self, queries: list[dict], **options) -> Results:
         """``queries``: ``{"text"}`` or ``{"id"}`` (optional ``relations``) each; per query
-        ``{"results": [...]}`` or ``{"error": {...}}``."""
-        return self.request("POST", "/search/batch", self._with_index({"queries": queries, **options}))["batch"]
+        ``{"results": [...]}`` or ``{"error": {...}}``, with the batch's ``warnings`` (:class:`Results`)."""
+        answer = self.request("POST", "/search/batch", self._with_index({"queries": queries, **options}))
+        return Results.of(answer, "batch")
 
     def relations(self) -> list[dict]:
         path = "/relations" + (f"?index={urllib.parse.quote(self.index)}" if self.index else "")

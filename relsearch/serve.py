@@ -9,8 +9,13 @@ accepting requests and the kernels keep one thread pool. Mutations run in a sepa
 (their encoding on the model thread) and publish a new generation; every batch re-checks the index symlink, so
 generations published here or by another process are picked up without a restart.
 
+Only this server's own names and pages may call it: a Host it does not answer to is 421 (DNS
+rebinding), a request from a page of another origin 403 (Origin, Sec-Fetch-Site), a body not
+declared ``application/json`` 415 (what a page may send without a CORS preflight); docs/guarantees.md
+("Serving: who can call") has the threat model.
+
 Errors are JSON ``{"error": {"field": ..., "message": ...}}`` with a 4xx status naming the
-request field at fault; an unexpected failure is a 500 with no traceback (it is logged here). A
+request field (or header) at fault; an unexpected failure is a 500 with no traceback (it is logged here). A
 request's failure inside a micro-batch pass stays with that request: the others in the pass are
 answered. Each request has a cost in hits (:func:`request_cost`), bounded per request and per pass;
 a request whose time ran out is not searched further (its deadline is checked before the pass and
@@ -19,15 +24,19 @@ between collapse rounds), so a timeout stops the work, not only the answer.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import math
 import os
+import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NamedTuple
@@ -35,7 +44,8 @@ from typing import Annotated, Any, Literal, NamedTuple
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from starlette.datastructures import MutableHeaders
 from starlette.exceptions import HTTPException
 
 from . import explorer
@@ -93,22 +103,43 @@ class ErrorBody(BaseModel):
 def _errors(*statuses: int) -> dict:
     """OpenAPI ``responses`` for these statuses, each with the real error body."""
     said = {400: "Invalid JSON", 401: "Missing or wrong API key", 404: "Unknown index or document id",
+            403: "Sent by a page of another origin (Origin, Sec-Fetch-Site)",
             408: "The body did not arrive in time (--body-timeout)", 409: "Documents for another encoder",
-            413: "Request body too large (--max-body-bytes)",
+            413: "Request body too large (--max-body-bytes)", 415: "The body is not declared application/json",
+            421: "The Host header names another server (--allowed-host)",
             422: "Invalid request: the field at fault is named (types, ranges, unknown names, cost and response "
                  "bounds)", 503: "Timed out (--timeout); the work stopped"}
     return {s: {"model": ErrorBody, "description": said[s]} for s in statuses}
 
 
-SEARCH_ERRORS = _errors(400, 401, 404, 408, 413, 422, 503)
-WRITE_ERRORS = _errors(400, 401, 404, 408, 409, 413, 422)
-READ_ERRORS = _errors(401, 404, 422)
+SEARCH_ERRORS = _errors(400, 401, 403, 404, 408, 413, 415, 421, 422, 503)
+WRITE_ERRORS = _errors(400, 401, 403, 404, 408, 409, 413, 415, 421, 422)
+READ_ERRORS = _errors(401, 403, 404, 421, 422)
 ONE_OF_TEXT_OR_ID = {"oneOf": [{"required": ["text"]}, {"required": ["id"]}]}
 Document = Annotated[dict[str, Any], WithJsonSchema({
     "type": "object", "required": ["id", "text"], "additionalProperties": True,
     "description": "A document: id, text, and any other fields as metadata (the rules of relsearch index).",
     "properties": {"id": {"anyOf": [{"type": "string", "minLength": 1, "pattern": "\\S"}, {"type": "integer"}]},
                    "text": {"type": "string", "minLength": 1, "pattern": "\\S"}}})]
+
+_SCALAR = {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"}]}
+_SCALARS = {"type": "array", "minItems": 1, "items": _SCALAR}
+_OPERATORS = {"type": "object", "minProperties": 1, "additionalProperties": False, "properties": {
+    **{op: _SCALAR for op in ("eq", "ieq", "gt", "gte", "lt", "lte", "has")}, "in": _SCALARS,
+    "exists": {"type": "boolean"}, "null": {"type": "boolean", "description": "true: missing or null"},
+    "not": {"type": "object", "description": "Operators, each negated (documents without the field included)."}}}
+_FILTER_LIST = {"type": "array", "minItems": 1, "items": {"type": "object", "description": "A filter (this same form)."}}
+# the JSON schema /docs shows: the grammar of indexer/filters.py (nesting of $any / $all is not spelt out)
+Filters = Annotated[dict[str, Any], WithJsonSchema({
+    "type": "object", "description": (
+        'Metadata filters, AND-ed: {field: value} (exact; JSON types match exactly: true is not 1, "1" is not 1) or '
+        '{field: {operator: value}} with eq, ieq, gt, gte, lt, lte, in (a list), has, exists, null (true: missing or '
+        'null), not ({operator: value} negated); "$any": [filters] matches at least one of them, "$all": [filters] '
+        'every one (see indexer/filters.py).'),
+    "properties": {"$any": _FILTER_LIST, "$all": _FILTER_LIST},
+    "additionalProperties": {"anyOf": [_SCALAR, _OPERATORS]},
+    "examples": [{"gics_sector": {"in": ["Energy", "Utilities"]}, "founded": {"not": {"null": True}}},
+                 {"$any": [{"gics_sector": "Energy"}, {"founded": {"lt": "1950"}}]}]})]
 
 
 class QueryOptions(_Body):
@@ -119,10 +150,9 @@ class QueryOptions(_Body):
     offset: int = Field(0, ge=0, le=MAX_K - 1)
     min_score: FiniteFloat | None = Field(None, description="Drop hits scoring below this.")
     collapse: str | None = Field(None, min_length=1, description="Keep the best hit per value of this metadata field.")
-    filters: dict[str, StrictStr | StrictBool | StrictInt | FiniteFloat | dict[str, Any]] = Field(
-        default_factory=dict, description='Metadata filters, AND-ed: {field: value} (exact; JSON types match exactly, '
-        'true is not 1, "1" is not 1) or {field: {operator: value}} with eq, ieq, gt, gte, lt, lte, in, has, exists, '
-        'not (see indexer/filters.py).')
+    # typed here only as an object: its grammar ($any / $all lists, operator objects, "in" lists) is
+    # checked once, by the API's validation (indexer/filters.py), as for relsearch query and Index.search
+    filters: Filters = Field(default_factory=dict)
     explain: bool = Field(False, description="Add every operator's own score to each hit.")
     rerank: str | None = Field(None, description="A re-ranking head of the bundle, e.g. pu-head.")
     rerank_depth: int | None = Field(None, ge=1, le=MAX_RERANK_DEPTH)
@@ -339,6 +369,210 @@ def _histogram(name: str, labels: str, bounds: tuple, counts: list[int], total: 
     return out + [f"{name}_sum{{{labels.rstrip(',')}}} {total:.6f}", f"{name}_count{{{labels.rstrip(',')}}} {running}"]
 
 
+# ---------------------------------------------------------------- who may call: Host, Origin, Content-Type
+
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "[::1]")
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def split_host(value: str) -> tuple[str, int | None] | None:
+    """A Host header or ``--allowed-host`` value → (name lower-cased, IPv6 in brackets; port or
+    None); None when it is not ``NAME``, ``NAME:PORT``, ``[IPV6]`` or ``[IPV6]:PORT``."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        end = value.find("]") + 1
+        name, rest = value[:end], value[end:] if end else ""
+    else:
+        colon = value.find(":")
+        name, rest = (value, "") if colon < 0 else (value[:colon], value[colon:])
+    port = rest[1:] if rest.startswith(":") else None
+    if (not name.strip("[]") or any(c in name for c in "/@?#\\ ") or (rest and port is None)
+            or (port is not None and not (port.isascii() and port.isdigit() and int(port) <= 65535))):
+        return None
+    return name, None if port is None else int(port)
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
+OWN_PORT = -1  # in Hosts: the port the request came in on (create_app does not know the port it will get)
+
+
+@dataclass(frozen=True)
+class Hosts:
+    """The names a request's ``Host`` may give. A browser page on attacker.example whose name is
+    made to resolve to this machine (DNS rebinding) sends ``Host: attacker.example``: refusing
+    names the server does not answer to keeps such a page from reading or writing the indexes.
+    ``names``: (name, port; None: any port, OWN_PORT: the server's own). ``any_ip_port``: with a
+    wildcard bind (0.0.0.0, ::), any IP address literal on this port is accepted too: the machine's
+    own addresses are not listed, and a literal address is never a rebound name (the browser
+    connects to that very address)."""
+
+    names: frozenset[tuple[str, int | None]]
+    any_ip_port: int | None = None  # None: no address literal beyond the names
+
+    @classmethod
+    def bound(cls, host: str, port: int | None, allowed: Iterable[str] = ()) -> Hosts:
+        """The names of a server bound to ``host:port`` (port None: the port it gets), plus
+        ``allowed`` (``--allowed-host NAME``, any port, or ``NAME:PORT``: e.g. the name a reverse
+        proxy forwards, or a tunnel's local port)."""
+        host, port = host.strip().lower(), OWN_PORT if port is None else port
+        wildcard = host in ("0.0.0.0", "::", "")
+        if wildcard or host == "localhost" or _is_ip(host) and ipaddress.ip_address(host).is_loopback:
+            names = set(LOOPBACK_NAMES)  # a loopback (or every) address: the names that reach it from here
+        else:
+            names = {f"[{host}]" if ":" in host else host}
+        out = {(name, port) for name in names}
+        for entry in allowed:
+            bare_ipv6 = entry.count(":") > 1 and not entry.strip().startswith("[")
+            parsed = split_host(f"[{entry.strip()}]" if bare_ipv6 else entry)
+            if parsed is None:
+                raise ValueError(f"--allowed-host {entry!r} is not NAME or NAME:PORT (IPv6 as [ADDRESS])")
+            out.add(parsed)
+        return cls(frozenset(out), port if wildcard else None)
+
+    @classmethod
+    def loopback(cls) -> Hosts:
+        """create_app's default: the loopback names, on the port the server listens on."""
+        return cls.bound("127.0.0.1", None)
+
+    def named(self, name: str, port: int, own: int | None = None) -> bool:
+        """True when ``name:port`` is one of the names (not merely an address literal); ``own``:
+        the port the server listens on (None: unknown, any)."""
+        return any(n == name and _port_matches(p, port, own) for n, p in self.names)
+
+    def accepts(self, name: str, port: int, own: int | None = None) -> bool:
+        return self.named(name, port, own) or (self.any_ip_port is not None and _is_ip(name)
+                                               and _port_matches(self.any_ip_port, port, own))
+
+    def describe(self, own: int | None = None) -> str:
+        def shown(name, port):
+            port = own if port == OWN_PORT else port
+            return f"{name}:{port}" if port is not None else name
+
+        return ", ".join(sorted(shown(n, p) for n, p in self.names)) + (
+            f", any IP address on port {own if self.any_ip_port == OWN_PORT else self.any_ip_port}"
+            if self.any_ip_port is not None else "")
+
+
+def _port_matches(wanted: int | None, port: int, own: int | None) -> bool:
+    return wanted is None or wanted == port or (wanted == OWN_PORT and own in (None, port))
+
+
+def _refuse_host(scope, headers: list[tuple[bytes, bytes]], hosts: Hosts) -> JSONResponse | None:
+    """421 unless every Host header names this server (none at all: an HTTP/1.0 client, never a browser)."""
+    default = DEFAULT_PORTS.get(scope.get("scheme", "http"), 80)
+    own = (scope.get("server") or (None, None))[1]
+    for key, value in headers:
+        if key != b"host":
+            continue
+        text = value.decode("latin-1")
+        parsed = split_host(text)
+        if parsed is None or not hosts.accepts(parsed[0], parsed[1] or default, own):
+            return _error(421, "host", f"Host {_printable(text, 100)!r} is not a name this server answers to "
+                                       f"({hosts.describe(own)}); name it with relsearch serve --allowed-host")
+    return None
+
+
+def _refuse_cross_site(scope, headers: dict[bytes, bytes], hosts: Hosts) -> JSONResponse | None:
+    """403 for a request a page of another origin made: its ``Origin`` is not this server's, or,
+    without one, its ``Sec-Fetch-Site`` is cross-site or same-site (another port or subdomain is
+    another origin). The explorer page's own requests are same-origin; a link followed from
+    another site (a GET navigation) still opens a page."""
+    origin = headers.get(b"origin", b"").decode("latin-1")
+    if b"origin" in headers and not _own_origin(scope, origin, headers.get(b"host", b"").decode("latin-1"), hosts):
+        return _error(403, "origin", f"Origin {_printable(origin, 100)!r} is not this server's: pages of other "
+                                     "origins may not call this API")
+    site = headers.get(b"sec-fetch-site", b"").decode("latin-1").lower()
+    navigation = headers.get(b"sec-fetch-mode", b"").lower() == b"navigate" and scope["method"] in ("GET", "HEAD")
+    if site in ("cross-site", "same-site") and not navigation:
+        return _error(403, "sec-fetch-site", f"a {site} request (Sec-Fetch-Site): pages of other origins may not "
+                                             "call this API")
+    return None
+
+
+def _own_origin(scope, origin: str, host: str, hosts: Hosts) -> bool:
+    """True when ``origin`` (scheme://host[:port], as browsers send it) is this server: the host the
+    request names (the same netloc; a TLS proxy in front changes the scheme, not the name), or a
+    name it is bound to or allowed (a proxy that rewrites Host). "null" (a sandboxed or file: page) never is."""
+    scheme, sep, netloc = origin.strip().lower().partition("://")
+    if not sep or scheme not in DEFAULT_PORTS or not netloc:
+        return False
+    if netloc == host.strip().lower():
+        return True
+    parsed = split_host(netloc)
+    own = (scope.get("server") or (None, None))[1]
+    return parsed is not None and hosts.named(parsed[0], parsed[1] or DEFAULT_PORTS[scheme], own)
+
+
+def _refuse_media_type(value: bytes | None) -> JSONResponse | None:
+    """415 unless the body is declared ``application/json`` (optionally ``; charset=utf-8``). A
+    page of another origin can send text/plain or a form without asking (no CORS preflight),
+    never application/json: reading every body as JSON would let it write."""
+    text = (value or b"").decode("latin-1")
+    media, *params = [part.strip() for part in text.split(";")]
+    if media.lower() != "application/json":
+        return _error(415, "content-type", f"request bodies are JSON: send Content-Type: application/json, got "
+                                           f"{_printable(text, 80)!r}" if text else
+                                           "request bodies are JSON: send Content-Type: application/json")
+    for param in params:
+        name, _, charset = param.partition("=")
+        if name.strip().lower() == "charset" and charset.strip().strip('"').lower() not in ("utf-8", "utf8"):
+            return _error(415, "content-type", f"JSON bodies are UTF-8, got charset {_printable(charset, 40)!r}")
+    return None
+
+
+_INLINE_SCRIPT = re.compile(rb"<script(?![^>]*\bsrc=)[^>]*>(.*?)</script>", re.S | re.I)
+
+
+def page_csp(html: bytes) -> str:
+    """The Content-Security-Policy of an HTML page that sets none itself (/docs and its OAuth2
+    redirect: Swagger UI from this server): scripts from here and the page's own inline scripts
+    (by their hashes, so no other inline script runs), styles from here and inline (Swagger UI
+    styles elements inline), images from here or data: URLs (its CSS icons), requests to here
+    only, never in a frame."""
+    hashes = "".join(f" 'sha256-{base64.b64encode(hashlib.sha256(script).digest()).decode()}'"
+                     for script in _INLINE_SCRIPT.findall(html))
+    return (f"default-src 'self'; script-src 'self'{hashes}; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+            "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+
+
+class Headed:
+    """``send`` with this server's response headers: ``X-Content-Type-Options: nosniff`` on every
+    response (no JSON answer is ever run as a script or styled as CSS); an HTML page without a
+    Content-Security-Policy of its own gets :func:`page_csp` of its body, and every page
+    ``X-Frame-Options: DENY`` (frame-ancestors for browsers without CSP level 2)."""
+
+    def __init__(self, send, status: list[int]):
+        self.send, self.status = send, status
+        self.held: dict | None = None  # the start of an HTML page waiting for its body
+        self.body = b""
+
+    async def __call__(self, message):
+        if message["type"] == "http.response.start":
+            self.status[0] = message["status"]
+            headers = MutableHeaders(scope=message)
+            headers.setdefault("X-Content-Type-Options", "nosniff")
+            if headers.get("content-type", "").startswith("text/html"):
+                headers.setdefault("X-Frame-Options", "DENY")
+                if "content-security-policy" not in headers:
+                    self.held = message
+                    return
+        elif message["type"] == "http.response.body" and self.held is not None:
+            self.body += message.get("body", b"")
+            if message.get("more_body", False):
+                return
+            MutableHeaders(scope=self.held).append("Content-Security-Policy", page_csp(self.body))
+            await self.send(self.held)
+            message, self.held = {**message, "body": self.body}, None
+        await self.send(message)
+
+
 # ---------------------------------------------------------------- the app
 
 
@@ -347,28 +581,24 @@ def _error(status: int, field: str | None, message: str) -> JSONResponse:
 
 
 class Guard:
-    """ASGI middleware: API key, request body size and arrival time, request metrics and the access log."""
+    """ASGI middleware: who may call (Host, Origin, Sec-Fetch-Site), API key, request body type, size
+    and arrival time, response headers, request metrics and the access log."""
 
     def __init__(self, app, *, api_key: str | None, limits: ServeLimits, metrics: Metrics, paths: set[str],
-                 access: bool = True):
+                 json_paths: set[str] = frozenset(), hosts: Hosts | None = None, access: bool = True):
         self.app, self.api_key, self.limits, self.metrics, self.paths = app, api_key, limits, metrics, paths
-        self.access = access
+        self.json_paths, self.hosts, self.access = json_paths, hosts or Hosts.loopback(), access
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         started, status = time.perf_counter(), [500]
-
-        async def send_status(message):
-            if message["type"] == "http.response.start":
-                status[0] = message["status"]
-            await send(message)
-
+        send_headed = Headed(send, status)
         try:
             response = self._refuse(scope)
             if response is not None:
-                return await response(scope, receive, send_status)
-            await self.app(_as_json(scope), self._limited(receive), send_status)
+                return await response(scope, receive, send_headed)
+            await self.app(scope, self._limited(receive), send_headed)
         finally:
             seconds = time.perf_counter() - started
             path = scope["path"] if scope["path"] in self.paths else "other"  # bounded label values
@@ -379,7 +609,12 @@ class Guard:
                                 status[0], seconds * 1000)
 
     def _refuse(self, scope) -> JSONResponse | None:
+        """The first refusal that applies, in this order: Host (421), another origin (403), the key
+        (401), the body's size (413), its type (415)."""
         headers = dict(scope["headers"])
+        refused = _refuse_host(scope, scope["headers"], self.hosts) or _refuse_cross_site(scope, headers, self.hosts)
+        if refused is not None:
+            return refused
         if (self.api_key is not None and scope["path"] not in OPEN_PATHS
                 and not scope["path"].startswith(explorer.OPEN_PREFIXES)):
             given = headers.get(b"x-api-key")
@@ -392,6 +627,8 @@ class Guard:
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.limits.max_body_bytes):
             return _error(413, "body", f"request body larger than {self.limits.max_body_bytes} bytes")
+        if scope["method"] == "POST" and scope["path"] in self.json_paths:
+            return _refuse_media_type(headers.get(b"content-type"))
         return None
 
     def _limited(self, receive):
@@ -423,16 +660,11 @@ def _printable(text: str, limit: int) -> str:
     return out + ("..." if len(text) > limit else "")
 
 
-def _as_json(scope):
-    """Every body is read as JSON, whatever its Content-Type says (``curl -d`` sends a form type)."""
-    headers = [(k, v) for k, v in scope["headers"] if k != b"content-type"]
-    return {**scope, "headers": [*headers, (b"content-type", b"application/json")]}
-
-
 def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits: ServeLimits = ServeLimits(),
-               access_log: bool = True) -> FastAPI:
+               access_log: bool = True, hosts: Hosts | None = None) -> FastAPI:
     """The ASGI app serving ``indexes`` (name → opened Index; the first is the default).
-    ``access_log``: one line per request on the ``relsearch.access`` logger (INFO)."""
+    ``access_log``: one line per request on the ``relsearch.access`` logger (INFO). ``hosts``: the
+    Host names requests may give (default :meth:`Hosts.loopback`; ``serve`` passes the bound ones)."""
     if not indexes:
         raise ValueError("serve at least one index")
     if api_key is not None and not api_key.strip():
@@ -633,7 +865,9 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
 
     explorer.add_pages(app, title=app.title)
     paths = {route.path for route in app.routes}
-    app.add_middleware(Guard, api_key=api_key, limits=limits, metrics=metrics, paths=paths, access=access_log)
+    json_paths = {route.path for route in app.routes if "POST" in (getattr(route, "methods", None) or ())}
+    app.add_middleware(Guard, api_key=api_key, limits=limits, metrics=metrics, paths=paths, json_paths=json_paths,
+                       hosts=hosts, access=access_log)
     return app
 
 
@@ -668,13 +902,16 @@ def listen(host: str, port: int):
 
 def serve(indexes: dict[str, Index], *, host: str = "127.0.0.1", port: int = 8000, api_key: str | None = None,
           limits: ServeLimits = ServeLimits(), ready: Callable[[str], None] | None = None,
-          access_log: bool = True) -> None:
-    """Bind ``host:port`` (0: a free port), call ``ready(url)``, serve until interrupted."""
+          access_log: bool = True, allowed_hosts: Iterable[str] = ()) -> None:
+    """Bind ``host:port`` (0: a free port), call ``ready(url)``, serve until interrupted. Requests
+    must name the bound host and port in ``Host`` (:meth:`Hosts.bound`), or one of ``allowed_hosts``."""
     import uvicorn
 
+    hosts = Hosts.bound(host, port or None, allowed_hosts)  # a bad --allowed-host fails before the bind
     sock = listen(host, port)
     bound = sock.getsockname()[1]
-    config = uvicorn.Config(create_app(indexes, api_key=api_key, limits=limits, access_log=access_log),
+    hosts = Hosts.bound(host, bound, allowed_hosts)
+    config = uvicorn.Config(create_app(indexes, api_key=api_key, limits=limits, access_log=access_log, hosts=hosts),
                             log_level="warning", access_log=False, timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     if ready is not None:

@@ -281,3 +281,73 @@ def test_a_bundle_field_of_the_wrong_type_does_not_close_the_explorer(crafted_se
         page.screenshot(path=str(artifacts / "explorer-crafted-bundle.png"), full_page=True)
         context.close()
     assert not errors, errors
+
+
+ATTACK_PAGE = """<!doctype html><title></title><script>
+(async () => {
+  const out = {};
+  try {  // what any page may send without a CORS preflight
+    await fetch("%(url)s/documents", {method: "POST", mode: "no-cors", headers: {"Content-Type": "text/plain"},
+                                      body: JSON.stringify({documents: [{id: "PLANTED", text: "a planted document"}]})});
+    out.write = "sent";
+  } catch (e) { out.write = String(e); }
+  try { out.read = (await (await fetch("%(url)s/health")).text()).length; } catch (e) { out.read = "refused"; }
+  document.title = JSON.stringify(out);
+})();
+</script>"""
+
+
+def test_a_page_on_another_origin_can_neither_write_nor_read(small_index, tmp_path):
+    """Red-team item 2 in a real browser, against a server without a key (the default): a page on
+    attacker.test (Chromium maps the name to 127.0.0.1), or on localhost's other port, sends a
+    no-cors text/plain POST to /documents (it used to add the document) and tries a read; then the
+    attacker's name points at the server itself (DNS rebinding) and the page reads its own origin."""
+    import http.server
+    import threading
+    import urllib.request
+
+    from test_serve import _start
+
+    from relsearch.api import Index
+    from relsearch.serve import create_app
+
+    url, server = _start(create_app({"companies": Index(small_index)}, access_log=False))
+    port = int(url.rsplit(":", 1)[1])
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = (ATTACK_PAGE % {"url": url}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    attacker = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+    threading.Thread(target=attacker.serve_forever, daemon=True).start()
+    other = attacker.server_address[1]
+
+    def documents() -> int:
+        with urllib.request.urlopen(url + "/health", timeout=30) as response:
+            return json.load(response)["indexes"]["companies"]["documents"]
+
+    before = documents()
+    try:
+        with playwright_api.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
+                                        args=[*CHROMIUM_ARGS, "--host-resolver-rules=MAP attacker.test 127.0.0.1"])
+            page = browser.new_page()
+            for origin in (f"http://attacker.test:{other}", f"http://localhost:{other}"):
+                page.goto(origin + "/")
+                wait_until(page, lambda: page.title(), f"the page on {origin} to finish")
+                assert json.loads(page.title()) == {"write": "sent", "read": "refused"}, origin
+                assert documents() == before, origin
+            page.goto(f"http://attacker.test:{port}/health")  # rebound: the page's own origin, its own name
+            assert '"field":"host"' in page.text_content("body") and "documents" not in page.text_content("body")
+            browser.close()
+    finally:
+        attacker.shutdown()
+        server.should_exit = True

@@ -84,6 +84,19 @@ def _post(url: str, path: str, body: bytes | str, headers: dict | None = None) -
     return response.status, json.loads(response.read())
 
 
+def _request(url: str, method: str, path: str, body: bytes | str | None = None,
+             headers: dict | None = None) -> tuple[int, http.client.HTTPMessage, dict]:
+    """One request with exactly ``headers`` (http.client adds Host unless given, and nothing else
+    but Content-Length and Accept-Encoding); (status, response headers, JSON body or {})."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.request(method, path, body=body, headers=headers or {})
+    response = conn.getresponse()
+    payload = response.read()
+    is_json = response.getheader("Content-Type", "").startswith("application/json")
+    return response.status, response.headers, json.loads(payload) if is_json else {}
+
+
 def _metadata(hit: dict) -> dict:
     return hit.get("metadata", hit)  # Hit.to_json nests metadata in newer versions
 
@@ -308,8 +321,8 @@ def test_cli_serve_binds_loopback_with_a_key_file(index_dir, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("RELSEARCH_API_KEY", None)
     proc = subprocess.Popen([sys.executable, "-m", "relsearch", "serve", "--index", f"c={index_dir}", "--port", "0",
-                             "--api-key-file", str(key_file)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+                             "--api-key-file", str(key_file), "--allowed-host", "search.example"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         line = proc.stdout.readline()
         assert "on http://127.0.0.1:" in line and KEY not in line, line + proc.stderr.read()
@@ -319,11 +332,17 @@ def test_cli_serve_binds_loopback_with_a_key_file(index_dir, tmp_path):
             Client(url).search(text="x")
         assert e.value.status == 401
         assert len(Client(url, api_key=KEY).search(text="secret body words", k=2)) == 2
+        # the bound names on the bound port, and --allowed-host's name on any port (a reverse proxy's)
+        port = int(url.rsplit(":", 1)[1])
+        statuses = {host: _request(url, "GET", "/health", headers={"Host": host})[0]
+                    for host in (f"localhost:{port}", "search.example", f"127.0.0.1:{port + 1}", "other.example")}
+        assert statuses == {f"localhost:{port}": 200, "search.example": 200, f"127.0.0.1:{port + 1}": 421,
+                            "other.example": 421}
     finally:
         proc.terminate()
         out, err = proc.communicate(timeout=20)
     # an access log on stderr (method, path, status, latency; no body, no key) and a line at shutdown
-    assert "relsearch.serve started: c (generation " in err and "relsearch.serve stopped after 3 requests" in err, err
+    assert "relsearch.serve started: c (generation " in err and "relsearch.serve stopped after 7 requests" in err, err
     assert err.count("encoder: cpu, ") == 1, err  # the dtype and why, logged once
     assert " GET /health 200 " in err and " POST /search 401 " in err and " POST /search 200 " in err, err
     assert KEY not in err and "secret body words" not in err
@@ -521,12 +540,12 @@ def test_405_carries_allow_and_the_schema_lists_the_real_errors(server):
     schema = json.loads(conn.getresponse().read())
     assert "HTTPValidationError" not in schema["components"]["schemas"]
     error_ref = {"$ref": "#/components/schemas/ErrorBody"}
-    for path, method, statuses in [("/search", "post", (400, 401, 404, 408, 413, 422, 503)),
-                                   ("/search/batch", "post", (400, 401, 404, 413, 422, 503)),
-                                   ("/score", "post", (400, 401, 413, 422)),
-                                   ("/documents", "post", (400, 401, 404, 409, 413, 422)),
-                                   ("/documents/delete", "post", (400, 401, 404, 413, 422)),
-                                   ("/relations", "get", (401, 404))]:
+    for path, method, statuses in [("/search", "post", (400, 401, 403, 404, 408, 413, 415, 421, 422, 503)),
+                                   ("/search/batch", "post", (400, 401, 404, 413, 415, 422, 503)),
+                                   ("/score", "post", (400, 401, 413, 415, 422)),
+                                   ("/documents", "post", (400, 401, 403, 404, 409, 413, 415, 421, 422)),
+                                   ("/documents/delete", "post", (400, 401, 404, 413, 415, 422)),
+                                   ("/relations", "get", (401, 403, 404, 421))]:
         responses = schema["paths"][path][method]["responses"]
         for status in statuses:
             assert responses[str(status)]["content"]["application/json"]["schema"] == error_ref, (path, status)
@@ -548,8 +567,8 @@ def test_a_body_shorter_than_its_content_length_is_cut_off(index):
         host, port = url.removeprefix("http://").split(":")
         with socket.create_connection((host, int(port)), timeout=10) as sock:
             started = time.monotonic()
-            sock.sendall(b'POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n'
-                         b'Content-Length: 100\r\n\r\n{"text": "')
+            sock.sendall(f'POST /search HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n'.encode()
+                         + b'Content-Length: 100\r\n\r\n{"text": "')
             received = b""
             while chunk := sock.recv(65536):  # until the server closes the connection
                 received += chunk
@@ -760,3 +779,259 @@ def test_search_answers_carry_filter_warnings_and_a_delete_says_whether_it_publi
     doc = {"id": "ZZ-PUB", "text": "A maker of artisanal anvils and forging hammers."}
     assert client.add([doc])["published"] is True
     assert client.delete(["ZZ-PUB"])["published"] is True
+
+
+# ---------------------------------------------------------------- pages of other origins (red-team item 2)
+
+ATTACKER = "http://attacker.example"
+NEW_DOC = json.dumps({"documents": [{"id": "ZZ-CSRF", "text": "A document a web page planted."}]})
+
+
+def _documents(url: str) -> int:
+    return Client(url).health()["indexes"]["companies"]["documents"]
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "text/plain;charset=UTF-8",
+                                          "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+                                          "application/json; charset=latin-1", "application/jsonx"])
+def test_a_body_not_declared_json_is_refused_and_writes_nothing(server, content_type):
+    """What fetch(..., {mode: "no-cors"}) or a <form> of any page may send without a CORS preflight
+    (text/plain, a form) was read as JSON and added documents; now 415, nothing written."""
+    before = _documents(server)
+    status, headers, payload = _request(server, "POST", "/documents", NEW_DOC,
+                                        {"Content-Type": content_type} if content_type else {})
+    assert status == 415 and payload["error"]["field"] == "content-type", payload
+    assert "application/json" in payload["error"]["message"] or "UTF-8" in payload["error"]["message"]
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert _documents(server) == before
+    with pytest.raises(ClientError) as e:
+        Client(server).search(id="ZZ-CSRF")
+    assert e.value.status == 404
+    for path, body in [("/search", '{"text": "x"}'), ("/documents/delete", '{"ids": ["MMM"]}'),
+                       ("/score", '{"a": "x", "b": "y"}'), ("/search/batch", '{"queries": [{"text": "x"}]}')]:
+        assert _request(server, "POST", path, body, {"Content-Type": "text/plain"})[0] == 415, path
+
+
+def test_json_with_a_utf8_charset_is_accepted(server):
+    for content_type in ("application/json; charset=utf-8", "Application/JSON;charset=\"UTF-8\""):
+        status, _, payload = _request(server, "POST", "/search", '{"text": "oil and gas", "k": 2}',
+                                      {"Content-Type": content_type})
+        assert status == 200 and len(payload["results"]) == 2, (content_type, payload)
+
+
+@pytest.mark.parametrize("headers, status", [
+    ({"Origin": ATTACKER}, 403),
+    ({"Origin": "null"}, 403),  # a sandboxed frame, a file: page
+    ({"Origin": "http://127.0.0.1:1"}, 403),  # another port is another origin
+    ({"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "no-cors"}, 403),
+    ({"Sec-Fetch-Site": "same-site", "Sec-Fetch-Mode": "cors"}, 403),
+    ({"Sec-Fetch-Site": "same-origin", "Sec-Fetch-Mode": "cors", "Origin": "{url}"}, 200),  # the explorer page
+    ({"Sec-Fetch-Site": "none"}, 200),  # typed in the address bar
+    ({}, 200),  # curl, the client, bench serve
+])
+def test_requests_from_pages_of_other_origins_are_refused(server, headers, status):
+    headers = {k: v.replace("{url}", server) for k, v in headers.items()}
+    before = _documents(server)
+    got, _, payload = _request(server, "POST", "/search", '{"text": "x", "k": 1}',
+                               {"Content-Type": "application/json", **headers})
+    assert got == status, payload
+    if status == 403:
+        assert payload["error"]["field"] in ("origin", "sec-fetch-site") and "other origins" in payload["error"]["message"]
+        write = _request(server, "POST", "/documents", NEW_DOC, {"Content-Type": "application/json", **headers})
+        assert write[0] == 403 and _documents(server) == before
+
+
+def test_a_link_from_another_site_still_opens_the_page(server):
+    status, headers, _ = _request(server, "GET", "/", headers={"Sec-Fetch-Site": "cross-site",
+                                                               "Sec-Fetch-Mode": "navigate", "Sec-Fetch-Dest": "document"})
+    assert status == 200 and "frame-ancestors 'none'" in headers["Content-Security-Policy"]
+    fetched = _request(server, "GET", "/fields", headers={"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": "cors",
+                                                          "Origin": ATTACKER})
+    assert fetched[0] == 403
+
+
+@pytest.mark.parametrize("host", ["attacker.example", "attacker.example:{port}", "127.0.0.1.attacker.example",
+                                  "localhost@attacker.example", "", "127.0.0.1:99999", "[::1"])
+def test_a_foreign_host_header_is_refused(server, host):
+    """DNS rebinding: a page on attacker.example whose name now resolves to 127.0.0.1 sends its own
+    name as Host; such a request reads nothing and writes nothing."""
+    host = host.replace("{port}", server.rsplit(":", 1)[1])
+    for method, path, body in [("GET", "/health", None), ("GET", "/fields", None), ("POST", "/search", '{"text": "x"}')]:
+        status, headers, payload = _request(server, method, path, body,
+                                            {"Host": host, "Content-Type": "application/json"})
+        assert status in (400, 421), (host, path, status)  # 400: refused by the HTTP parser itself
+        if status == 421:
+            assert payload["error"]["field"] == "host" and "--allowed-host" in payload["error"]["message"]
+            assert headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_the_loopback_names_are_accepted_and_allowed_hosts_admit_a_proxy(index):
+    from relsearch.serve import Hosts
+
+    url, srv = _start(create_app({"companies": index}, access_log=False,
+                                 hosts=Hosts.bound("127.0.0.1", None, ["search.example", "other.example:8443"])))
+    try:
+        port = url.rsplit(":", 1)[1]
+        for host, status in [(f"127.0.0.1:{port}", 200), (f"localhost:{port}", 200), (f"[::1]:{port}", 200),
+                             (f"LOCALHOST:{port}", 200), ("search.example", 200), ("search.example:443", 200),
+                             ("other.example:8443", 200), ("other.example", 421), ("attacker.example", 421)]:
+            assert _request(url, "GET", "/health", headers={"Host": host})[0] == status, host
+        # a proxy that rewrites Host: the page's Origin is the allowed name, the Host the bound one
+        status, _, payload = _request(url, "POST", "/search", '{"text": "x", "k": 1}', {
+            "Content-Type": "application/json", "Origin": "https://search.example", "Host": f"127.0.0.1:{port}"})
+        assert status == 200, payload
+        assert _request(url, "POST", "/search", '{"text": "x"}', {"Content-Type": "application/json",
+                                                                  "Origin": ATTACKER, "Host": "search.example"})[0] == 403
+    finally:
+        srv.should_exit = True
+
+
+def test_hosts_of_a_bind():
+    from relsearch.serve import Hosts
+
+    loopback = Hosts.bound("127.0.0.1", 8000)
+    assert loopback.accepts("localhost", 8000) and loopback.accepts("[::1]", 8000)
+    assert not loopback.accepts("localhost", 8001) and not loopback.accepts("10.0.0.5", 8000)
+    named = Hosts.bound("search.lan", 8000, ["::1", "[fe80::1]:9000"])
+    assert named.accepts("search.lan", 8000) and not named.accepts("localhost", 8000)
+    assert named.accepts("[::1]", 1234) and named.accepts("[fe80::1]", 9000) and not named.accepts("[fe80::1]", 8000)
+    wildcard = Hosts.bound("0.0.0.0", 8000)  # its own addresses are not listed: any address literal, never a name
+    assert wildcard.accepts("192.168.1.5", 8000) and wildcard.accepts("localhost", 8000)
+    assert not wildcard.accepts("attacker.example", 8000) and not wildcard.accepts("192.168.1.5", 8001)
+    for bad in ("a b", "x:y", "evil/path", "[::1"):
+        with pytest.raises(ValueError, match="--allowed-host"):
+            Hosts.bound("127.0.0.1", 8000, [bad])
+
+
+def test_cli_serve_refuses_a_bad_allowed_host_before_loading(index_dir):
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+
+    out = CliRunner().invoke(cli, ["serve", "--index", str(index_dir), "--port", "0", "--allowed-host", "x:y"])
+    assert out.exit_code == 2 and "--allowed-host" in out.output and "'x:y'" in out.output, out.output
+
+
+def test_responses_say_nosniff_and_pages_forbid_framing(server):
+    import base64
+    import hashlib
+    import re
+
+    for method, path in [("GET", "/health"), ("GET", "/nowhere"), ("GET", "/metrics"), ("GET", "/openapi.json"),
+                         ("GET", "/ui/assets/app.js"), ("GET", "/search")]:
+        assert _request(server, method, path)[1]["X-Content-Type-Options"] == "nosniff", path
+    for path in ("/", "/ui", "/docs", "/docs/oauth2-redirect"):
+        status, headers, _ = _request(server, "GET", path)
+        csp = headers["Content-Security-Policy"]
+        assert status == 200 and "frame-ancestors 'none'" in csp and headers["X-Frame-Options"] == "DENY", path
+        assert "'unsafe-eval'" not in csp and "script-src 'self'" in csp and "*" not in csp, csp
+    # /docs runs Swagger UI's one inline script (it starts the bundle): allowed by its hash, no other
+    host, port = server.removeprefix("http://").rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    conn.request("GET", "/docs")
+    response = conn.getresponse()
+    html = response.read()
+    inline = re.findall(rb"<script>(.*?)</script>", html, re.S)
+    assert len(inline) == 1 and b"SwaggerUIBundle" in inline[0]
+    digest = base64.b64encode(hashlib.sha256(inline[0]).digest()).decode()
+    assert f"script-src 'self' 'sha256-{digest}';" in response.getheader("Content-Security-Policy")
+
+
+# ---------------------------------------------------------------- every filter form over HTTP (query-plan issue)
+
+FILTER_DOCS = [{"id": "ZZ-F1", "text": "An energy trading and finance house.", "year": 1990, "tags": ["finance", "energy"],
+                "rating": None},
+               {"id": "ZZ-F2", "text": "A software maker for energy traders.", "year": 2005, "tags": ["software"],
+                "rating": 3.5},
+               {"id": "ZZ-F3", "text": "A solar power producer.", "year": 2015, "rating": 4}]
+# (the form, a filter): each form indexer/filters.py documents
+FILTER_FORMS = [
+    ("value", {"gics_sector": "Energy"}),
+    ("eq", {"gics_sector": {"eq": "Utilities"}}),
+    ("ieq", {"gics_sector": {"ieq": "ENERGY"}}),
+    ("number range", {"year": {"gte": 2000, "lt": 2020}}),
+    ("string range", {"founded": {"gte": "1950", "lt": "2000"}}),
+    ("in", {"gics_sector": {"in": ["Energy", "Utilities"]}}),
+    ("has", {"tags": {"has": "finance"}}),
+    ("exists", {"year": {"exists": True}}),
+    ("null true", {"gics_sector": {"null": True}}),
+    ("null false", {"rating": {"null": False}}),
+    ("not", {"gics_sector": {"not": {"in": ["Energy", "Utilities"], "eq": "Financials"}}}),
+    ("not null", {"rating": {"not": {"null": True}}}),
+    ("$any", {"$any": [{"gics_sector": "Energy"}, {"year": {"lt": 2000}}]}),
+    ("$all", {"$all": [{"$any": [{"gics_sector": "Energy"}, {"gics_sector": "Utilities"}]},
+                       {"$any": [{"founded": {"lt": "1950"}}, {"hq_location": {"null": True}}]}]}),
+    ("fields and $any", {"gics_sector": {"null": False}, "$any": [{"tags": {"has": "software"}},
+                                                                  {"founded": {"gte": "2000"}}]}),
+    ("case mismatch", {"gics_sector": "energy"}),  # matches nothing: the index holds "Energy"
+    ("type mismatch", {"founded": {"gte": 1990}}),  # founded holds strings: a warning says so
+]
+
+
+def test_every_filter_form_over_http_answers_as_the_python_api(server, index):
+    """The server's schema refused every $any / $all filter (422 "filters.$any.str: Input should be a
+    valid string"); now each documented form reaches the one shared check and answers, in /search,
+    /search/batch and the client, with the Python API's hits and warnings."""
+    client = Client(server)
+    client.add(FILTER_DOCS)
+    text = "energy companies and power producers"
+    try:
+        for form, filters in FILTER_FORMS:
+            expected = index.search(text, k=30, filters=filters)
+            status, _, one = _request(server, "POST", "/search", json.dumps({"text": text, "k": 30, "filters": filters}),
+                                      {"Content-Type": "application/json"})
+            assert status == 200, (form, one)
+            assert [h["id"] for h in one["results"]] == [h.id for h in expected], form
+            assert one["warnings"] == expected.warnings, form
+            batch = client.search_batch([{"text": text}, {"id": "ZZ-F2"}], k=30, filters=filters)
+            assert [h["id"] for h in batch[0]["results"]] == [h.id for h in expected], form
+            assert batch.warnings == expected.warnings, form
+            if form not in ("case mismatch", "type mismatch"):
+                assert expected, f"{form}: a filter that matches nothing tests nothing"
+        assert not index.search(text, k=30, filters={"gics_sector": "energy"})
+        assert index.search(text, k=30, filters={"founded": {"gte": 1990}}).warnings
+    finally:
+        client.delete([d["id"] for d in FILTER_DOCS])
+
+
+@pytest.mark.parametrize("filters, message", [
+    ({"$any": {"gics_sector": "Energy"}}, "takes a list of filters"),
+    ({"$any": []}, "takes a list of filters"),
+    ({"gics_sector": {"in": "Energy"}}, '"in" takes a list'),
+    ({"gics_sector": {"null": "yes"}}, '"null" takes true'),
+    ({"gics_sector": ["Energy"]}, "is not a string, boolean or finite number"),
+    ({"gics_sector": {"not": {"not": {"eq": "x"}}}}, '"not" takes an object'),
+])
+def test_an_invalid_filter_is_refused_by_the_shared_check_with_its_message(server, index, filters, message):
+    status, _, payload = _request(server, "POST", "/search", json.dumps({"text": "x", "filters": filters}),
+                                  {"Content-Type": "application/json"})
+    with pytest.raises(RequestError) as e:
+        index.search("x", filters=filters)
+    assert (status, payload["error"]["field"], e.value.field) == (422, "filters", "filters")
+    assert message in payload["error"]["message"] and payload["error"]["message"] == e.value.message
+
+
+def test_the_schema_documents_the_filter_grammar(server):
+    schema = Client(server).request("GET", "/openapi.json")
+    filters = schema["components"]["schemas"]["SearchBody"]["properties"]["filters"]
+    assert filters["type"] == "object" and set(filters["properties"]) == {"$any", "$all"}
+    assert filters["properties"]["$any"]["type"] == "array" and "$all" in filters["description"]
+    operators = filters["additionalProperties"]["anyOf"][1]["properties"]
+    assert {"eq", "ieq", "gt", "gte", "lt", "lte", "in", "has", "exists", "null", "not"} == set(operators)
+
+
+def test_the_client_returns_warnings_with_the_hits(server, index):
+    """relsearch.client dropped the answer's warnings: search and search_batch return a list, as
+    before, that carries them (and the generation that answered)."""
+    from relsearch.client import Results
+
+    client = Client(server)
+    filters = {"founded": {"not": {"eq": 1902}}}  # founded holds strings: keeps everything, says why
+    hits = client.search(id="MMM", k=3, filters=filters)
+    assert isinstance(hits, Results) and isinstance(hits, list) and len(hits) == 3
+    assert hits.warnings == index.search(id="MMM", k=3, filters=filters).warnings and len(hits.warnings) == 1
+    assert hits.generation == client.health()["indexes"]["companies"]["generation"] and hits.index == "companies"
+    assert hits == [dict(h) for h in hits]  # compares as the plain list it was
+    batch = client.search_batch([{"id": "MMM"}, {"text": "banks"}], k=2, filters={"founded": {"gte": 1990}})
+    assert [b["results"] for b in batch] == [[], []] and "holds no numbers" in batch.warnings[0]
+    assert client.search(id="MMM", k=2, filters={"founded": "1902"}).warnings == []
