@@ -5,8 +5,10 @@ The raw (un-normalised) vector is what relation operators act on (design.md §3)
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +24,9 @@ DEFAULT_MODEL = "all-MiniLM-L6-v2"
 _PACKAGED_ALIASES = {DEFAULT_MODEL, "sentence-transformers/all-MiniLM-L6-v2", "default"}
 POOLINGS = ("mean", "cls")
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+# the dtype an index records (manifest ``encoder.precision``, indexer/manifest.py) by its torch name
+DTYPE_PRECISIONS = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,11 +167,16 @@ class Bf16Choice:
 
 def cpu_bf16_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
     """The bf16 instruction flags (:data:`BF16_FLAGS`) that ``cpuinfo`` lists for this CPU."""
+    return cpu_flags(BF16_FLAGS, cpuinfo)
+
+
+def cpu_flags(wanted, cpuinfo: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The flags among ``wanted`` that ``cpuinfo`` lists for this CPU."""
     try:
         with open(cpuinfo) as f:
             for line in f:
                 if line.startswith("flags"):
-                    return frozenset(BF16_FLAGS) & frozenset(line.split())
+                    return frozenset(wanted) & frozenset(line.split())
     except OSError:
         pass
     return frozenset()
@@ -288,6 +298,80 @@ def precision_line(device: str, dtype, why: str) -> str:
     return f"{device}, {str(dtype).replace('torch.', '')} ({why})"
 
 
+def precision_name(dtype) -> str:
+    """"fp32", "bf16" or "fp16": the name an index records for torch ``dtype``."""
+    return DTYPE_PRECISIONS[str(dtype).replace("torch.", "")]
+
+
+def settle_precision(config: EncoderConfig, *, recorded: str | None = None) -> tuple[EncoderConfig, str]:
+    """``config`` with a concrete precision (fp32 / bf16 / fp16), decided here once, and its
+    :func:`precision_line`. An index build calls this in its driver and records the result in the
+    manifest (``encoder.precision``); its workers and every query encoder of the index then run
+    that dtype and probe nothing, so machine load or another CPU cannot change an index's vectors
+    or its answers. ``auto`` is decided as :func:`choose_precision` does (the probe times the
+    model's own widths, the default model's where its config cannot be read here); ``recorded``
+    (an append: the index's precision) replaces the asked one. Loads no weights."""
+    import torch
+
+    if recorded is not None:
+        config = dataclasses.replace(config, precision=recorded)
+    widths = DEFAULT_SHAPES
+    if config.precision == "auto":
+        from transformers import AutoConfig
+
+        try:
+            widths = model_widths(AutoConfig.from_pretrained(resolve_model_path(config.model)))
+        except (OSError, ValueError):
+            pass
+    device, dtype, why = choose_precision(config.device, config.precision, cuda_available=torch.cuda.is_available(),
+                                          widths=widths)
+    if recorded is not None:
+        why = f"{recorded}: recorded in the index"
+    return dataclasses.replace(config, precision=precision_name(dtype)), precision_line(device, dtype, why)
+
+
+def query_precision(recorded: str, asked: str | None = None) -> tuple[str, str]:
+    """(precision, why) of the query encoder of an index whose vectors were encoded in ``recorded``
+    (manifest ``encoder.precision``). ``asked`` None or ``auto``: the recorded one, on any machine.
+    Another explicit precision is used as asked, with a warning: its query vectors differ from the
+    recorded dtype's, so near-tied hits may swap against other processes that follow the index."""
+    if asked in (None, "auto", recorded):
+        return recorded, f"{recorded}: recorded in the index"
+    if asked not in PRECISIONS:
+        raise ValueError(f"unknown precision {asked!r}; choose one of {', '.join(PRECISIONS)}")
+    log.warning("precision %s asked for, but the index was encoded in %s (its manifest): query scores will differ "
+                "slightly from those of queries in %s, and near-tied hits may change places; leave the precision "
+                "out (or auto) to follow the index", asked, recorded, recorded)
+    return asked, f"{asked}: asked for (the index records {recorded})"
+
+
+FP16_FLAGS = ("avx512_fp16", "amx_fp16")  # CPU flags of fp16 arithmetic / matrix instructions
+_SLOW_SAID: set[str] = set()
+
+
+def slow_dtype_note(device: str, dtype, *, flags=None) -> str | None:
+    """The line said once per process (a warning on the ``relsearch.encoder.model`` log, stderr when
+    no logging is set up) when a 16-bit dtype runs on a CPU without instructions for it: an index
+    that records bf16 (built where bf16 was faster) is still queried in bf16 there — PyTorch runs
+    it on any CPU, slowly — rather than in another dtype that would move its answers. ``flags``
+    replace this CPU's flags (tests). None when there is nothing to say."""
+    if not str(device).startswith("cpu"):
+        return None
+    name = precision_name(dtype)
+    wanted = {"bf16": BF16_FLAGS, "fp16": FP16_FLAGS}.get(name)
+    if wanted is None:
+        return None
+    have = cpu_flags(wanted) if flags is None else frozenset(wanted) & frozenset(flags)
+    if have:
+        return None
+    note = (f"the encoder runs in {name} on a CPU without {name} instructions ({' / '.join(wanted)}): it works, "
+            f"but slowly ({name} was asked for or the index records it; another dtype would move the index's answers)")
+    if note not in _SLOW_SAID:
+        _SLOW_SAID.add(note)
+        log.warning("%s", note)
+    return note
+
+
 def default_token_budget(device: str, dtype=None) -> int:
     """Padded tokens per forward pass. A GPU wants big batches. On CPU it depends on the matrix
     units, measured with all-MiniLM-L6-v2 on 2 cores: bf16 on AMX gains up to ~16k tokens, while
@@ -338,6 +422,7 @@ class Encoder:
                 f"Hugging Face hub ({e.__class__.__name__}). Without internet use the default "
                 f"{DEFAULT_MODEL!r} or a local path."
             ) from e
+        slow_dtype_note(self.device, self.dtype)
         self.model.to(self.device).eval()
         self._fast = None  # (model, the module its forward passes run): see _runner
         if config.threads:
@@ -358,6 +443,11 @@ class Encoder:
             "dim": self.dim,
             "weights_sha256": weights_fingerprint(self.path),
         }
+
+    @property
+    def precision(self) -> str:
+        """"fp32", "bf16" or "fp16": the dtype it runs, as an index records it (manifest ``encoder.precision``)."""
+        return precision_name(self.dtype)
 
     def encode(self, texts: list[str], *, progress=None) -> EncodeResult:
         """Encode ``texts`` to raw pooled vectors, float32 (n, d), in input order.

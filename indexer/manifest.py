@@ -4,7 +4,8 @@ Readers take attributes (``manifest.dim``, ``manifest.counts.documents``, ``mani
 writers build a new record with :meth:`Manifest.replace` and hand it to ``store.commit``, the one
 place that stamps format, version, time and file checksums and writes it (:func:`write`).
 
-The open-ended sections — ``encoder`` (the encoder's identity), ``bundle``, ``faiss`` (spec,
+The open-ended sections — ``encoder`` (the encoder's identity and, as ``precision``, the dtype the
+index is encoded and queried in: :attr:`Manifest.precision`), ``bundle``, ``faiss`` (spec,
 tuning), ``input``, ``backends``, ``projections``, ``files``, ``runs`` — stay JSON objects: they
 are recorded and compared whole, and their keys grow with features. Treat them as read-only.
 """
@@ -25,6 +26,13 @@ from .segments import SegmentSpec
 FORMAT = "relsearch-index/1"
 FILE = "manifest.json"
 NO_BUNDLE = {"path": None, "fingerprint": None, "operators": []}
+# The encoder dtype an index is built and queried in (``encoder.precision``), decided once at build.
+ENCODER_PRECISIONS = ("fp32", "bf16", "fp16")
+# A manifest written before the build recorded it: fp32, what `auto` chose on every CPU without bf16
+# instructions and with every explicit --precision fp32, and the exact dtype the 16-bit ones approximate
+# (a GPU build of that time ran fp16, an AMX one maybe bf16: their queries now run fp32, within bf16's
+# rounding of the old answers, and the same in every process).
+LEGACY_PRECISION = "fp32"
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,12 @@ class Manifest:
     format: str = FORMAT
     version: str = __version__
     created_at: str = ""
+
+    @property
+    def precision(self) -> str:
+        """The encoder dtype of the index's vectors, which its query encoders use too (``encoder.precision``:
+        fp32 / bf16 / fp16, recorded at build; :data:`LEGACY_PRECISION` for a manifest from before)."""
+        return self.encoder.get("precision", LEGACY_PRECISION)
 
     @property
     def segment_specs(self) -> list[SegmentSpec]:
@@ -102,6 +116,10 @@ class Manifest:
                 _check_type(path, name, data[name], kind)
         for (outer, inner), kind in NESTED.items():
             _check_type(path, f"{outer}.{inner}", data[outer].get(inner), kind)
+        precision = data["encoder"].get("precision", LEGACY_PRECISION)
+        if precision not in ENCODER_PRECISIONS:
+            raise IndexCorruptError(f"{path}: 'encoder.precision' is {precision!r:.60}, not one of "
+                                    f"{', '.join(ENCODER_PRECISIONS)}; the index is damaged")
         for key, value in data["counts"].items():
             _check_type(path, f"counts.{key}", value, int)
         try:

@@ -32,7 +32,7 @@ import numpy as np
 from .. import faults
 from ..files import sha256_file
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
-from ..encoder.model import Encoder, EncoderConfig, describe_precision, encode_texts
+from ..encoder.model import Encoder, EncoderConfig, encode_texts, settle_precision
 from ..indexer import mutations, spool, store
 from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
@@ -92,7 +92,7 @@ class IndexReport:
     documents: int = 0  # live documents in the published index
     faiss: dict = field(default_factory=dict)  # the manifest's faiss section
     backends: dict = field(default_factory=dict)  # mirror counts, e.g. {"elasticsearch": {...}}
-    encoder: str | None = None  # "cpu, float32 (why)": what the encoder ran in (model.describe_precision)
+    encoder: str | None = None  # "cpu, float32 (why)": what the encoder ran in (model.settle_precision)
 
     def summary(self) -> str:
         line = f"read {self.read}, indexed {self.indexed}, rejected {self.rejected}"
@@ -246,8 +246,9 @@ def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig,
         def setup(self):
             self._holder = self._shared.acquire(partial(_load_encoder, encoder_config), tag=repr(encoder_config))
             identity = shardfs.join(shard_dir, ENCODER_FILE)  # tells the driver which encoder wrote the shards
-            if not shardfs.exists(identity):
-                shardfs.write(identity, json.dumps(self._holder.value.identity).encode("utf-8"))
+            if not shardfs.exists(identity):  # and in which dtype: the manifest records it (encoder.precision)
+                encoder = self._holder.value
+                shardfs.write(identity, json.dumps({**encoder.identity, "precision": encoder.precision}).encode("utf-8"))
 
         def process(self, chunk):
             encode_chunk(chunk, path=path, job=job, encoder=self._holder.value, shard_dir=shard_dir)
@@ -364,8 +365,9 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
                                    precision=job.precision, device=job.device, threads=_threads_per_worker(options))
     input_sha = sha256_file(job.input)
-    # decided here once, before the workers load the model and decide alike (in-process: the same probe)
-    precision = describe_precision(encoder_config)
+    # the dtype is decided here once (an append: the index's own), recorded in the manifest and run by
+    # every worker and every query encoder of the index: no process probes the CPU for itself
+    encoder_config, precision = settle_precision(encoder_config, recorded=_recorded_precision(job))
     chunks = plan_chunks(job.input, job.chunk_lines, job.chunk_bytes)
     if not store.is_published(job.index) and not store._ours(Path(job.index).absolute()):
         raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")
@@ -418,6 +420,21 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     return report
 
 
+def _recorded_precision(job: IndexJob) -> str | None:
+    """The precision an append encodes in: the one the published index records (manifest
+    ``encoder.precision``; fp32 for an index built before it was recorded), whatever ``auto``
+    would choose on this machine. Another explicit one is refused: one index, one dtype. None for
+    a build (and an append to an index not published yet)."""
+    if not (job.append and store.is_published(job.index)):
+        return None
+    recorded = store.read_manifest(store.current_generation(job.index)).precision
+    if job.precision not in ("auto", recorded):
+        raise IndexInputError(f"--append: {job.index} is encoded in {recorded} (its manifest's encoder.precision); "
+                              f"--precision {job.precision} would mix two dtypes in one index. Leave --precision "
+                              "out, or rebuild the index in the new precision")
+    return recorded
+
+
 def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str, *, options,
              scratch: Path) -> IndexReport:
     """Check the shards' counts, then build a new generation (or append) and publish it. A large IVF
@@ -441,6 +458,10 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
     with store.writer_lock(job.index):
         if job.append and store.is_published(job.index):
             check_same_encoder(job.index, encoder)
+            recorded = store.read_manifest(store.current_generation(job.index)).precision
+            if encoder.get("precision", recorded) != recorded:  # the index was rebuilt meanwhile
+                raise IndexInputError(f"--append: {job.index} is now encoded in {recorded}, these documents in "
+                                      f"{encoder['precision']}; run the append again")
             done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run, encoder=encoder,
                                     rejected=plan.rejected, mirrors=mirrors, max_segments=job.max_segments)
             report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends

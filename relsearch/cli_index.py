@@ -79,7 +79,10 @@ def _echo_backends(backends: dict) -> None:
 @click.option("--chunk-lines", default=2048, show_default=True,
               help="Lines per chunk: the unit of parallel work and resumption.")
 @click.option("--max-length", type=click.IntRange(min=1), default=None, help="Token limit per text (default: the model's).")
-@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True)
+@click.option("--precision", type=click.Choice(["auto", "fp32", "bf16", "fp16"]), default="auto", show_default=True,
+              help="Encoder dtype, decided once here and recorded in the index (manifest encoder.precision); every "
+                   "query of the index encodes in it, on any machine. auto: fp16 on CUDA, bf16 on a CPU where a "
+                   "probe finds it faster, else fp32. With --append: the index's recorded one (another is refused).")
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
 @click.option("--strict", is_flag=True, help="Exit non-zero (and keep the old index) if any line is rejected.")
 @click.option("--max-line-bytes", type=click.IntRange(min=1), default=DEFAULT_LIMITS.max_line_bytes,

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
-from ..encoder.model import Encoder, resolve_model_path, weights_fingerprint
+from ..encoder.model import Encoder, query_precision, resolve_model_path, weights_fingerprint
 from ..encoder.relations import lookup, mixture_query
 from ..indexer import ann, gpu
 from ..indexer import lexical as bm25
@@ -110,9 +110,12 @@ class Searcher:
     def encoder(self) -> Encoder:
         if self._encoder is None:  # only text queries need the transformer
             enc = self.files.manifest.encoder  # as the index was encoded (the bundle's weights: checked above)
+            # in the dtype the index records, on any machine (another precision asked for: used, with a warning)
+            precision, why = query_precision(self.files.manifest.precision, self.precision)
             self._encoder = Encoder(self.bundle.encoder_config(pooling=enc.get("pooling"),
                                                                max_length=enc.get("max_length"),
-                                                               precision=self.precision))
+                                                               precision=precision))
+            self._encoder.precision_reason = why
         return self._encoder
 
     @property
