@@ -37,7 +37,7 @@ from .retrieval import request as search_request
 from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_weights, is_utf8  # noqa: F401  (MAX_*: re-exported)
 from .retrieval.paging import SearchStopped, page
 from .retrieval.request import RequestError, SearchOptions, blame
-from .retrieval.search import Hit, Query, Searcher
+from .retrieval.search import Example, Hit, Query, Searcher, check_examples
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,9 +51,12 @@ class SearchRequest(SearchOptions):
     text: str | None = None
     id: str | None = None
     relations: dict[str, float] = field(default_factory=lambda: {"identity": 1.0})
+    like: Sequence[dict] = ()  # examples {"id": ...} or {"text": ...}, each with an optional "weight"
+    unlike: Sequence[dict] = ()
 
     def query(self) -> Query:
-        return Query(text=self.text, doc_id=self.id, relations=dict(self.relations), query_id=self.id)
+        return Query(text=self.text, doc_id=self.id, relations=dict(self.relations), query_id=self.id,
+                     like=examples(self.like, "like"), unlike=examples(self.unlike, "unlike"))
 
     def options(self) -> SearchOptions:
         return SearchOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(SearchOptions)})
@@ -83,11 +86,31 @@ class BatchAnswer:
     results: list[list[Hit] | Exception]
 
 
+def examples(items, name: str) -> tuple[Example, ...]:
+    """``like`` / ``unlike`` examples from ``[{"id": ...} | {"text": ...}, "weight"?]`` (or
+    :class:`Example` objects); a RequestError naming ``name`` for anything else."""
+    if isinstance(items, (str, bytes, dict)) or not isinstance(items, Sequence):
+        raise RequestError(name, f"{name} must be a list of examples {{\"id\": ...}} or {{\"text\": ...}}")
+    out = []
+    for item in items:
+        if isinstance(item, Example):
+            out.append(item)
+            continue
+        if not isinstance(item, dict) or set(item) - {"id", "text", "weight"} or ("id" in item) == ("text" in item):
+            raise RequestError(name, f"each {name} example is {{\"id\": ...}} or {{\"text\": ...}}, with an "
+                                     f"optional \"weight\"; got {str(item)[:60]!r}")
+        out.append(Example(doc_id=item.get("id"), text=item.get("text"), weight=item.get("weight", 1.0)))
+    return tuple(out)
+
+
 def check_request(req: SearchRequest) -> None:
-    """Checks that need no index: exactly one of text / id, the options (retrieval/request.py),
-    weights as ``relsearch query`` checks them (retrieval/inputs.py)."""
-    if (req.text is None) == (req.id is None):
-        raise RequestError("text", "give exactly one of 'text' or 'id'")
+    """Checks that need no index: exactly one of text / id / like examples, the options
+    (retrieval/request.py), weights as ``relsearch query`` checks them (retrieval/inputs.py)."""
+    if req.like or req.unlike:
+        with blame("like"):
+            check_examples(req.query())
+    elif (req.text is None) == (req.id is None):
+        raise RequestError("text", "give exactly one of 'text', 'id' or 'like' examples")
     if req.text is not None and not isinstance(req.text, str):
         raise RequestError("text", "'text' must be a string")
     if req.id is not None and (not isinstance(req.id, str) or not req.id):
@@ -116,8 +139,10 @@ def validate_request(searcher, req: SearchRequest) -> None:
     with blame("relations"):
         searcher.check(req.relations, {})
     SearchOptions.check_against(req, searcher)
-    if req.id is not None and searcher.unknown_ids([req.query()]):
-        raise RequestError("id", f"document id {req.id[:80]!r} is not in the index", 404)
+    unknown = searcher.unknown_ids([req.query()])
+    if unknown:
+        field_name = "id" if req.id is not None else "like"
+        raise RequestError(field_name, f"document id {sorted(unknown)[0][:80]!r} is not in the index", 404)
 
 
 def check_score_texts(a, b) -> None:
@@ -206,14 +231,16 @@ class Index:
                filters: dict[str, FilterValue | dict] | None = None, explain: bool = False, rerank: str | None = None,
                rerank_depth: int | None = None, hybrid: str | None = None,
                hybrid_weight: float | None = None, fields: Sequence[str] | None = None,
-               metadata: bool = True) -> Hits:
+               metadata: bool = True, like: Sequence[dict] = (), unlike: Sequence[dict] = ()) -> Hits:
         """Hits for one query (see :class:`SearchRequest`), a list with ``warnings`` (:class:`Hits`:
         filter operators that can never match); raises :class:`RequestError`. ``fields``: the
-        metadata fields each hit keeps (default all); ``metadata=False``: none."""
+        metadata fields each hit keeps (default all); ``metadata=False``: none. ``like`` /
+        ``unlike`` instead of text or id: examples ``{"id": ...}`` or ``{"text": ...}`` with an
+        optional ``"weight"`` (docs/how-a-query-runs.md, "Examples as a query")."""
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
                             min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
                             rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight,
-                            fields=fields, metadata=metadata)
+                            fields=fields, metadata=metadata, like=like, unlike=unlike)
         out = self.search_batch([req]).results[0]
         if isinstance(out, Exception):
             raise out
@@ -390,7 +417,8 @@ def _published_root(path: str) -> Path | None:
 
 def _encoder_of(searcher: Searcher) -> tuple:
     enc = searcher.files.manifest.encoder
-    return searcher.bundle.encoder.get("model"), enc.get("weights_sha256"), enc.get("pooling"), enc.get("max_length")
+    return (searcher.bundle.encoder.get("model"), enc.get("weights_sha256"), enc.get("pooling"), enc.get("max_length"),
+            searcher.files.manifest.precision)  # a generation encoded in another dtype gets its own encoder
 
 
 def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:

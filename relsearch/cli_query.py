@@ -69,6 +69,12 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--id", "doc_id", default=None, help="Query with an indexed document (never returned itself).")
 @click.option("--queries", "queries_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help='JSONL of {"id", "text"} or {"doc_id"}, optional "relation" (name or {name: weight}).')
+@click.option("--like", "likes", multiple=True, metavar="ID[=W]",
+              help="Query by examples: documents like this indexed one (repeatable, optional weight); never returned.")
+@click.option("--unlike", "unlikes", multiple=True, metavar="ID[=W]",
+              help="With --like: push documents like this indexed one down (repeatable, optional weight).")
+@click.option("--like-text", "like_texts", multiple=True, metavar="TEXT", help="With or instead of --like: a text example.")
+@click.option("--unlike-text", "unlike_texts", multiple=True, metavar="TEXT", help="A text to push away from.")
 @click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1, max=MAX_K),
               help=f"Hits per query, at most {MAX_K:,} (more than the index holds: all of them).")
@@ -120,15 +126,17 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json,
           fields, no_metadata, explain, model, ef_search, nprobe,
           rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion,
-          hybrid_weight):
-    """Find documents standing in --relation to TEXT (or to --id, or to each line of --queries)."""
+          hybrid_weight, likes, unlikes, like_texts, unlike_texts):
+    """Find documents standing in --relation to TEXT (or to --id, to --like examples, or to each line of --queries)."""
     from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval import request
     from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
-    from relsearch.retrieval.search import Query, QueryError
+    from relsearch.retrieval.search import QueryError
 
-    if sum(x is not None for x in (text, doc_id, queries_file)) != 1:
-        _fail("give exactly one of TEXT, --id or --queries")
+    like = [_example(v) for v in likes] + [{"text": t} for t in like_texts]
+    unlike = [_example(v) for v in unlikes] + [{"text": t} for t in unlike_texts]
+    if sum(x is not None for x in (text, doc_id, queries_file)) + bool(like or unlike) != 1:
+        _fail("give exactly one of TEXT, --id, --like examples or --queries")
     head, rerank = _parse_rerank(rerank)
     if backend == "es" and not (es_url and es_index):
         _fail("--backend es needs --es-url and --es-index")
@@ -155,9 +163,9 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         else:  # the validation of the Python API and the server (relsearch/api.py)
             from relsearch.api import SearchRequest, validate_request
 
-            req = SearchRequest(text=text, id=doc_id, relations=weights, **vars(options))
+            req = SearchRequest(text=text, id=doc_id, relations=weights, like=like, unlike=unlike, **vars(options))
             validate_request(searcher, req)
-            queries, errors = [Query(text=text, doc_id=doc_id, relations=weights, query_id=doc_id)], []
+            queries, errors = [req.query()], []
         plan = request.plan(searcher, queries, options)
         # a filter that can never match, or a named relation's part that cannot apply, says so
         for line in [*(searcher.filter_warnings(filters) if filters else ()), *plan.warnings]:
@@ -190,9 +198,18 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
 
 
 # the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
-OPTION_FLAGS = {"text": "TEXT", "id": "--id", "relations": "--relation", "k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
+OPTION_FLAGS = {"text": "TEXT", "id": "--id", "like": "--like", "relations": "--relation", "k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
                 "filters": "--filter", "rerank": "--rerank", "rerank_depth": "--rerank-depth", "hybrid": "--hybrid",
                 "hybrid_weight": "--hybrid-weight", "fields": "--fields", "metadata": "--no-metadata"}
+
+
+def _example(value: str) -> dict:
+    """--like ID[=W]: the example's id, and its weight when the text after the last '=' is a number."""
+    doc_id, sep, weight = value.rpartition("=")
+    try:
+        return {"id": doc_id, "weight": float(weight)} if sep and doc_id else {"id": value}
+    except ValueError:  # an id holding '=': the whole value is the id
+        return {"id": value}
 
 
 def _parse_rerank(rerank: str | None) -> tuple[str | None, int | None]:

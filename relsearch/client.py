@@ -29,6 +29,12 @@ class ClientError(RuntimeError):
         self.status, self.field, self.message = status, field, message
 
 
+class Scores(dict):
+    """``Client.score``'s answer: relation → score, with ``warnings``."""
+
+    warnings: list[str] = []
+
+
 class Results(list):
     """The hits of ``Client.search`` (or the per-query answers of ``search_batch``): a ``list``, so code
     that used the plain list keeps working, with the rest of the answer: ``warnings`` (one line per
@@ -80,7 +86,12 @@ class Client:
         return self.request("GET", path)["relations"]
 
     def score(self, a: str, b: str) -> dict[str, float]:
-        return self.request("POST", "/score", self._with_index({"a": a, "b": b}))["scores"]
+        """relation → score of what ``--relation`` runs for a → b; ``.warnings`` names the recipe
+        parts (BM25, bonuses) a pair of texts cannot give."""
+        answer = self.request("POST", "/score", self._with_index({"a": a, "b": b}))
+        scores = Scores(answer["scores"])
+        scores.warnings = list(answer.get("warnings", ()))
+        return scores
 
     def add(self, documents: list[dict]) -> dict:
         return self.request("POST", "/documents", self._with_index({"documents": documents}))

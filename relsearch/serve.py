@@ -115,7 +115,7 @@ def _errors(*statuses: int) -> dict:
 SEARCH_ERRORS = _errors(400, 401, 403, 404, 408, 413, 415, 421, 422, 503)
 WRITE_ERRORS = _errors(400, 401, 403, 404, 408, 409, 413, 415, 421, 422)
 READ_ERRORS = _errors(401, 403, 404, 421, 422)
-ONE_OF_TEXT_OR_ID = {"oneOf": [{"required": ["text"]}, {"required": ["id"]}]}
+ONE_OF_TEXT_OR_ID = {"oneOf": [{"required": ["text"]}, {"required": ["id"]}, {"required": ["like"]}]}
 Document = Annotated[dict[str, Any], WithJsonSchema({
     "type": "object", "required": ["id", "text"], "additionalProperties": True,
     "description": "A document: id, text, and any other fields as metadata (the rules of relsearch index).",
@@ -142,6 +142,16 @@ Filters = Annotated[dict[str, Any], WithJsonSchema({
                  {"$any": [{"gics_sector": "Energy"}, {"founded": {"lt": "1950"}}]}]})]
 
 
+class ExampleBody(_Body):
+    id: str | None = Field(None, min_length=1, description="An indexed document (never returned itself).")
+    text: Text | None = Field(None, description="Or a text.")
+    weight: FiniteFloat = Field(1.0, gt=0, description="The example's weight.")
+
+
+_EXAMPLES = ("Query by examples instead of text or id (Qdrant's recommend): each example is moved by the relation "
+             "mixture, then q = Σ w·q(like) − Σ w·q(unlike); the example documents never come back.")
+
+
 class QueryOptions(_Body):
     index: str | None = Field(None, description="Served index name (default: the first --index).")
     relations: dict[str, FiniteFloat] = Field(default_factory=lambda: {"identity": 1.0},
@@ -165,8 +175,11 @@ class QueryOptions(_Body):
         "_source filtering); default: every field.")
     metadata: bool = Field(True, description="false: hits carry no metadata (\"metadata\": {}).")
 
-    def request(self, text: str | None, doc_id: str | None, relations: dict | None = None) -> SearchRequest:
+    def request(self, text: str | None, doc_id: str | None, relations: dict | None = None,
+                like: list[ExampleBody] = (), unlike: list[ExampleBody] = ()) -> SearchRequest:
         return SearchRequest(text=text, id=doc_id, relations=relations or self.relations, k=self.k,
+                             like=[e.model_dump(exclude_none=True) for e in like],
+                             unlike=[e.model_dump(exclude_none=True) for e in unlike],
                              offset=self.offset, min_score=self.min_score, collapse=self.collapse,
                              filters=self.filters, explain=self.explain, rerank=self.rerank,
                              rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight,
@@ -177,12 +190,16 @@ class SearchBody(QueryOptions):
     model_config = ConfigDict(json_schema_extra=ONE_OF_TEXT_OR_ID)
     text: Text | None = Field(None, description="Query text (or give id).")
     id: str | None = Field(None, min_length=1, description="An indexed document to query with.")
+    like: list[ExampleBody] = Field(default_factory=list, max_length=64, description=_EXAMPLES)
+    unlike: list[ExampleBody] = Field(default_factory=list, max_length=64, description="Examples to push away from.")
 
 
 class BatchQuery(_Body):
     model_config = ConfigDict(json_schema_extra=ONE_OF_TEXT_OR_ID)
     text: Text | None = None
     id: str | None = Field(None, min_length=1)
+    like: list[ExampleBody] = Field(default_factory=list, max_length=64, description=_EXAMPLES)
+    unlike: list[ExampleBody] = Field(default_factory=list, max_length=64)
     relations: dict[str, FiniteFloat] | None = Field(None, description="Overrides the batch's relations.")
 
 
@@ -746,7 +763,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
     @app.post("/search", summary="Top-k documents standing in a relation to a text or an indexed document",
               responses=SEARCH_ERRORS)
     async def search(body: SearchBody):
-        requests = costed([body.request(body.text, body.id)], "k")
+        requests = costed([body.request(body.text, body.id, like=body.like, unlike=body.unlike)], "k")
         name, generation, [result] = await searched(body.index, requests)
         if isinstance(result, Exception):
             raise failed(result)
@@ -760,7 +777,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
     async def search_batch(body: BatchBody):
         if len(body.queries) > limits.max_batch:
             raise RequestError("queries", f"at most {limits.max_batch} queries per batch, got {len(body.queries)}")
-        requests = costed([body.request(q.text, q.id, q.relations) for q in body.queries], "queries")
+        requests = costed([body.request(q.text, q.id, q.relations, q.like, q.unlike) for q in body.queries], "queries")
         name, generation, results = await searched(body.index, requests)
         out, budget = [], [limits.max_response_bytes]
         for i, result in enumerate(results):
@@ -784,7 +801,8 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
         name, batcher = pick(index)
         return {"index": name, "relations": batcher.index.relations()}
 
-    @app.post("/score", summary="Every relation's score cos(op(h_a), b) for the pair a → b", responses=SEARCH_ERRORS)
+    @app.post("/score", summary="Every relation's score for a → b: what --relation runs, its recipe's dense part",
+              responses=SEARCH_ERRORS)
     async def score(body: ScoreBody):
         name, batcher = pick(body.index)
         deadline = time.monotonic() + limits.timeout_s
@@ -793,7 +811,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
                                             limits.timeout_s)
         except (asyncio.TimeoutError, SearchStopped):
             raise HTTPException(503, f"score did not finish within {limits.timeout_s} s") from None
-        return {"index": name, "scores": scores}
+        return {"index": name, "scores": dict(scores), "warnings": getattr(scores, "warnings", [])}
 
     async def on_search_thread(index: str | None, fn: Callable, *args):
         """``fn(searcher, *args)`` on the model thread (the generation a search uses now)."""

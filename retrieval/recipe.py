@@ -397,12 +397,15 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
         qv = qv + recipe.title * titles
     depth = recipe.depth
     texts = searcher.query_texts(queries) if recipe.bm25 else None
-    # one extra candidate per list, then each without the query document: the lists score_matrix cuts
-    dense, lexical = backend.candidates(qv, texts, max(depth, k) + 1, depth + 1, filters, own=own)
-    dense = _without_own(dense, own, max(depth, k))
-    lexical = None if lexical is None else _without_own(lexical, own, depth)
+    # the query document and any example document leave both lists before they are cut to depth
+    # (one extra candidate per excluded one): the lists score_matrix cuts
+    excluded = [{int(p)} - {-1} | examples for p, examples in zip(own, searcher.example_positions(queries))]
+    more = max(map(len, excluded))
+    dense, lexical = backend.candidates(qv, texts, max(depth, k) + more, depth + more, filters, own=own)
+    dense = _without(dense, excluded, max(depth, k))
+    lexical = None if lexical is None else _without(lexical, excluded, depth)
     wanted = {f: w for f, w in recipe.same.items() if w and f in searcher.metadata_fields}
-    query_meta = _query_metadata(searcher, own) if wanted else [{}] * len(queries)
+    query_meta = _query_metadata(searcher, queries, own) if wanted else [{}] * len(queries)
     rows_p, rows_s, parts = [], [], []
     for i in range(len(queries)):
         ranked, row_parts = _rank_row(recipe, dense, lexical, i, wanted, query_meta[i], searcher, k)
@@ -411,7 +414,8 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
         parts.append(row_parts)
     result = SearchResult(np.asarray(rows_p, np.int64).reshape(len(queries), k),
                           np.asarray(rows_s, np.float32).reshape(len(queries), k))
-    hits = searcher.hits(result, queries, k, h if explain else None, own=own)
+    # explained without mixture:NAME parts: a recipe's parts are its own (below)
+    hits = searcher.hits(result, [replace(q, relations={}) for q in queries], k, h if explain else None, own=own)
     if not explain:
         return hits
     out = []
@@ -444,9 +448,8 @@ def _rank_row(recipe: Recipe, dense: SearchResult, lexical: SearchResult | None,
     if wanted:
         docs = searcher.files.docstore.get(sorted(pool))
         for f, w in wanted.items():
-            value = query_meta.get(f)
-            contributions[f"recipe:same:{f}"] = {p: w for p in pool
-                                                 if value is not None and docs[p]["metadata"].get(f) == value}
+            values = query_meta.get(f, [])  # the query document's value, or any liked document's
+            contributions[f"recipe:same:{f}"] = {p: w for p in pool if docs[p]["metadata"].get(f) in values}
     total = {p: sum(part.get(p, 0.0) for part in contributions.values()) for p in pool}
     ranked = sorted(total.items(), key=lambda item: (-item[1], item[0]))[:k]
     parts = {p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in ranked}
@@ -470,18 +473,30 @@ def _normalised(positions: np.ndarray, scores: np.ndarray, weight: float) -> dic
     return {int(p): weight * float(s) for p, s in zip(positions, normalised)}
 
 
-def _without_own(result: SearchResult, own: np.ndarray, depth: int) -> SearchResult:
-    """Each row without its query's own position (and -1 pads), cut to ``depth``; -1 pads again."""
-    positions = np.full((len(own), depth), -1, np.int64)
-    scores = np.full((len(own), depth), -np.inf, np.float32)
+def _without(result: SearchResult, excluded: list[set[int]], depth: int) -> SearchResult:
+    """Each row without its ``excluded`` positions (and -1 pads), cut to ``depth``; -1 pads again."""
+    positions = np.full((len(excluded), depth), -1, np.int64)
+    scores = np.full((len(excluded), depth), -np.inf, np.float32)
     for i, (row, row_scores) in enumerate(zip(result.positions, result.scores)):
-        keep = (row >= 0) & (row != own[i])
+        keep = (row >= 0) & ~np.isin(row, list(excluded[i]))
         kept_p, kept_s = row[keep][:depth], row_scores[keep][:depth]
         positions[i, :len(kept_p)], scores[i, :len(kept_s)] = kept_p, kept_s
     return SearchResult(positions, scores)
 
 
-def _query_metadata(searcher, own: np.ndarray) -> list[dict]:
-    """Each query document's metadata ({} for a text query)."""
-    found = searcher.files.docstore.get(sorted({int(p) for p in own if p >= 0}))
-    return [found[int(p)]["metadata"] if p >= 0 else {} for p in own]
+def _query_metadata(searcher, queries: list[Query], own: np.ndarray) -> list[dict[str, list]]:
+    """Per query, field → the values a hit may share for a bonus: the query document's, or every
+    liked document's ({} for a text query)."""
+    liked = searcher.files.docstore.positions([e.doc_id for q in queries for e in q.like if e.doc_id])
+    sources = [[int(p)] if p >= 0 else [liked[e.doc_id] for e in q.like if e.doc_id in liked]
+               for q, p in zip(queries, own)]
+    found = searcher.files.docstore.get(sorted({p for row in sources for p in row}))
+    out = []
+    for row in sources:
+        values: dict[str, list] = {}
+        for p in row:
+            for f, v in found[p]["metadata"].items():
+                if v is not None:
+                    values.setdefault(f, []).append(v)
+        out.append(values)
+    return out

@@ -200,7 +200,11 @@ class Plan:
                 if scoring.mode != "projection":  # the mixture's operators, as the relations' recipes weigh them
                     part = [dataclasses.replace(q, relations=dict(scoring.recipe.mixture)) for q in part]
                 hybrid = {"hybrid": "rrf"} if scoring.mode == "rrf" else {}
-                hits = self.backend.search(part, k=fetch, filters=o.filters, explain=o.explain, **hybrid)
+                examples = [{e.doc_id for e, _ in q.examples() if e.doc_id} for q in part]
+                more = max(map(len, examples))  # example documents come back first: fetch past them, drop them
+                hits = self.backend.search(part, k=fetch + more, filters=o.filters, explain=o.explain, **hybrid)
+                if more:
+                    hits = [[h for h in row if h.id not in ids][:fetch] for row, ids in zip(hits, examples)]
             for i, row in zip(rows, hits):
                 out[i] = row
         return out
@@ -215,12 +219,12 @@ def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
     resolved: dict[tuple, Scoring] = {}
     scorings = []
     for q in queries:
-        key = (tuple(sorted(q.relations.items())), q.doc_id is None)
+        key = (tuple(sorted(q.relations.items())), q.doc_id is None and not any(e.doc_id for e in q.like))
         if key not in resolved:
             try:
                 resolved[key] = resolve(searcher.operators, q.relations, hybrid=options.hybrid,
                                         hybrid_weight=options.hybrid_weight,
-                                        metadata_fields=searcher.metadata_fields, text_query=q.doc_id is None)
+                                        metadata_fields=searcher.metadata_fields, text_query=key[1])
             except PlanError as e:
                 raise RequestError("hybrid" if str(e).startswith("hybrid") else "relations", str(e)) from None
             except KeyError as e:

@@ -8,6 +8,7 @@ excluded by an id selector and never come back.
 """
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from ..indexer.filters import fields_in
 from ..indexer.store import IndexFiles, open_index
 from . import hybrid as fusion
 from .hits import Hit, HitColumns, keep_top  # noqa: F401  (Hit re-exported: callers import it from here)
-from .inputs import Filters, check_filters, check_weights, is_utf8
+from .inputs import MAX_WEIGHT, Filters, check_filters, check_weights, is_utf8
 
 T = TypeVar("T")
 EXACT_SUBSET_MAX = 10_000  # a filter matching at most this many documents is searched exactly
@@ -52,15 +53,61 @@ class QueryVectors(NamedTuple):
 
 
 @dataclass(frozen=True, kw_only=True)
+class Example:
+    """One example of a query by examples: an indexed document (``doc_id``) or a ``text``, weighted."""
+
+    doc_id: str | None = None
+    text: str | None = None
+    weight: float = 1.0
+
+
+MAX_EXAMPLES = 64  # likes and unlikes of one query
+
+
+@dataclass(frozen=True, kw_only=True)
 class Query:
-    """One query: ``text`` or ``doc_id`` (an indexed document), relation weights, optional id and
-    the line of the ``--queries`` file it came from (for error messages)."""
+    """One query: ``text``, ``doc_id`` (an indexed document) or examples — ``like`` and ``unlike``
+    (Qdrant's recommend, Elasticsearch's more-like-this): each example is moved by the relation
+    mixture, then q = Σ w · q(like) − Σ w · q(unlike), and no example document is ever a hit;
+    relation weights, optional id and the line of the ``--queries`` file it came from."""
 
     text: str | None = None
     doc_id: str | None = None
     relations: dict[str, float] = field(default_factory=lambda: {"identity": 1.0})
     query_id: str | None = None
     line: int | None = None
+    like: tuple[Example, ...] = ()
+    unlike: tuple[Example, ...] = ()
+
+    @property
+    def by_examples(self) -> bool:
+        return bool(self.like or self.unlike)
+
+    def examples(self) -> list[tuple[Example, float]]:
+        """Each example with its signed weight (unlikes negative)."""
+        return [(e, e.weight) for e in self.like] + [(e, -e.weight) for e in self.unlike]
+
+
+def check_examples(q: Query) -> None:
+    """A QueryError naming what is wrong with an example query: it has likes, no text or doc_id
+    beside them, at most MAX_EXAMPLES, each one doc_id or non-empty text with a finite weight > 0."""
+    if q.text is not None or q.doc_id is not None:
+        raise QueryError("a query by examples (like / unlike) takes no text or doc_id of its own")
+    if not q.like:
+        raise QueryError("a query by examples needs at least one like example (unlike only pushes results down)")
+    examples = q.examples()
+    if len(examples) > MAX_EXAMPLES:
+        raise QueryError(f"at most {MAX_EXAMPLES} like and unlike examples, got {len(examples)}")
+    for e, _ in examples:
+        if not isinstance(e, Example) or (e.text is None) == (e.doc_id is None):
+            raise QueryError("each example needs exactly one of doc_id or text")
+        if e.text is not None and (not isinstance(e.text, str) or not e.text.strip() or not is_utf8(e.text)):
+            raise QueryError("an example text is empty or not valid UTF-8")
+        if e.doc_id is not None and (not isinstance(e.doc_id, str) or not e.doc_id or not is_utf8(e.doc_id)):
+            raise QueryError("an example doc_id must be a non-empty UTF-8 string")
+        w = e.weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not (0 < w <= MAX_WEIGHT) or not math.isfinite(w):
+            raise QueryError(f"example weights must be numbers in (0, {MAX_WEIGHT:g}], got {str(w)[:40]!r}")
 
 
 def _encoder_key(encoder: dict) -> tuple:
@@ -142,13 +189,21 @@ class Searcher:
         return self.files.positions - len(self.files.deleted)
 
     def unknown_ids(self, queries: list[Query]) -> set[str]:
-        """doc_ids among ``queries`` that are not in the index."""
-        wanted = [q.doc_id for q in queries if q.doc_id is not None]
+        """doc_ids among ``queries`` (their examples' too) that are not in the index."""
+        wanted = [d for q in queries for d in [q.doc_id, *(e.doc_id for e, _ in q.examples())] if d is not None]
         return set(wanted) - set(self.files.docstore.positions(wanted))
 
+    def example_positions(self, queries: list[Query]) -> list[set[int]]:
+        """Per query, the positions of its example documents: never hits."""
+        found = self.files.docstore.positions([e.doc_id for q in queries for e, _ in q.examples() if e.doc_id])
+        return [{found[e.doc_id] for e, _ in q.examples() if e.doc_id in found} for q in queries]
+
     def raw_vectors(self, queries: list[Query], own: np.ndarray | None = None) -> np.ndarray:
-        """(n, d) raw query vectors: encoded text, or stored t̂·‖h‖ for doc_id queries. ``own``: the
-        queries' document positions (:meth:`own_positions`), looked up when not given."""
+        """(n, d) raw query vectors: encoded text, or stored t̂·‖h‖ for doc_id queries, or the
+        signed weighted sum of an example query's. ``own``: the queries' document positions
+        (:meth:`own_positions`), looked up when not given."""
+        if any(q.by_examples for q in queries):
+            return self._by_examples(queries, lambda sub: self.raw_vectors(sub))
         own = self.own_positions(queries) if own is None else own
         out = np.empty((len(queries), self.files.manifest.dim), dtype=np.float32)  # every row is written below
         by_id = np.flatnonzero(np.fromiter((q.doc_id is not None for q in queries), bool, len(queries)))
@@ -179,10 +234,16 @@ class Searcher:
         (design.md §3: a mixture's inner product is the weighted sum of cosines).
         """
         filters = filters or {}
+        if any(q.by_examples for q in queries):
+            for q in queries:
+                check_examples(q)
+            return QueryVectors(self.raw_vectors(queries),
+                                self._by_examples(queries, lambda sub: self.query_vectors(sub, filters).q),
+                                np.full(len(queries), -1, np.int64))
         groups: dict[tuple, list[int]] = {}  # relation mixture → its queries: each checked and transformed once
         for i, q in enumerate(queries):
             if (q.text is None) == (q.doc_id is None):
-                raise QueryError("each query needs exactly one of text or doc_id")
+                raise QueryError("each query needs exactly one of text, doc_id or like examples")
             if not is_utf8(q.text if q.doc_id is None else q.doc_id):  # undecodable argv bytes arrive as surrogates
                 raise QueryError(f"query {'text' if q.doc_id is None else 'document id'} is not valid UTF-8")
             if q.text is not None and not q.text.strip():  # encodes to some vector: hits, but meaningless ones
@@ -208,6 +269,26 @@ class Searcher:
             qv[rows] = self.transform(h[rows], dict(key), None if texts is None else [texts[i] for i in rows])
         return QueryVectors(h, qv, own)
 
+    def _by_examples(self, queries: list[Query], vectors) -> np.ndarray:
+        """(n, d): ``vectors(queries)`` for plain queries, and for an example query Σ_e w_e ·
+        ``vectors`` of its example e (an unlike's weight negative), each example as a query of the
+        same relation mixture: the relation moves each example before they are combined."""
+        rows: list[Query] = []
+        spans = []
+        for q in queries:
+            start = len(rows)
+            if q.by_examples:
+                rows += [Query(text=e.text, doc_id=e.doc_id, relations=q.relations) for e, _ in q.examples()]
+            else:
+                rows.append(q)
+            spans.append((start, len(rows)))
+        got = vectors(rows)
+        out = np.empty((len(queries), got.shape[1]), np.float32)
+        for i, (q, (a, b)) in enumerate(zip(queries, spans)):
+            weights = np.asarray([w for _, w in q.examples()] if q.by_examples else [1.0], np.float32)
+            out[i] = weights @ got[a:b]
+        return out
+
     def reads_text(self, names) -> bool:
         """True when a relation among ``names`` is a query encoder (kind ``encoder``): its tower is
         then attached to this Searcher's transformer, and queries need their text."""
@@ -219,7 +300,13 @@ class Searcher:
         return True
 
     def query_texts(self, queries: list[Query]) -> list[str]:
-        """Each query's text: its own, or the stored text of its document (``--id``: re-encoded by query towers)."""
+        """Each query's text: its own, or the stored text of its document (``--id``: re-encoded by
+        query towers); an example query's liked texts, one per line (its BM25 query)."""
+        if any(q.by_examples for q in queries):
+            flat = [Query(text=e.text, doc_id=e.doc_id) for q in queries for e in q.like]
+            texts = iter(self.query_texts(flat))
+            return ["\n".join(next(texts) for _ in q.like) if q.by_examples else self.query_texts([q])[0]
+                    for q in queries]
         positions = self.files.docstore.positions([q.doc_id for q in queries if q.doc_id is not None])
         docs = self.files.docstore.get(list(positions.values())) if positions else {}
         return [q.text if q.doc_id is None else docs[positions[q.doc_id]]["text"] for q in queries]
@@ -355,10 +442,20 @@ class Searcher:
         hits = HitColumns.read(keep_top(result, own, k), self.files.docstore)
         if h is None:
             return hits
-        texts = self.query_texts(queries) if self.reads_text(self.operators) else None
-        return hits.with_explain([
-            self._explain(h[i], hits.positions[i, :hits.counts[i]].tolist(), None if texts is None else texts[i],
-                          queries[i].relations) for i in range(len(queries))])
+        reads = self.reads_text(self.operators)
+        texts = self.query_texts(queries) if reads else None
+        explained = []
+        for i, q in enumerate(queries):
+            positions = hits.positions[i, :hits.counts[i]].tolist()
+            if q.by_examples:  # each example moved by each operator, then combined: as its query vector
+                rows = [Query(text=e.text, doc_id=e.doc_id) for e, _ in q.examples()]
+                weights = np.asarray([w for _, w in q.examples()], np.float32)
+                explained.append(self._explain(self.raw_vectors(rows), weights, positions,
+                                               self.query_texts(rows) if reads else [None] * len(rows), q.relations))
+            else:
+                explained.append(self._explain(h[i][None], np.ones(1, np.float32), positions,
+                                               [None if texts is None else texts[i]], q.relations))
+        return hits.with_explain(explained)
 
     def effective_params(self, params: dict | None = None) -> dict:
         """Tuned parameters from the manifest, then the Searcher's overrides, then ``params``."""
@@ -408,13 +505,15 @@ class Searcher:
                 return None
         return self._gpu.search(qv, k, params, vectors=self.files.vectors, selection=selection)
 
-    def _explain(self, h: np.ndarray, positions: list[int], text: str | None = None,
+    def _explain(self, h: np.ndarray, weights: np.ndarray, positions: list[int], texts: list,
                  relations: dict[str, float] | None = None) -> list[dict]:
-        """Per hit at ``positions``, every operator's own cosine; for a mixture (several relations, or
-        one weighted other than 1) its parts first: ``mixture:NAME`` = weight × that cosine, which sum
-        to the relational score (the hit's score unless fused with BM25 or re-ranked)."""
-        t = np.asarray(self.files.vectors[positions]) if positions else np.zeros((0, len(h)), np.float32)
-        per_op = {name: (op.apply(h[None], [text])[0] @ op.documents(t).T) for name, op in sorted(self.operators.items())}
+        """Per hit at ``positions``, every operator's own score Σ_e w_e cos(op(h_e), t) over the
+        query's raw vectors ``h`` (m, d) with ``weights`` (m,) — one row of weight 1, or an
+        example query's examples; for a mixture (several relations, or one weighted other than 1)
+        its parts first: ``mixture:NAME`` = weight × that score, which sum to the relational score
+        (the hit's score unless fused with BM25 or re-ranked)."""
+        t = np.asarray(self.files.vectors[positions]) if positions else np.zeros((0, h.shape[1]), np.float32)
+        per_op = {name: weights @ (op.apply(h, texts) @ op.documents(t).T) for name, op in sorted(self.operators.items())}
         mixed = bool(relations) and (len(relations) > 1 or list(relations.values()) != [1.0])
         parts = {f"mixture:{name}": (float(w), per_op[name]) for name, w in relations.items()} if mixed else {}
         return [{**{key: w * float(s[j]) for key, (w, s) in parts.items()}, **{name: s[j] for name, s in per_op.items()}}

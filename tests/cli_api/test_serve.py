@@ -16,6 +16,7 @@ import pytest
 
 from relsearch.api import Index, RequestError
 from relsearch.client import Client, ClientError
+from relsearch.retrieval.request import SearchOptions, run
 from relsearch.retrieval.search import Query, Searcher
 from relsearch.serve import Batcher, Metrics, Pending, ServeLimits, create_app
 from conftest import gen_of
@@ -116,11 +117,11 @@ def test_health_and_search_equal_the_searcher(server, index_dir):
     assert ids == [h.id for h in expected]
     assert scores == pytest.approx([h.score for h in expected], abs=1e-4)
     doc = expected[0].id
-    mixed = {"similar-company": 0.7, "identity": 0.3}
-    expected = searcher.search([Query(doc_id=doc, relations=mixed)], k=5, filters={})[0]
+    mixed = {"similar-company": 0.7, "identity": 0.3}  # the weighted recipe (retrieval/plan.py), as every path runs it
+    expected = run(searcher, [Query(doc_id=doc, relations=mixed)], SearchOptions(k=5))[0]
     got = client.search(id=doc, relations=mixed, k=5, explain=True)
     assert [h["id"] for h in got] == [h.id for h in expected] and doc not in [h["id"] for h in got]
-    assert set(got[0]["explain"]) >= {"identity", "similar-company"}
+    assert set(got[0]["explain"]) >= {"identity", "similar-company", "recipe:dense", "recipe:bm25", "dense"}
     page = client.search(id=doc, relations=mixed, k=2, offset=2)
     assert [h["id"] for h in page] == [h.id for h in expected[2:4]] and page[0]["rank"] == 3
     floor = float(expected[1].score) - 1e-6
@@ -138,6 +139,7 @@ def test_batch_relations_score(server):
     assert {"identity", "similar-company"} <= names
     scores = client.score("Apple makes phones.", "Samsung makes phones.")
     assert "identity" in scores and -1 <= scores["identity"] <= 1
+    assert any(w.startswith("similar-company: the score is its recipe's dense part") for w in scores.warnings)
 
 
 @pytest.mark.parametrize("body, status, field", [
@@ -222,15 +224,20 @@ def test_operator_filters_and_collapse_over_http(server, index):
 
 
 def test_hybrid_search_over_http_equals_the_python_api(server, index):
-    hits = Client(server).search(text="natural gas pipelines", k=5, hybrid="rrf", relations={"similar-company": 1})
-    same = index.search("natural gas pipelines", k=5, hybrid="rrf", relations={"similar-company": 1})
+    hits = Client(server).search(text="natural gas pipelines", k=5, hybrid="rrf", relations={"contradiction": 1})
+    same = index.search("natural gas pipelines", k=5, hybrid="rrf", relations={"contradiction": 1})
     assert [h["id"] for h in hits] == [h.id for h in same] and len(hits) == 5
     assert hits[0]["score"] <= 2 / 61  # a fused RRF score, not a cosine
     weighted = Client(server).search(text="natural gas pipelines", k=5, hybrid="weighted", hybrid_weight=0.8,
-                                     relations={"similar-company": 1})
+                                     relations={"contradiction": 1})
     same = index.search("natural gas pipelines", k=5, hybrid="weighted", hybrid_weight=0.8,
-                        relations={"similar-company": 1})
+                        relations={"contradiction": 1})
     assert [h["id"] for h in weighted] == [h.id for h in same]
+    # similar-company's recipe already fuses BM25: refused alike over HTTP and in Python, with the reason
+    with pytest.raises(ClientError, match="already fuse BM25"):
+        Client(server).search(text="natural gas pipelines", hybrid="rrf", relations={"similar-company": 1})
+    with pytest.raises(RequestError, match="already fuse BM25"):
+        index.search("natural gas pipelines", hybrid="rrf", relations={"similar-company": 1})
 
 
 def test_another_writers_publish_is_picked_up(server, index_dir):
@@ -553,7 +560,7 @@ def test_405_carries_allow_and_the_schema_lists_the_real_errors(server):
     document = schemas["DocumentsBody"]["properties"]["documents"]["items"]
     assert document["type"] == "object" and set(document["required"]) == {"id", "text"}  # {} is not a document
     search = schemas["SearchBody"]
-    assert search["oneOf"] == [{"required": ["text"]}, {"required": ["id"]}]  # {} is not a search
+    assert search["oneOf"] == [{"required": ["text"]}, {"required": ["id"]}, {"required": ["like"]}]  # {} is not one
     assert search["properties"]["k"]["type"] == "integer" and search["properties"]["explain"]["type"] == "boolean"
 
 
@@ -732,16 +739,21 @@ def test_the_cli_table_says_fused_scores_and_shows_a_mixtures_parts_first(index_
 
     rrf = table("cloud software", "--hybrid")
     assert rrf[0].split()[:2] == ["rank", "rrf"] and "fused scores" in rrf[-1] and "not cosines" in rrf[-1]
-    weighted = table("cloud software", "--hybrid", "weighted")
-    assert weighted[0].split()[:2] == ["rank", "fused"] and "fused scores" in weighted[-1]
+    weighted = table("cloud software", "--hybrid", "weighted")  # runs as a recipe with BM25 share 0.5
+    assert weighted[0].split()[:2] == ["rank", "recipe"] and "not cosines" in weighted[-1]
     plain = table("cloud software")
     assert plain[0].split()[:2] == ["rank", "score"] and "fused" not in plain[-1]
-    mixed = table("--id", "MMM", "-r", "similar-company=0.7", "-r", "identity=0.3", "--explain")
+    mixed = table("--id", "MMM", "-r", "contradiction=0.7", "-r", "identity=0.3", "--explain")  # operators alone
     score = float(mixed[1].split()[1])
     parts = mixed[2].split()
-    assert parts[0].startswith("mixture:similar-company=") and parts[2].startswith("mixture:identity=")
+    assert parts[0].startswith("mixture:contradiction=") and parts[2].startswith("mixture:identity=")
     assert float(parts[-1]) == pytest.approx(score, abs=2e-3)
     assert "identity=" in mixed[3] and "mixture:" not in mixed[3]
+    recipe = table("--id", "MMM", "-r", "similar-company=0.7", "-r", "identity=0.3", "--explain")  # a recipe's parts
+    first = next(i for i, line in enumerate(recipe) if line.split()[:1] == ["1"])  # after the plan's warnings
+    parts = recipe[first + 1].split()
+    assert parts[0].startswith("recipe:dense=") and parts[2].startswith("recipe:bm25=")
+    assert float(parts[-1]) == pytest.approx(float(recipe[first].split()[1]), abs=2e-3)
 
 
 @pytest.mark.parametrize("a, b, field", [("", "x", "a"), ("x", "   ", "b")])
@@ -1035,3 +1047,17 @@ def test_the_client_returns_warnings_with_the_hits(server, index):
     batch = client.search_batch([{"id": "MMM"}, {"text": "banks"}], k=2, filters={"founded": {"gte": 1990}})
     assert [b["results"] for b in batch] == [[], []] and "holds no numbers" in batch.warnings[0]
     assert client.search(id="MMM", k=2, filters={"founded": "1902"}).warnings == []
+
+
+def test_examples_as_a_query_over_http_answer_as_the_python_api(server, index):
+    """like / unlike (docs/how-a-query-runs.md): the same hits over HTTP, the client and Index.search."""
+    like, unlike = [{"id": "AAPL"}, {"text": "consumer electronics", "weight": 0.5}], [{"id": "ADSK"}]
+    want = index.search(like=like, unlike=unlike, k=5, relations={"similar-company": 1})
+    status, payload = _post(server, "/search", json.dumps({"like": like, "unlike": unlike, "k": 5,
+                                                            "relations": {"similar-company": 1}}))
+    assert status == 200 and [h["id"] for h in payload["results"]] == [h.id for h in want]
+    assert len(want) == 5 and not {"AAPL", "ADSK"} & {h.id for h in want}
+    batch = Client(server).search_batch([{"like": like, "unlike": unlike, "relations": {"similar-company": 1}}], k=5)
+    assert [h["id"] for h in batch[0]["results"]] == [h.id for h in want]
+    status, payload = _post(server, "/search", json.dumps({"like": [{"id": "NOPE"}]}))
+    assert (status, payload["error"]["field"]) == (404, "like")
