@@ -1,6 +1,7 @@
 """CLI wiring of the Elasticsearch backend against tests/es_server.py: index → mirror → query round trip
 whose ES results equal the FAISS backend's, per-backend rejections reconciled, mutations re-mirror."""
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,30 @@ def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
     before = gen_of(target)
     out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])  # nothing left to delete
     assert "no new generation published" in out.output and gen_of(target) == before
+
+
+@pytest.mark.elasticsearch
+@pytest.mark.skipif(not os.environ.get("RELSEARCH_TEST_ES_URL"), reason="set RELSEARCH_TEST_ES_URL to run")
+def test_recipes_on_a_real_server_give_the_local_top_10(tmp_path, small_corpus):
+    """Bounded end to end against a reachable Elasticsearch (120 documents, one index, deleted after):
+    every shipped relation's top 10 as the local index answers, up to near-ties that Lucene's
+    one-byte length norms may swap (at most one of ten)."""
+    import uuid
+
+    from relsearch.indexer.elastic import connect, delete_index
+
+    url, name = os.environ["RELSEARCH_TEST_ES_URL"], f"relsearch-test-{uuid.uuid4().hex[:12]}"
+    es = ["--es-url", url, "--es-index", name]
+    target = tmp_path / "idx"
+    out = CliRunner().invoke(cli, ["index", str(small_corpus), "--index", str(target), "--quiet", *es,
+                                   "--es-index-type", "flat"])
+    try:
+        assert out.exit_code == 0, out.output
+        for relation in SHIPPED:
+            base = ["query", "--id", "BAC", "--index", target, "-k", "10", "--json", "--relation", relation]
+            local, remote = [[h["id"] for h in run(*base, *extra)] for extra in ((), ("--backend", "es", *es))]
+            assert len(set(local) & set(remote)) >= 9, (relation, local, remote)
+    finally:
+        client = connect(url, ca_certs=os.environ.get("RELSEARCH_TEST_ES_CA_CERTS"))
+        for index in client.indices.get_alias(name=name):
+            delete_index(client, index)

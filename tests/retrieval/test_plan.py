@@ -92,3 +92,15 @@ def test_score_and_query_warnings_reach_the_cli(searcher, small_index):
     # the small index lacks the recipe's GICS code fields: the bonuses say they do not apply
     assert query.exit_code == 0 and "bonuses for sharing gics_sub_industry_code" in query.output
     assert "recipe: the dense and BM25 scores" in query.output  # the scale of the score column, said once
+
+
+@pytest.mark.parametrize("relation", SHIPPED)
+def test_every_shipped_relation_ranks_alike_whatever_k_and_pages_tile(searcher, relation):
+    """Issue: `recipe.search` normalised over max(depth, k) candidates, so the top 5 moved with -k."""
+    queries = [Query(doc_id="BAC", relations={relation: 1.0}), Query(text="oil and gas exploration",
+                                                                     relations={relation: 1.0})]
+    full = _ids(run(searcher, queries, SearchOptions(k=119)))
+    for k in (5, 30):
+        assert _ids(run(searcher, queries, SearchOptions(k=k))) == [row[:k] for row in full]
+    pages = [_ids(run(searcher, queries, SearchOptions(k=10, offset=o))) for o in range(0, 119, 10)]
+    assert [sum((p[i] for p in pages), []) for i in range(2)] == full
