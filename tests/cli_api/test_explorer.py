@@ -133,6 +133,92 @@ def test_complete_answers_at_most_limit(keyed):
     assert len(json.loads(_get(keyed + f"/complete?prefix=A&limit={explorer.MAX_COMPLETIONS}")[2])["matches"]) <= 50
 
 
+def test_complete_finds_a_word_inside_a_name_after_the_id_matches(keyed):
+    def ids(prefix: str, limit: int = 10) -> list[str]:
+        return [m["id"] for m in json.loads(_get(f"{keyed}/complete?prefix={prefix}&limit={limit}")[2])["matches"]]
+
+    assert ids("cola") == ["KO"] and ids("coca%20cola") == ids("Coca-Cola") == ["KO"]  # "Coca Cola Company"
+    matches = json.loads(_get(keyed + "/complete?prefix=co&limit=50")[2])["matches"]
+    tiers = [explorer.match_tier("co", m["id"], m["name"]) for m in matches]
+    assert tiers == sorted(tiers) and tiers[0] == 1 and 3 in tiers  # ids, names, then words inside names
+    at = [m["id"] for m in matches]
+    assert "KO" in at and all(at.index(i) < at.index("KO") for i in at if i.startswith("CO"))
+    assert ids("%25") == ids("_") == ids("c%25a") == ids("c_ca") == []  # no wildcard: "coca" is not "c%a"
+
+
+COMPANIES = [("KO", "The Coca-Cola Company"), ("COKE", "Coca-Cola Consolidated, Inc."), ("COCA", "Cocanut Farms"),
+             ("COCAL", "Cocaine Anonymous Ltd"), ("XCOCA", "Xtra Coca Bottlers"), ("NESN", "Nestlé S.A."),
+             ("PCT", "100% Natural_Foods Inc"), ("BRK.B", "Berkshire Hathaway Inc."), ("ZZ", None),
+             ("LONG", "International Business Machines Corporation Worldwide"),
+             ("IBMX", "International Business Machines Cooperative")]
+
+
+@pytest.fixture
+def crafted(tmp_path):
+    """``make(deleted, fields)``: a searcher-shaped object over a docstore of COMPANIES (complete reads its
+    docstore and metadata fields only), a new one each time (completion keeps an index per docstore)."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from relsearch.indexer.docstore import DocStore
+    from relsearch.indexer.segments import Documents
+
+    path = str(tmp_path / "docs.sqlite")
+    store = DocStore(path, create=True)
+    store.add([(pos, i, "text", {"name": n} if n else {}, 1.0) for pos, (i, n) in enumerate(COMPANIES)])
+    store.close()
+
+    def make(deleted=(), fields=("name",)):
+        docs = Documents([DocStore(path)], np.asarray(deleted, np.int64), len(COMPANIES))
+        return SimpleNamespace(files=SimpleNamespace(docstore=docs), metadata_fields=list(fields))
+
+    return make
+
+
+def _ids(searcher, prefix: str, limit: int = 10) -> list[str]:
+    return [m["id"] for m in explorer.complete(searcher, prefix, limit)]
+
+
+def test_completion_ranks_id_then_name_then_a_word_inside(crafted):
+    s = crafted()
+    # the id, an id prefix, a name prefix, then a word inside a name (shorter name first)
+    assert _ids(s, "coca") == ["COCA", "COCAL", "COKE", "XCOCA", "KO"]
+    assert _ids(s, "coca", 2) == ["COCA", "COCAL"]
+    assert _ids(s, "cola") == ["KO", "COKE"]
+    assert _ids(s, "coca cola") == _ids(s, "COCA-COLA") == _ids(s, "coca--cola") == ["COKE", "KO"]
+    assert _ids(s, "coca-") == ["COKE", "COCA", "XCOCA", "KO"]  # a word ends there (the id COCA): not Cocaine
+    assert _ids(s, "nestle") == _ids(s, "NESTLÉ") == _ids(s, "s.a") == ["NESN"]  # accents and case
+    assert _ids(s, "brk.b") == _ids(s, "brk b") == _ids(s, "hathaway") == ["BRK.B"]
+    assert explorer.complete(s, "z", 10) == [{"id": "ZZ", "name": ""}]
+    assert _ids(crafted(fields=()), "coca") == ["COCA", "COCAL"]  # no name field: ids only
+    assert _ids(crafted(deleted=[0]), "cola") == ["COKE"]  # KO deleted
+
+
+def test_completion_prefix_is_text_not_a_pattern(crafted):
+    s = crafted()
+    for prefix in ("%", "_", "%%", "c%a", "c_ca", "%cola%", "'", "\\", "[a-z]*"):
+        assert _ids(s, prefix) == ([] if prefix != "%cola%" else ["KO", "COKE"]), prefix
+    assert _ids(s, "100%") == _ids(s, "natural_") == _ids(s, "natural foods") == ["PCT"]
+    assert _ids(s, "n_tural") == _ids(s, "natura%") == []
+
+
+def test_completion_checks_a_prefix_longer_than_a_key_whole(crafted):
+    s = crafted()
+    assert len("international business machines co") >= explorer.KEY_BYTES  # the two share every key byte
+    assert _ids(s, "international business machines cor") == ["LONG"]
+    assert _ids(s, "international business machines coo") == ["IBMX"]
+    assert _ids(s, "business machines corporation worldwide") == ["LONG"]
+    assert _ids(s, "international business machines corporation worldwide inc") == []
+
+
+def test_completion_on_a_big_index_matches_whole_prefixes_only(crafted, monkeypatch):
+    monkeypatch.setattr(explorer, "COMPLETION_MAX_DOCS", len(COMPANIES) - 1)  # "big": no word index is built
+    s = crafted()
+    assert _ids(s, "coca") == ["COCA", "COCAL", "COKE"] and _ids(s, "cola") == [] and _ids(s, "%") == []
+    assert s.files.docstore not in explorer._COMPLETIONS
+
+
 def test_relations_carry_a_stored_recipe(small_index):
     index = Index(small_index)  # a private one: its bundle's operator is changed here
     operator = index.searcher().bundle.operators["similar-company"]
