@@ -19,6 +19,7 @@ from __future__ import annotations
 import heapq
 import io
 import json
+import math
 import os
 import shutil
 import time
@@ -54,9 +55,12 @@ class LookupInputError(ValueError):
 class LookupJob:
     """What to look up. ``relations``: name → weight (a mixture is one query vector);
     ``filters``: exact metadata matches for every query; ``same``: metadata fields whose value must
-    equal the query document's own value. What each result carries: ``id`` and ``score``, ``text``
-    with ``with_text``, and ``metadata``: the named ``fields`` only, every field with
-    ``with_metadata``, else none (``{}``: a company's metadata holds long texts)."""
+    equal the query document's own value; ``collapse``: a metadata field of which each input's
+    results hold each value at most once (its best hit), and never the query document's own value
+    (GOOG's peers, collapsed on a field naming the company, list no GOOGL: :func:`peers`). What
+    each result carries: ``id`` and ``score``, ``text`` with ``with_text``, and ``metadata``: the
+    named ``fields`` only, every field with ``with_metadata``, else none (``{}``: a company's
+    metadata holds long texts)."""
 
     input: str
     index: str
@@ -65,6 +69,7 @@ class LookupJob:
     k: int = 20
     filters: Mapping[str, FilterValue] = field(default_factory=dict)  # typed as retrieval/inputs.filter_value
     same: tuple[str, ...] = ()
+    collapse: str | None = None
     model: str | None = None  # None: the bundle recorded in the index manifest
     with_text: bool = False
     fields: tuple[str, ...] = ()  # metadata fields each result keeps
@@ -86,6 +91,11 @@ class LookupJob:
         both = sorted(set(self.same) & set(self.filters))
         if both:
             raise LookupInputError(f"--filter and --same both name {', '.join(both)}; use one of them per field")
+        if self.collapse is not None and (not isinstance(self.collapse, str) or not self.collapse):
+            raise LookupInputError(f"collapse must be a metadata field name, got {self.collapse!r}")
+        if self.collapse in self.same:  # every result would share the query's value, which collapse drops
+            raise LookupInputError(f"--same and --collapse both name {self.collapse}: every result would share "
+                                   "the query's value, and --collapse drops that value; use one of them")
 
 
 def rejected_path(out: str) -> str:
@@ -130,26 +140,29 @@ class LookupReport:
 @dataclass(frozen=True)
 class LookupInput:
     """One parsed input line. ``text`` None: look up the indexed document ``id``.
-    ``same``: ((field, value), ...) for --same, from the line (new text) or the docstore (ids)."""
+    ``same``: ((field, value), ...) for --same, from the line (new text) or the docstore (ids).
+    ``group``: (value,) of the --collapse field, from the same place; () when it has none."""
 
     line: int
     id: str
     text: str | None = None
     same: tuple[tuple[str, FilterValue], ...] = ()
+    group: tuple = ()
 
 
 # ---------------------------------------------------------------- pure per-element functions
 
 def parse_lookup_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: str = "text",
-                      same: tuple[str, ...] = ()) -> LookupInput | rec.Rejection:
-    """One input line → LookupInput or Rejection; a line without text (or text null) names an indexed id."""
+                      same: tuple[str, ...] = (), collapse: str | None = None) -> LookupInput | rec.Rejection:
+    """One input line → LookupInput or Rejection; a line without text (or text null) names an indexed id.
+    New text is a document of its own: its --same and --collapse values are the line's."""
     parsed = rec.parse_line(line_no, raw, id_field=id_field, text_field=text_field)
     if isinstance(parsed, rec.Record):
         values = same_values(parsed.metadata, same)
         if isinstance(values, str):
             return rec.Rejection(line_no, MISSING_SAME_FIELD, f"the line (new text) has {values}",
                                  raw[:500].decode("utf-8", "replace"))
-        return LookupInput(line_no, parsed.id, parsed.text, values)
+        return LookupInput(line_no, parsed.id, parsed.text, values, own_group(parsed.metadata, collapse))
     if parsed.reason in (rec.MISSING_TEXT, rec.NULL_TEXT):  # id and JSON already validated by parse_line (BOM and all)
         return LookupInput(line_no, str(rec.decode_line(line_no, raw)[id_field]).strip())
     return parsed
@@ -169,11 +182,18 @@ def same_values(metadata: dict, fields: tuple[str, ...]) -> tuple[tuple[str, Fil
     return tuple(out)
 
 
-def resolve_batch(batch: list[LookupInput], searcher, same: tuple[str, ...]):
-    """Reject unknown ids; fill ``same`` of id inputs from the docstore. Yields inputs or Rejections."""
+def own_group(metadata: dict, collapse: str | None) -> tuple:
+    """(the value of ``collapse`` in ``metadata``,), or () without one (a document lacking the field
+    is a group of its own, as collapse has it: retrieval/paging.py)."""
+    return (metadata[collapse],) if collapse is not None and collapse in metadata else ()
+
+
+def resolve_batch(batch: list[LookupInput], searcher, same: tuple[str, ...], collapse: str | None = None):
+    """Reject unknown ids; fill ``same`` and ``group`` of id inputs from the docstore. Yields inputs or Rejections."""
     ids = [x.id for x in batch if x.text is None]
     positions = searcher.files.docstore.positions(ids) if ids else {}
-    docs = searcher.files.docstore.get(list(positions.values())) if same and positions else {}
+    wanted = same or collapse is not None
+    docs = searcher.files.docstore.get(list(positions.values())) if wanted and positions else {}
     for x in batch:
         if x.text is None:
             if x.id not in positions:
@@ -186,14 +206,15 @@ def resolve_batch(batch: list[LookupInput], searcher, same: tuple[str, ...]):
                     yield rec.Rejection(x.line, MISSING_SAME_FIELD, f"indexed document {x.id!r} has {values}")
                     continue
                 x = replace(x, same=values)
+            if collapse is not None:
+                x = replace(x, group=own_group(docs[positions[x.id]]["metadata"], collapse))
         yield x
 
 
 def search_batch(batch: list[LookupInput], searcher, job: LookupJob, clock=time.perf_counter):
     """Answer a batch whose inputs share ``same`` values: one search for the id inputs, one for the
-    new texts (a relation alone runs its recipe, as ``relsearch query`` does). Returns ((line,
-    result JSON line) rows, stats counts)."""
-    from ..retrieval.request import SearchOptions, plan
+    new texts (a relation alone runs its recipe, as ``relsearch query`` does; :func:`peers`).
+    Returns ((line, result JSON line) rows, stats counts)."""
     from ..retrieval.search import Query
 
     filters = {**job.filters, **dict(batch[0].same)}
@@ -204,20 +225,55 @@ def search_batch(batch: list[LookupInput], searcher, job: LookupJob, clock=time.
     rows = []
     if by_id:
         started = clock()
-        hits = plan(searcher, [Query(doc_id=x.id, relations=relations, query_id=x.id) for x in by_id],
-                    SearchOptions(k=job.k, filters=filters)).top(job.k)
+        hits = peers(searcher, by_id, [Query(doc_id=x.id, relations=relations, query_id=x.id) for x in by_id],
+                     job, filters)
         stats["id_seconds"] = clock() - started
         rows += zip(by_id, hits)
     if by_text:
         searcher.encoder  # load the transformer (once per process) outside the timed search
         started = clock()
-        # one extra: new text sent under an indexed id must not get that document back
-        hits = plan(searcher, [Query(text=x.text, relations=relations, query_id=x.id) for x in by_text],
-                    SearchOptions(k=job.k + 1, filters=filters)).top(job.k + 1)
+        hits = peers(searcher, by_text, [Query(text=x.text, relations=relations, query_id=x.id) for x in by_text],
+                     job, filters)
         stats["text_seconds"] = clock() - started
-        rows += ((x, [h for h in hs if h.id != x.id][:job.k]) for x, hs in zip(by_text, hits))
+        rows += zip(by_text, hits)
     return [(x.line, json.dumps({"query_id": x.id, "results": [_hit_json(h, job) for h in hits]},
                                 ensure_ascii=False)) for x, hits in rows], stats
+
+
+@dataclass(frozen=True)
+class _OwnGroup:
+    """A stand-in for the query document, put ahead of its hits: collapse (retrieval/paging.py) keeps
+    it as its value's one hit, so every real hit sharing the query's value drops out, the values
+    compared as collapse compares them (JSON types). :func:`peers` removes it afterwards."""
+
+    metadata: dict
+    score: float = math.inf
+
+
+def peers(searcher, inputs: list[LookupInput], queries: list, job: LookupJob, filters: dict) -> list[list]:
+    """Each input's top ``job.k`` hits for its query (one plan, retrieval/request.py), never the input's
+    own id: an indexed document is never its own hit, and new text sent under an indexed id must not
+    get that document back (dropped before collapsing, so it hides no other hit of its group). With
+    ``job.collapse``: one hit per value of that field, none sharing the input's own value
+    (``group``), the search widening as ``relsearch query --collapse`` widens (paging.search_collapsed)."""
+    from ..retrieval.paging import search_collapsed
+    from ..retrieval.request import SearchOptions, plan
+
+    found = plan(searcher, queries, SearchOptions(k=job.k, filters=filters))
+    own_id = any(x.text is not None for x in inputs)  # one extra hit fetched, in case it is the input's own
+
+    def fetch(n: int) -> list[list]:
+        ranked = found.top(n + 1) if own_id else found.top(n)
+        ranked = [[h for h in hits if h.id != x.id][:n] for x, hits in zip(inputs, ranked)] if own_id else ranked
+        if job.collapse is None:
+            return ranked
+        return [([_OwnGroup({job.collapse: x.group[0]})] if x.group else []) + hits for x, hits in zip(inputs, ranked)]
+
+    if job.collapse is None:
+        return fetch(job.k)
+    # one group more than k: the stand-in's, when the input has a value
+    ranked = search_collapsed(fetch, need=job.k + 1, field=job.collapse, limit=searcher.live_count)
+    return [[h for h in hits if not isinstance(h, _OwnGroup)][:job.k] for hits in ranked]
 
 
 def _hit_json(hit, job: LookupJob) -> dict:
@@ -236,13 +292,14 @@ def lookup_chunk(chunk: Chunk, searcher, job: LookupJob, work_dir: str) -> None:
     """Answer one chunk of input lines into ``NNNNNN.results`` / ``.rejected`` / ``.stats.json`` in ``work_dir``:
     parse, resolve ids in batches, then search in batches of inputs sharing their --same values (each
     batch one exact search within its matching subset)."""
-    parsed = [parse_lookup_line(n, raw, id_field=job.id_field, text_field=job.text_field, same=job.same)
+    parsed = [parse_lookup_line(n, raw, id_field=job.id_field, text_field=job.text_field, same=job.same,
+                                collapse=job.collapse)
               for n, raw in read_numbered_lines(job.input, chunk.start, chunk.end, chunk.first_line,
                                                 opener=shardfs.open_binary)]
     rejected = [x for x in parsed if isinstance(x, rec.Rejection)]
     groups: dict[tuple, list[LookupInput]] = {}
     for batch in _batches([x for x in parsed if isinstance(x, LookupInput)], job.batch_size):
-        for x in resolve_batch(batch, searcher, job.same):
+        for x in resolve_batch(batch, searcher, job.same, job.collapse):
             if isinstance(x, rec.Rejection):
                 rejected.append(x)
             else:
@@ -313,7 +370,7 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
 
     ``beam_args`` pass through to Beam (``--runner``, ``--direct_num_workers``, ...); without ``--runner``
     the in-process FnApiRunner runs it. Raises LookupInputError (nothing written) when the job cannot run:
-    missing/empty input, no index, unknown relation, unknown --filter/--same field.
+    missing/empty input, no index, unknown relation, unknown --filter/--same/--fields/--collapse field.
     """
     import apache_beam as beam
     from apache_beam.utils import shared
@@ -338,7 +395,8 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
         freeze_long_lived()  # the index and its libraries are loaded: what the job allocates from now on is its own
         searcher.check(dict(job.relations), dict(job.filters))
         warnings = searcher.filter_warnings(dict(job.filters))
-        for option, names in (("--same", job.same), ("--fields", job.fields)):
+        collapse = (job.collapse,) if job.collapse is not None else ()
+        for option, names in (("--same", job.same), ("--fields", job.fields), ("--collapse", collapse)):
             unknown = [f for f in names if f not in searcher.metadata_fields]
             if unknown:
                 raise QueryError(f"unknown {option} field {unknown[0]!r}; metadata fields: "

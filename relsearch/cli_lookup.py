@@ -20,6 +20,9 @@ from relsearch.retrieval.inputs import MAX_K
 @click.option("--filter", "filters", multiple=True, callback=typed_filters, help=FILTER_HELP)
 @click.option("--same", "same", multiple=True,
               help="Keep only results whose FIELD equals the query document's; repeat = AND.")
+@click.option("--collapse", "collapse_field", default=None, metavar="FIELD",
+              help="At most one result per value of metadata FIELD (its best), none sharing the query's own "
+                   "value: a company's other share class is not its peer. As `query --collapse`.")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSONL (written atomically).")
 @click.option("--with-text", is_flag=True, help="Include each result's text.")
 @click.option("--fields", "fields", multiple=True, callback=field_names, metavar="F1,F2",
@@ -30,12 +33,13 @@ from relsearch.retrieval.inputs import MAX_K
               help="Queries per search call.")
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
 @click.pass_context
-def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_text, fields, with_metadata, model,
-           batch_size, workers):
+def lookup(ctx, input_file, index_dir, relations, k, filters, same, collapse_field, out, with_text, fields,
+           with_metadata, model, batch_size, workers):
     """Answer every line of INPUT.jsonl with a Beam job: its top-k documents in --relation.
 
     A line is {"id": ...} (an indexed document) or {"id": ..., "text": ...} (new text; with --same it
-    must carry the --same fields). The query document itself is never returned. Results go to --out
+    must carry the --same fields, and its --collapse value is the line's). The query document itself
+    is never returned, nor with --collapse any result sharing its value of that field. Results go to --out
     in input order, one {"query_id", "results"} line per answered input, each result {"id", "score",
     "metadata"} with no metadata unless --fields or --with-metadata (and no text unless --with-text);
     lines that cannot be answered go to OUT's .rejected.jsonl with line number and reason. Unknown options (--runner,
@@ -49,7 +53,7 @@ def lookup(ctx, input_file, index_dir, relations, k, filters, same, out, with_te
         beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
     try:
         job = LookupJob(input=input_file, index=index_dir, out=out, relations=parse_relation_args(relations), k=k,
-                        filters=filters, same=tuple(dict.fromkeys(same)), model=model,
+                        filters=filters, same=tuple(dict.fromkeys(same)), collapse=collapse_field, model=model,
                         with_text=with_text, fields=tuple(fields or ()), with_metadata=with_metadata,
                         batch_size=batch_size)
         report = run_lookup(job, beam_args)

@@ -121,6 +121,98 @@ def test_new_text_equals_text_search_and_drops_its_own_id(tmp_path, small_index,
     assert [r["id"] for r in out[1]["results"]] == [h.id for h in as_text[1:]]
 
 
+# --collapse: a company's own other share class is not its peer. In the demo data GOOG and GOOGL are
+# the only companies headquartered in Mountain View, so hq_location says they are one company here.
+HQ = "hq_location"
+
+
+def collapsed_oracle(hits, own: dict, field: str, k: int) -> list[str]:
+    """The first hit per value of ``field`` among ``hits`` (an uncollapsed search), none with ``own``'s
+    value, first ``k``: written out here, not retrieval/paging.collapse."""
+    seen = {json.dumps(own[field])} if field in own else set()
+    out = []
+    for h in hits:
+        if field not in h.metadata:  # a group of its own
+            out.append(h.id)
+        elif json.dumps(h.metadata[field]) not in seen:
+            out.append(h.id)
+            seen.add(json.dumps(h.metadata[field]))
+    return out[:k]
+
+
+def test_collapse_keeps_one_result_per_value_and_never_the_querys_own(tmp_path, small_index, searcher, docs):
+    ids = ["GOOG", "GOOGL", "ADBE", "MMM", "AAPL", "BAC"]
+    plain = searcher.search([Query(doc_id="GOOG")], k=1)[0]
+    assert plain[0].id == "GOOGL"  # uncollapsed, GOOG's first peer is its own other share class
+    report, out, rejected = run(tmp_path, small_index, [{"id": i} for i in ids], k=6, collapse=HQ, fields=(HQ,))
+    assert (report.answered, rejected) == (len(ids), [])
+    wide = searcher.search([Query(doc_id=i) for i in ids], k=120)  # every document: the oracle's candidates
+    for i, o, hits in zip(ids, out, wide):
+        values = [json.dumps(r["metadata"][HQ]) for r in o["results"]]
+        assert len(o["results"]) == 6 and len(set(values)) == 6, (i, values)
+        assert json.dumps(docs[i][HQ]) not in values, i  # nothing from the query's own group
+        assert [r["id"] for r in o["results"]] == collapsed_oracle(hits, docs[i], HQ, 6), i
+        by_id = {h.id: h.score for h in hits}
+        assert all(abs(r["score"] - by_id[r["id"]]) <= 2e-6 for r in o["results"])
+    assert {"GOOG", "GOOGL"}.isdisjoint(r["id"] for o in out[:2] for r in o["results"])
+
+
+def test_collapse_on_new_text_uses_the_lines_value_and_drops_its_own_id_first(tmp_path, small_index, searcher, docs):
+    goog = next(iter(searcher.files.docstore.get([searcher.files.docstore.positions(["GOOG"])["GOOG"]]).values()))
+    rows = [{"id": "GOOG", "text": goog["text"]},  # no hq_location on the line: a group of its own
+            {"id": "GOOG", "text": goog["text"], HQ: docs["GOOG"][HQ]},  # the line says it is one of them
+            {"id": "new-search", "text": goog["text"], HQ: 42}]  # a value no document has: nothing dropped
+    report, out, _ = run(tmp_path, small_index, rows, k=5, collapse=HQ, fields=(HQ,))
+    assert report.answered == 3
+    as_text = searcher.search([Query(text=goog["text"])], k=120)[0]
+    assert [h.id for h in as_text[:2]] == ["GOOG", "GOOGL"]
+    no_self = [h for h in as_text if h.id != "GOOG"]
+    # its own id goes before collapsing, so GOOGL, the best of the Mountain View group left, stays
+    assert [r["id"] for r in out[0]["results"]] == collapsed_oracle(no_self, {}, HQ, 5)
+    assert out[0]["results"][0]["id"] == "GOOGL"
+    assert [r["id"] for r in out[1]["results"]] == collapsed_oracle(no_self, docs["GOOG"], HQ, 5)
+    assert "GOOGL" not in {r["id"] for r in out[1]["results"]}
+    assert [r["id"] for r in out[2]["results"]] == collapsed_oracle(as_text, {HQ: 42}, HQ, 5)
+
+
+def test_collapse_widens_until_k_groups_and_keeps_same_and_filters(tmp_path, small_index, searcher, docs):
+    """20 distinct places take more than 21 candidates (the search widens, as query --collapse does);
+    with --same the groups come from the query's own sector only."""
+    ids = ["GOOG", "ADBE", "MMM"]
+    _, out, _ = run(tmp_path, small_index, [{"id": i} for i in ids], k=20, collapse=HQ, fields=(HQ, SECTOR))
+    wide = searcher.search([Query(doc_id=i) for i in ids], k=120)
+    for i, o, hits in zip(ids, out, wide):
+        assert [r["id"] for r in o["results"]] == collapsed_oracle(hits, docs[i], HQ, 20)
+        assert len(o["results"]) == 20
+    _, out, _ = run(tmp_path, small_index, [{"id": i} for i in ids], k=4, collapse=HQ, same=(SECTOR,),
+                    fields=(HQ, SECTOR))
+    for i, o in zip(ids, out):
+        hits = searcher.search([Query(doc_id=i)], k=120, filters={SECTOR: docs[i][SECTOR]})[0]
+        assert [r["id"] for r in o["results"]] == collapsed_oracle(hits, docs[i], HQ, 4)
+        assert {r["metadata"][SECTOR] for r in o["results"]} == {docs[i][SECTOR]}
+
+
+def test_collapse_errors_name_the_field_and_the_choices(tmp_path, small_index):
+    inp = write_jsonl(tmp_path / "in.jsonl", [{"id": "ADBE"}])
+    base = dict(input=str(inp), index=str(small_index), out=str(tmp_path / "o.jsonl"))
+    with pytest.raises(LookupInputError, match=f"unknown --collapse field 'colour'; metadata fields: .*{HQ}"):
+        run_lookup(LookupJob(**base, collapse="colour"))
+    with pytest.raises(LookupInputError, match=f"--same and --collapse both name {SECTOR}"):
+        LookupJob(**base, same=(SECTOR,), collapse=SECTOR)
+    with pytest.raises(LookupInputError, match="collapse must be a metadata field name, got ''"):
+        LookupJob(**base, collapse="")
+    bad = CliRunner().invoke(lookup, [str(inp), "--index", str(small_index), "--collapse", "colour",
+                                      "--out", str(tmp_path / "o.jsonl")])
+    assert bad.exit_code != 0 and "unknown --collapse field 'colour'; metadata fields:" in bad.output
+    assert not (tmp_path / "o.jsonl").exists()
+    ok = CliRunner().invoke(lookup, [str(inp), "--index", str(small_index), "-k", "3", "--collapse", SECTOR,
+                                     "--fields", SECTOR, "--out", str(tmp_path / "o.jsonl")])
+    assert ok.exit_code == 0, ok.output
+    results = json.loads((tmp_path / "o.jsonl").read_text())["results"]
+    sectors = [r["metadata"][SECTOR] for r in results]
+    assert len(results) == 3 and len(set(sectors)) == 3 and "Information Technology" not in sectors  # ADBE's own
+
+
 def test_a_failed_run_leaves_the_previous_results_untouched(tmp_path, small_index, monkeypatch):
     (tmp_path / "out.jsonl").write_text("previous\n")
 
