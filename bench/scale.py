@@ -26,7 +26,13 @@ Timed paths, batched (all queries in one call), ``--repeats`` alternating rounds
 - ``relsearch+docs``: the same plus ``Searcher.hits`` (the hits as columns: docstore fetch of id,
   text, metadata in one ordered read per batch; retrieval/hits.py);
 - ``faiss+docs``: ``faiss`` plus the read a FAISS user needs to show those hits: one SQL statement
-  for id, text and metadata of the distinct positions (bench/speed.py ``raw_fetch``).
+  for id, text and metadata of the distinct positions (bench/speed.py ``raw_fetch``);
+- the batch of ``relsearch bench speed``, at this size: ``--queries`` indexed documents as ``--id``
+  queries through ``Searcher.search`` (``search``: validation, stored vectors, the query's own
+  document dropped, the hits as columns with their documents) and through the query plan
+  (``plan``: retrieval/request.py ``run``, what ``relsearch query``, the API, the server and
+  lookup jobs call; its pages are ``Hit`` objects), against ``faiss_ids``: the same FAISS search
+  of those documents' vectors (k + 1, tuned parameters: bench/speed.py ``raw_search``).
 
 ``ratio_relsearch_vs_faiss`` is median QPS over median QPS; ``ratio_paired_median`` is the median
 of the per-round ratios, and ``ratio_cpu_time`` the ratio of median CPU seconds (all threads):
@@ -140,8 +146,9 @@ class AnonPeak:
 
 
 def run(args) -> dict:
-    from relsearch.bench.speed import raw_fetch
+    from relsearch.bench.speed import raw_fetch, raw_search
     from relsearch.indexer import ann, sharded_add
+    from relsearch.retrieval import request
     from relsearch.retrieval.search import Query, Searcher
 
     anon = AnonPeak()
@@ -185,8 +192,16 @@ def run(args) -> dict:
         raw_fetch(conn, found)  # the documents a FAISS user reads to show the hits: one SQL statement
         return found
 
+    # bench speed's batch at this size: indexed documents as --id queries, spread over the index
+    by_id = [Query(doc_id=i) for i in searcher.files.docstore.read(
+        np.linspace(0, args.n - 1, len(q)).astype(np.int64).tolist()).ids]
+    q_ids = np.ascontiguousarray(searcher.raw_vectors(by_id))
+    q_ids /= np.linalg.norm(q_ids, axis=1, keepdims=True)
+    options = request.SearchOptions(k=k)
+
     paths = {"faiss": raw_faiss, "relsearch": relsearch_path, "relsearch+docs": relsearch_docs,
-             "faiss+docs": raw_faiss_docs}
+             "faiss+docs": raw_faiss_docs, "faiss_ids": raw_search(searcher, q_ids, k + 1),
+             "search": lambda: searcher.search(by_id, k=k), "plan": lambda: request.run(searcher, by_id, options)}
     for fn in paths.values():
         fn()  # warm: page cache, OpenMP threads
     times = {name: [] for name in paths}
@@ -229,6 +244,10 @@ def run(args) -> dict:
         "ratio_with_docs_vs_faiss_with_docs": round(qps["relsearch+docs"] / qps["faiss+docs"], 4),
         "ratio_with_docs_vs_faiss_with_docs_paired_median": round(statistics.median(
             f / r for f, r in zip(times["faiss+docs"], times["relsearch+docs"])), 4),
+        "ratio_search_vs_faiss_ids_paired_median": round(statistics.median(
+            f / r for f, r in zip(times["faiss_ids"], times["search"])), 4),
+        "ratio_plan_vs_faiss_ids_paired_median": round(statistics.median(
+            f / r for f, r in zip(times["faiss_ids"], times["plan"])), 4),
         "build_peak_rss": build_rss,
         "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         "peak_rss_anon_mib": anon.stop(),

@@ -154,11 +154,34 @@ def indexing(texts: list[str], workdir: Path, *, device: str = "auto", repeats: 
             "index_with_import_over_encoding": (index_s + beam_import_s) / encode_s}
 
 
+def raw_search(searcher, qv: np.ndarray, k: int):
+    """What a FAISS user runs for the ``k`` best of ``qv``: ``index.search`` with the search parameters
+    the index was tuned to at build (an IVF's nprobe: FAISS's own default, the one stored in the
+    file, is 1) and the same exact re-ranking from the stored vectors when they include one, so
+    that both sides do the same search work. Returns a function giving the (n, k) positions."""
+    from ..indexer import ann
+
+    index, params = searcher.files.faiss, searcher.effective_params()
+    depth = int(params.get("rerank", 0))
+    tuned = {p: v for p, v in params.items() if p != "rerank"}
+    faiss_params = ann.faiss_parameters(index, tuned) if tuned else None
+
+    def run() -> np.ndarray:
+        _, positions = index.search(qv, max(k, depth), params=faiss_params)
+        return ann.rescore(searcher.files.vectors, qv, positions, k).positions if depth else positions
+
+    return run
+
+
 def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int = 15, precision: str = "auto") -> dict:
     """Single-query latency (text, with/without relation) and batched QPS: relsearch's hits with their
-    documents vs raw FAISS search alone and vs raw FAISS plus the same documents read in one SQL
-    statement (:func:`raw_fetch`: what a FAISS user needs to show a hit); beside them, relsearch when
-    the caller builds every hit's ``Hit`` object. ``repeats`` interleaved rounds (cheap: ~0.1 s each)."""
+    documents vs raw FAISS search alone (:func:`raw_search`: the same tuned search parameters) and vs
+    raw FAISS plus the same documents read in one SQL statement (:func:`raw_fetch`: what a FAISS user
+    needs to show a hit); beside them, relsearch when the caller builds every hit's ``Hit`` object,
+    and the same queries through the query plan (retrieval/request.py ``run``: what ``relsearch
+    query``, the API, the server and lookup jobs call; its pages are ``Hit`` objects). ``repeats``
+    interleaved rounds (cheap: ~0.1 s each)."""
+    from ..retrieval import request
     from ..retrieval.search import Query, Searcher
 
     searcher = Searcher(str(index_dir), precision=precision)
@@ -178,19 +201,24 @@ def querying(index_dir: Path, queries: list[str], *, k: int = 10, repeats: int =
     batch = [Query(doc_id=i, relations={"identity": 1.0}) for i in ids]
     qv = np.ascontiguousarray(searcher.raw_vectors(batch))
     qv /= np.linalg.norm(qv, axis=1, keepdims=True)
-    index = searcher.files.faiss
+    raw = raw_search(searcher, qv, k + 1)
     conn = searcher.files.segments[0].docstore.conn
+    options = request.SearchOptions(k=k)
 
     def every_hit_built():  # a caller that reads every row as Hit objects (the CLI and the API read a page)
         return [row for row in searcher.search(batch, k=k)]
 
-    ours_s, faiss_s, fetch_s, built_s = _interleaved_medians([
-        lambda: searcher.search(batch, k=k), lambda: index.search(qv, k + 1),
-        lambda: raw_fetch(conn, index.search(qv, k + 1)[1]), every_hit_built], repeats)
-    out.update({"batch": len(batch), "relsearch_qps": len(batch) / ours_s, "raw_faiss_qps": len(batch) / faiss_s,
+    ours_s, faiss_s, fetch_s, built_s, plan_s = _interleaved_medians([
+        lambda: searcher.search(batch, k=k), raw, lambda: raw_fetch(conn, raw()), every_hit_built,
+        lambda: request.run(searcher, batch, options)], repeats)
+    out.update({"batch": len(batch), "faiss": searcher.files.manifest.faiss.get("factory"),
+                "search_params": searcher.effective_params(),
+                "relsearch_qps": len(batch) / ours_s, "raw_faiss_qps": len(batch) / faiss_s,
                 "relsearch_over_faiss_qps": faiss_s / ours_s,
                 "raw_faiss_with_docs_qps": len(batch) / fetch_s, "relsearch_over_faiss_with_docs_qps": fetch_s / ours_s,
-                "relsearch_every_hit_built_qps": len(batch) / built_s})
+                "relsearch_every_hit_built_qps": len(batch) / built_s,
+                "plan_qps": len(batch) / plan_s, "plan_over_faiss_qps": faiss_s / plan_s,
+                "plan_over_every_hit_built_qps": built_s / plan_s})
     return out
 
 
@@ -259,9 +287,14 @@ def format_table(r: dict) -> str:
         f"querying (k={q['k']}):",
         f"  single text query p50/p95: identity {q['latency_ms_identity_p50']:.1f}/{q['latency_ms_identity_p95']:.1f} ms, "
         f"{q['relation']} {q['latency_ms_relation_p50']:.1f}/{q['latency_ms_relation_p95']:.1f} ms",
-        f"  batched ({q['batch']} queries, hits with their documents): relsearch {q['relsearch_qps']:.0f} QPS",
+        f"  batched ({q['batch']} queries, hits with their documents; {q.get('faiss') or 'FAISS'}"
+        f"{' ' + json.dumps(q['search_params']) if q.get('search_params') else ''} on both sides): "
+        f"relsearch {q['relsearch_qps']:.0f} QPS",
         f"    vs raw FAISS search alone {q['raw_faiss_qps']:.0f} QPS: ratio {q['relsearch_over_faiss_qps']:.3f}",
         f"    vs raw FAISS + the same documents in one SQL read {q['raw_faiss_with_docs_qps']:.0f} QPS: "
         f"ratio {q['relsearch_over_faiss_with_docs_qps']:.3f}",
         f"    relsearch with every hit built as a Hit object: {q['relsearch_every_hit_built_qps']:.0f} QPS",
+        f"    through the query plan (request.run: pages of Hit objects, what query/API/serve/lookup call): "
+        f"{q['plan_qps']:.0f} QPS, ratio {q['plan_over_faiss_qps']:.3f} of raw FAISS, "
+        f"{q['plan_over_every_hit_built_qps']:.3f} of every hit built",
     ])

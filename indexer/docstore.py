@@ -3,8 +3,10 @@ indexed side table that answers metadata filters (indexer/filters.py)."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -37,13 +39,33 @@ CREATE TABLE fields (
 ) WITHOUT ROWID;
 """
 MMAP_BYTES = 1 << 30  # of a read-only docstore mapped at most (address space, not memory)
-# A read-only docstore of at most MEMORY_MAX_ROWS documents loads them into memory at its first
-# batch-sized lookup (MEMORY_AT ids or positions): ~400 bytes a document (the rows, the id → position
-# map, the norms), loaded at ~0.1 s per 20k documents. A batch of 1,000 queries then reads its 10,000
-# hits in ~1 ms instead of ~10 ms of SQL, which cost more than half of what FAISS takes to find them
-# (20k flat index). Pages of a few hits stay on SQL and load nothing.
+# A read-only docstore loads its documents into memory at its first batch-sized lookup (MEMORY_AT ids
+# or positions) when they fit what is left of MEMORY_BUDGET: the bytes that all the docstores of this
+# process may hold in memory together, counted before loading as the UTF-8 size of each document's
+# id, text and metadata JSON plus ROW_BYTES for its Python objects (the row tuple, three string
+# headers, the id → position entry, the norm). A 200k-document store of short texts (64 bytes a
+# document) holds 76 MiB, measured with tracemalloc, against 77 estimated; loaded at ~0.1 s per 20k
+# documents, with at most one 65,536-row chunk of SQL rows beside it while it loads. A batch of
+# 1,000 queries then reads its 10,000 hits in ~1 ms instead of ~10 ms of SQL, which cost more than
+# half of what FAISS takes to find them (20k flat index). Pages of a few hits stay on SQL and load
+# nothing; a store too big for the budget stays on SQL for good, one that finds the budget held by
+# other stores (an older generation still open) asks again at its next batch-sized lookup. The bytes
+# are given back when the store is closed or collected.
 MEMORY_AT = 64
-MEMORY_MAX_ROWS = 500_000
+ROW_BYTES = 340
+LOAD_CHUNK = 1 << 16
+
+
+def _default_budget() -> int:
+    """256 MiB, or 1/16 of the machine's memory where that is less."""
+    try:
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        ram = 0
+    return min(256 << 20, ram // 16) if ram > 0 else 256 << 20
+
+
+MEMORY_BUDGET = _default_budget()
 FIELDS_INDEXES = """
 CREATE INDEX fields_folded ON fields(field, folded) WHERE folded IS NOT NULL;
 """
@@ -83,6 +105,28 @@ def read_distinct(read, positions: np.ndarray) -> tuple[DocRows, np.ndarray]:
     return read(distinct.tolist()), slots
 
 
+class _Budget:
+    """The bytes of documents this process's docstores hold in memory (:data:`MEMORY_BUDGET`)."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.used = 0
+
+    def take(self, n: int) -> bool:
+        with self._lock:
+            if self.used + n > MEMORY_BUDGET:
+                return False
+            self.used += n
+            return True
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.used -= n
+
+
+BUDGET = _Budget()
+
+
 @dataclass(frozen=True)
 class _InMemory:
     """Every document of a read-only docstore whose positions run ``first``, ``first`` + 1, …"""
@@ -101,13 +145,15 @@ class _InMemory:
 class DocStore:
     """``create``: a new file (a new segment's, written once); else read-only. Segment docstores are
     never modified after their generation is published: deletes are tombstones (indexer/segments.py),
-    so a read-only one may hold its documents in memory (:data:`MEMORY_MAX_ROWS`)."""
+    so a read-only one may hold its documents in memory (:data:`MEMORY_BUDGET`)."""
 
     def __init__(self, path: str, *, create: bool = False):
         self._indexes_pending = False
         self._memory: _InMemory | None = None
         self._memory_lock = threading.Lock()
-        self._memory_tried = create  # a store being written never loads itself
+        self._memory_tried = create  # decided: loaded, or never will be (a store being written never loads)
+        self._memory_bytes: int | None = None  # the estimate, once counted
+        self._memory_release = None  # gives the bytes back to BUDGET: on close() or when collected
         if create:
             self.conn = sqlite3.connect(path)
             # no fsync per commit: a new file is read by nobody until its generation is published,
@@ -144,28 +190,66 @@ class DocStore:
 
     def _in_memory(self, wanted: int) -> _InMemory | None:
         """The documents in memory, loaded now if ``wanted`` (ids or positions asked for at once)
-        is batch-sized and the store small enough (:data:`MEMORY_MAX_ROWS`); else None."""
+        is batch-sized and they fit the budget (:data:`MEMORY_BUDGET`); else None."""
         if self._memory_tried or wanted < MEMORY_AT:  # loaded, or too big / gapped, or not asked yet
             return self._memory
         with self._memory_lock:
             if not self._memory_tried:
-                self._memory = self._load()
-                self._memory_tried = True
+                self._memory_tried = self._try_load()
         return self._memory
 
+    def memory_bytes(self) -> int:
+        """What this store's documents take in memory, estimated as :data:`MEMORY_BUDGET` counts
+        them (one SQL pass over the documents, counted once; no pass when their count alone
+        exceeds the budget)."""
+        if self._memory_bytes is None:
+            rows = self.count()
+            if rows * ROW_BYTES > MEMORY_BUDGET:
+                return rows * ROW_BYTES  # a lower bound, enough to refuse
+            q = ("SELECT TOTAL(LENGTH(CAST(id AS BLOB)) + LENGTH(CAST(text AS BLOB)) + LENGTH(CAST(meta AS BLOB))) "
+                 "FROM docs")
+            self._memory_bytes = int(self.conn.execute(q).fetchone()[0]) + rows * ROW_BYTES
+        return self._memory_bytes
+
+    def _try_load(self) -> bool:
+        """Load the documents if they fit what is left of the budget; True once decided for good
+        (loaded, larger than the whole budget, or positions with gaps), False while other stores
+        hold the budget (asked again at the next batch-sized lookup)."""
+        size = self.memory_bytes()
+        if size > MEMORY_BUDGET:
+            return True
+        if not BUDGET.take(size):
+            return False
+        try:
+            self._memory = self._load()
+        finally:
+            if self._memory is None:
+                BUDGET.give(size)
+        if self._memory is not None:
+            self._memory_release = weakref.finalize(self, BUDGET.give, size)
+        return True
+
     def _load(self) -> _InMemory | None:
-        if self.count() > MEMORY_MAX_ROWS:
+        rows: list[tuple[str, str, str]] = []
+        position: dict[str, int] = {}
+        norms: list[float] = []
+        first = last = None
+        cur = self.conn.execute("SELECT pos, id, text, meta, norm FROM docs ORDER BY pos")
+        while chunk := cur.fetchmany(LOAD_CHUNK):  # SQL rows one chunk at a time beside the copy
+            rows += [(i, t, m) for _, i, t, m, _ in chunk]
+            position.update({i: p for p, i, _, _, _ in chunk})
+            norms += [n for *_, n in chunk]
+            first = chunk[0][0] if first is None else first
+            last = chunk[-1][0]
+        if not rows or last - first != len(rows) - 1:  # positions not consecutive: stay on SQL
             return None
-        rows = self.conn.execute("SELECT pos, id, text, meta, norm FROM docs ORDER BY pos").fetchall()
-        if not rows or rows[-1][0] - rows[0][0] != len(rows) - 1:  # positions not consecutive: stay on SQL
-            return None
-        return _InMemory(rows[0][0], [(i, t, m) for _, i, t, m, _ in rows], {i: p for p, i, _, _, _ in rows},
-                         np.fromiter((n for *_, n in rows), np.float64, len(rows)))
+        return _InMemory(first, rows, position, np.asarray(norms, np.float64))
 
     def positions(self, ids: list[str]) -> dict[str, int]:
         memory = self._in_memory(len(ids))
         if memory is not None:
-            return {i: memory.position[i] for i in ids if i in memory.position}
+            get = memory.position.get
+            return {i: p for i in ids if (p := get(i)) is not None}
         out = {}
         for chunk in _chunks(ids, 500):
             q = f"SELECT id, pos FROM docs WHERE id IN ({','.join('?' * len(chunk))})"
@@ -276,6 +360,10 @@ class DocStore:
             self.conn.commit()
             self._indexes_pending = False
         self.conn.close()
+        with self._memory_lock:
+            self._memory, self._memory_tried = None, True
+            if self._memory_release is not None:
+                self._memory_release()  # once: a finalizer runs at most once
 
 
 def _chunks(xs: list, n: int):

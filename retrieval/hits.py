@@ -60,6 +60,22 @@ class Hit:
         return out
 
 
+_new, _set = object.__new__, object.__setattr__
+HIT_FIELDS = ("id", "score", "text", "metadata", "explain", "reranker", "ann_score", "ann_rank")
+
+
+def _hit(doc: tuple[str, str, str], score: float, metadata: dict, explain: dict | None) -> Hit:
+    """``Hit(doc[0], score, doc[1], metadata, explain)``, the rest at their defaults: the same object
+    (equal, hashed, printed, pickled and ``replace``-d alike; tests/indexer/test_docstore_memory.py),
+    made with one dict instead of the frozen dataclass's ``__init__``, which sets each of its eight
+    fields through ``object.__setattr__``: 2.5 → 1.3 µs a hit, and a batch of 1,000 queries that
+    reads every row (a lookup job, the plan's pages) builds 10,000 of them."""
+    hit = _new(Hit)
+    _set(hit, "__dict__", {"id": doc[0], "score": score, "text": doc[1], "metadata": metadata, "explain": explain,
+                           "reranker": None, "ann_score": None, "ann_rank": None})
+    return hit
+
+
 def keep_top(result: SearchResult, own: np.ndarray, k: int) -> SearchResult:
     """Each row's first ``k`` candidates that are neither padding (-1) nor the query's own document
     (``own[i]``: its position, -1 for a text query), moved to the front in their order; -1 and
@@ -112,12 +128,12 @@ class HitColumns(Sequence):
         return [rows[s][0] for s in self.slots[i, :self.counts[i]].tolist()]
 
     def row(self, i: int) -> list[Hit]:
-        """Query ``i``'s hits, built now."""
+        """Query ``i``'s hits, built now (:func:`_hit`)."""
         n = int(self.counts[i])
         slots = self.slots[i, :n].tolist()
         rows = self.docs.rows
         explain = self.explain[i] if self.explain is not None else [None] * n
-        return [Hit(rows[s][0], score, rows[s][1], meta, e) for s, score, meta, e in
+        return [_hit(rows[s], score, meta, e) for s, score, meta, e in
                 zip(slots, self.scores[i, :n].tolist(), self.docs.metadata(slots), explain)]
 
     def __len__(self) -> int:

@@ -18,7 +18,10 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
     assert result["relsearch_over_faiss_qps"] == pytest.approx(result["relsearch_qps"] / result["raw_faiss_qps"])
     assert result["relsearch_over_faiss_with_docs_qps"] == pytest.approx(
         result["relsearch_qps"] / result["raw_faiss_with_docs_qps"])
-    assert result["relsearch_every_hit_built_qps"] > 0
+    assert result["relsearch_every_hit_built_qps"] > 0 and result["plan_qps"] > 0
+    assert result["plan_over_faiss_qps"] == pytest.approx(result["plan_qps"] / result["raw_faiss_qps"])
+    assert result["plan_over_every_hit_built_qps"] == pytest.approx(
+        result["plan_qps"] / result["relsearch_every_hit_built_qps"])
     table_input = {
         "machine": speed.machine_info(),
         "encoding": {"texts": 1, "device": "cpu", "attention": "sdpa", "precision": "bfloat16",
@@ -37,6 +40,7 @@ def test_querying_compares_the_same_index_through_both_paths(small_index):
     assert "ratio 1.000   (1.500 counting 0.5 s of importing Beam" in table
     assert "(a) @ (b): float32 1.0 GFLOP/s, bfloat16 4.0 GFLOP/s" in table and "float32 (one run" in table
     assert "vs raw FAISS search alone" in table and "vs raw FAISS + the same documents in one SQL read" in table
+    assert "through the query plan (request.run" in table and "of every hit built" in table
     fp32 = speed.format_table({**table_input, "encoding": {**table_input["encoding"], "precision": "float32",
                                                             "precision_asked": "fp32"}})
     assert "precision: float32, asked for" in fp32 and "chosen by" not in fp32
@@ -51,6 +55,23 @@ def test_the_raw_faiss_baseline_reads_the_documents_a_hit_shows(small_index):
     rows = speed.raw_fetch(searcher.files.segments[0].docstore.conn, np.array([[4, 2, -1], [2, 7, 4]]))
     docs = searcher.files.docstore.get([2, 4, 7])
     assert [(p, i, t) for p, i, t, _ in rows] == [(p, docs[p]["id"], docs[p]["text"]) for p in (2, 4, 7)]
+
+
+def test_the_raw_faiss_baseline_searches_with_the_parameters_relsearch_uses(tmp_path):
+    """An IVF index stores nprobe 1 (FAISS's default); relsearch searches with the tuned or given
+    nprobe, and so does the baseline: the same positions, so the ratio compares like with like."""
+    import numpy as np
+
+    from relsearch.retrieval.search import Searcher
+    from synthetic_index import QUERIES, build
+
+    target = tmp_path / "ivf"
+    build(target, n=2000, factory="IVF32,Flat")
+    searcher = Searcher(str(target), search_params={"nprobe": 8})
+    assert searcher.files.faiss.nprobe == 1 and searcher.effective_params()["nprobe"] == 8
+    found = speed.raw_search(searcher, QUERIES, 10)()
+    np.testing.assert_array_equal(found, searcher.ann(QUERIES, 10).positions)
+    assert not np.array_equal(found, searcher.files.faiss.search(QUERIES, 10)[1])  # nprobe 1 finds others
 
 
 def test_model_flops_counts_projections_feed_forward_and_attention_by_hand():
@@ -97,3 +118,26 @@ def test_indexing_times_interleaved_rounds_each_into_a_fresh_index(tmp_path):
     assert r["rounds"] == 2 and r["documents"] == 30
     assert r["index_over_encoding"] == pytest.approx(r["index_wall_s"] / r["pure_encoding_s"])
     assert sorted(p.name for p in tmp_path.glob("idx*")) == ["idx0", "idx1"]  # both jobs built and published
+
+
+def test_the_scale_check_times_bench_speeds_batch_and_the_plan_beside_raw_faiss(tmp_path, monkeypatch):
+    """python -m relsearch.bench.scale, small: every timed path runs, and the ratios of the --id
+    batch (Searcher.search, the plan) are taken against FAISS searching those same documents."""
+    import argparse
+
+    import numpy as np
+
+    from relsearch.bench import scale
+    from synthetic_index import encoder_identity
+
+    base = np.random.default_rng(0).standard_normal((200, 384)).astype(np.float32)
+    monkeypatch.setattr(scale, "encode_base", lambda *a: (base, encoder_identity()))  # no model to load
+    args = argparse.Namespace(corpus="unused", base=200, n=3000, noise=1.0, queries=80, k=5, recall_target=0.9,
+                              factory="IVF16,Flat", add_workers=1, repeats=1, seed=0, cache=None,
+                              out=str(tmp_path / "out"), keep=False)
+    report = scale.run(args)
+    assert set(report["qps_median"]) == {"faiss", "relsearch", "relsearch+docs", "faiss+docs", "faiss_ids",
+                                         "search", "plan"}
+    assert report["ratio_search_vs_faiss_ids_paired_median"] == pytest.approx(
+        report["qps_median"]["search"] / report["qps_median"]["faiss_ids"], rel=1e-3)
+    assert report["ratio_plan_vs_faiss_ids_paired_median"] > 0 and report["faiss"]["factory"] == "IVF16,Flat"
