@@ -9,6 +9,8 @@ needs beyond them are read-only, bounded and behind the API key like every other
   field with few distinct values those values (the filter builder's choices).
 - ``GET /complete``: stored documents whose id or name, or a word in it, starts with a prefix (the
   id box's completion: "coca" and "cola" find "The Coca-Cola Company"), best match first.
+- ``GET /relations/sources``: what each relation of the bundle was trained on, where the bundle says (the
+  relations panel's and sliders' "trained on: ..." note: a relation trained on captions, on a company index).
 - ``POST /filters/parse``: filter expressions in ``relsearch query --filter`` syntax → the JSON form the
   API takes, parsed by the CLI's own parser (so a filter in the page's URL means what it means to the
   CLI: ``A or B``, ``not ...``, typed values), each expression checked against the index's fields.
@@ -60,6 +62,8 @@ _COMPLETIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a gener
 _COMPLETIONS_LOCK = threading.Lock()
 MAX_FILTER_TEXTS = 64  # expressions one /filters/parse may read
 MAX_FILTER_CHARS = 10_000  # characters of one expression
+MAX_SOURCE_CHARS = 300  # characters of a relation's training source as /relations/sources gives it
+SOURCE_KEYS = ("trained_on", "domain", "dataset")  # an operator's own words for what it was trained on, first found
 
 
 def swagger_assets() -> Path:
@@ -362,14 +366,52 @@ class FilterTexts(BaseModel):
         '["gics_sector=Energy or founded<1950", "not ceo exists"].')
 
 
+# ---------------------------------------------------------------- what each relation was trained on
+
+
+def sources(searcher) -> dict:
+    """``{"relations": {name: {"trained_on", "dataset"}}}``: what each relation of the bundle (operators
+    and re-ranking heads) was trained or fitted on, for those whose bundle entry says: the entry's own
+    ``trained_on``, ``domain`` or ``dataset`` (a string), else the bundle's ``info.sources[name].dataset``
+    (pack/bundle.json: "flickr8k_captions — Flickr8k captions (Hodosh, …)"). ``dataset`` is that text,
+    ``trained_on`` its short form: the words after " — " and before " (" ("Flickr8k captions").
+    Strings only, each at most MAX_SOURCE_CHARS: a bundle is data, a field of another type is left out."""
+    bundle = searcher.bundle
+    listed = bundle.info.get("sources") if isinstance(bundle.info, dict) else None
+    listed = listed if isinstance(listed, dict) else {}
+    out: dict[str, dict] = {}
+    for name, entry in [*bundle.operators.items(), *bundle.heads.items()]:
+        info = entry.info if isinstance(entry.info, dict) else {}
+        said = next((info[k] for k in SOURCE_KEYS if isinstance(info.get(k), str) and info[k].strip()), None)
+        if said is None and isinstance(listed.get(name), dict) and isinstance(listed[name].get("dataset"), str):
+            said = listed[name]["dataset"]
+        if said and said.strip():
+            out[name] = {"trained_on": short_source(said)[:MAX_SOURCE_CHARS], "dataset": said.strip()[:MAX_SOURCE_CHARS]}
+    return {"relations": out}
+
+
+def short_source(text: str) -> str:
+    """A dataset's own name for its texts: "flickr8k_captions — Flickr8k captions (Hodosh, …)" → "Flickr8k
+    captions"; a text without " — " is kept, up to " (" (its citation)."""
+    text = text.strip()
+    words = text.split(" — ", 1)[1] if " — " in text else text
+    return (words.split(" (", 1)[0].strip() or text).rstrip(".;, ")
+
+
 def add_routes(app: FastAPI, run, *, errors: dict) -> None:
-    """``GET /fields``, ``GET /complete`` and ``POST /filters/parse``; ``run(index, fn, *args)`` answers
+    """``GET /fields``, ``GET /relations/sources``, ``GET /complete`` and ``POST /filters/parse``; ``run(index, fn, *args)`` answers
     ``fn(searcher, *args)`` on the model thread as ``(name, answer)``."""
 
     @app.get("/fields", summary="Metadata fields of an index, their value types and (few) text values",
              responses=errors)
     async def list_fields(index: str | None = None):
         name, answer = await run(index, fields)
+        return {"index": name, **answer}
+
+    @app.get("/relations/sources", summary="What each relation of an index's bundle was trained on, where the "
+             "bundle says", responses=errors)
+    async def relation_sources(index: str | None = None):
+        name, answer = await run(index, sources)
         return {"index": name, **answer}
 
     @app.get("/complete", summary="Documents whose id or name, or a word in it, starts with a prefix (at most 50)", responses=errors)

@@ -1,11 +1,13 @@
 // The explorer: form ↔ URL state, side-by-side search (identity vs the chosen mixture), score and relations panels.
 import {ApiError, call, get, setKey} from "./api.js";
 import {FILTER_OPS, readState, rowParts, writeFilter, writeState} from "./query.js";
-import {bars, el, hitList, relationRows} from "./view.js";
+import {describe, plan} from "./recipe.js";
+import {bars, el, hitList, relationRows, trainedOn} from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const NAME_FIELDS = ["name", "title", "company", "security"];
 let fields = []; // GET /fields: [{name, types, values?}]
+let bundleRelations = []; // GET /relations: [{name, kind, description, recipe?, ...}]
 let retry = null; // what to run again once an API key is given
 
 // ---------------------------------------------------------------- errors, next to the field at fault
@@ -45,13 +47,29 @@ $("key-form").addEventListener("submit", (event) => {
 
 // ---------------------------------------------------------------- the form
 
-function relationSlider(name, weight) {
-  const range = el("input", {type: "range", min: "0", max: "1", step: "0.05", value: String(weight), "data-relation": name,
+// A slider starts at the weight the search runs with: its range reaches that weight, and a weight off
+// the 0.05 grid (0.33 from a URL) is kept as it is rather than snapped
+function relationSlider(name, weight, source) {
+  const onGrid = Math.abs(weight * 20 - Math.round(weight * 20)) < 1e-9;
+  const range = el("input", {type: "range", min: String(Math.min(0, weight)), max: String(Math.max(1, weight)),
+                             step: onGrid ? "0.05" : "any", value: String(weight), "data-relation": name,
                              "aria-label": `${name} weight`});
   const shown = el("output", {}, String(weight));
   range.addEventListener("input", () => { shown.textContent = range.value; });
   range.addEventListener("change", () => search());
-  return el("label", {class: "relation"}, el("span", {}, name), range, shown);
+  return el("label", {class: "relation"}, el("span", {class: "name"}, name, trainedOn(source)), range, shown);
+}
+
+// A relation the URL names that this index's bundle does not have: kept as written (the URL keeps it),
+// named as an error, never searched, until it is removed
+function unknownRelation(name, weight) {
+  const remove = el("button", {type: "button", class: "remove", title: "remove this relation"}, "×");
+  const known = bundleRelations.filter((r) => !("labels" in r)).map((r) => r.name).join(", ");
+  const row = el("div", {class: "relation unknown", "data-unknown-relation": name, "data-weight": String(weight)},
+    el("span", {class: "name"}, name), el("span", {class: "muted"}, `weight ${weight}`), remove,
+    el("div", {class: "error relation-error"}, `${name} is not a relation of this index; its relations: ${known}`));
+  remove.addEventListener("click", () => row.remove());
+  return row;
 }
 
 function fieldTypes(name) {
@@ -106,7 +124,10 @@ function filterText(row) {
 function readForm() {
   const relations = Object.create(null); // keyed by relation names: no inherited keys
   for (const range of document.querySelectorAll("[data-relation]")) {
-    if (Number(range.value) > 0) relations[range.dataset.relation] = Number(range.value);
+    if (Number(range.value) !== 0) relations[range.dataset.relation] = Number(range.value);
+  }
+  for (const row of document.querySelectorAll("[data-unknown-relation]")) {
+    relations[row.dataset.unknownRelation] = Number(row.dataset.weight);
   }
   const filters = [...document.querySelectorAll(".filter")].map(filterText);
   return {
@@ -128,13 +149,19 @@ function showMode(mode) {
   $("doc-id").hidden = mode !== "id";
 }
 
-function fillForm(state, operators) {
+// The sliders start where the search is: the URL's relations, or identity at 1 when it names none
+function fillForm(state, operators, sources) {
   showMode(state.mode);
   $("text").value = state.text;
   $("doc-id").value = state.id;
   $("k").value = String(state.k);
   $("hybrid").value = state.hybrid;
-  $("relations").replaceChildren(...operators.map((r) => relationSlider(r.name, state.relations[r.name] || 0)));
+  const chosen = Object.keys(state.relations).length ? state.relations : {identity: 1};
+  const names = new Set(operators.map((r) => r.name));
+  $("relations").replaceChildren(
+    ...operators.map((r) => relationSlider(r.name, Object.hasOwn(chosen, r.name) ? chosen[r.name] : 0,
+                                           Object.hasOwn(sources, r.name) ? sources[r.name] : null)),
+    ...Object.entries(chosen).filter(([name]) => !names.has(name)).map(([name, w]) => unknownRelation(name, w)));
   $("filters").replaceChildren(...state.filters.map((spec) => filterRow(spec)));
   clearErrors($("search-form"));
   const nameField = NAME_FIELDS.find((n) => fields.some((f) => f.name === n));
@@ -149,6 +176,14 @@ function clearHits() {
   $("identity-hits").replaceChildren();
   $("mixture-hits").replaceChildren();
   $("mixture-name").textContent = "";
+  $("mixture-recipe").textContent = "";
+}
+
+// The answers' warnings, each once: filter values that can never match, parts of a relation's recipe
+// that cannot apply to this query (a bonus on a missing field, bonuses on a text query), ...
+function showWarnings(answers, box = $("warnings")) {
+  const said = [...new Set(answers.flatMap((a) => (Array.isArray(a.warnings) ? a.warnings : [])))];
+  box.replaceChildren(...said.map((w) => el("li", {}, String(w))));
 }
 
 // The filter expressions in the API's JSON form, read by the server as the CLI reads them; null (and
@@ -177,13 +212,20 @@ async function search({push = true} = {}) {
   const form = $("search-form");
   const state = readForm();
   clearErrors(form);
-  $("warnings").textContent = "";
+  $("warnings").replaceChildren();
   const url = writeState(state);
   if (push && url !== location.search) history.pushState(null, "", url);
+  const unknown = [...document.querySelectorAll("[data-unknown-relation]")].map((row) => row.dataset.unknownRelation);
+  for (const row of document.querySelectorAll("[data-unknown-relation]")) {
+    row.querySelector(".relation-error").textContent = `${row.dataset.unknownRelation} is not a relation of this ` +
+      `index; its relations: ${bundleRelations.filter((r) => !("labels" in r)).map((r) => r.name).join(", ")}`;
+  }
   const filters = await readFilters(state, form);
-  if (filters === null) {
+  if (filters === null || unknown.length) {
     clearHits();
-    $("status").textContent = "Not searched: a filter could not be read (see the message next to it).";
+    const why = [filters === null ? "a filter could not be read" : "",
+                 unknown.length ? `${unknown.join(", ")}: not a relation of this index` : ""].filter(Boolean);
+    $("status").textContent = `Not searched: ${why.join("; ")} (see the message next to it).`;
     return;
   }
   const mixture = Object.keys(state.relations).length ? state.relations : {identity: 1};
@@ -205,14 +247,27 @@ async function search({push = true} = {}) {
   const [plain, mixed] = answer;
   const before = new Map(plain.results.map((hit) => [hit.id, hit.rank]));
   const kept = new Set(mixed.results.map((hit) => hit.id));
-  hitList($("identity-hits"), plain.results, {columns: state.columns, kept, chosen: new Set(["identity"])});
-  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, chosen: new Set(Object.keys(mixture))});
+  const identity = plan(bundleRelations, {identity: 1}, state.hybrid) || {mode: "dense"};
+  hitList($("identity-hits"), plain.results, {columns: state.columns, kept, mode: modeOf(identity, plain),
+                                              single: "identity", chosen: new Set(["identity"])});
+  const planned = plan(bundleRelations, mixture, state.hybrid) || {mode: "dense", recipe: null};
+  const names = Object.keys(mixture);
+  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, mode: modeOf(planned, mixed),
+                                             single: names.length === 1 ? names[0] : "score",
+                                             chosen: new Set([...names, ...Object.keys(planned.recipe?.mixture || {})])});
   $("mixture-name").textContent = Object.entries(mixture).map(([name, w]) => `${name} ${w}`).join(" + ");
-  const warnings = [...new Set([...(plain.warnings || []), ...(mixed.warnings || [])])];
-  $("warnings").textContent = warnings.join("\n");
+  $("mixture-recipe").textContent = planned.recipe && planned.mode !== "projection"
+    ? `runs ${planned.mode === "rrf" ? "rrf(dense, bm25) of " : ""}${describe(planned.recipe)}` : "";
+  showWarnings([plain, mixed]);
   const moved = mixed.results.filter((hit) => before.get(hit.id) !== hit.rank).length;
   $("status").textContent = `${mixed.results.length} hits · ${moved} ranked differently from identity · ` +
                             `generation ${mixed.generation}`;
+}
+
+// The mode whose scale labels an answer's scores: the plan's, unless the answer's parts say it ran a recipe
+function modeOf(planned, answer) {
+  const recipeParts = answer.results.some((hit) => hit.explain && Object.keys(hit.explain).some((k) => k.startsWith("recipe:")));
+  return recipeParts && planned.mode !== "rrf" ? "recipe" : planned.mode;
 }
 
 // ---------------------------------------------------------------- completion of stored document ids
@@ -237,10 +292,12 @@ $("score-form").addEventListener("submit", async (event) => {
   const panel = $("score-panel");
   clearErrors(panel);
   $("scores").replaceChildren(el("p", {class: "muted"}, "scoring…"));
+  $("score-warnings").replaceChildren();
   const answer = await guarded(() => call("/score", {index: $("index").value, a: $("score-a").value,
                                                       b: $("score-b").value}), panel);
   $("scores").replaceChildren();
   if (answer) {
+    showWarnings([answer], $("score-warnings"));
     const sorted = Object.entries(answer.scores).sort((x, y) => y[1] - x[1]);
     $("scores").replaceChildren(bars(sorted));
   }
@@ -251,12 +308,16 @@ $("score-form").addEventListener("submit", async (event) => {
 async function openIndex(state) {
   $("status").textContent = "loading the index's relations and fields…";
   const answer = await guarded(async () => {
-    const [rels, described] = await Promise.all([get("/relations", {index: state.index}),
-                                                 get("/fields", {index: state.index})]);
+    const [rels, described, trained] = await Promise.all([get("/relations", {index: state.index}),
+                                                          get("/fields", {index: state.index}),
+                                                          // advice only: the page opens without it
+                                                          get("/relations/sources", {index: state.index}).catch(() => null)]);
     fields = described.fields;
+    bundleRelations = rels.relations;
+    const sources = trained && typeof trained.relations === "object" && trained.relations ? trained.relations : {};
     const operators = rels.relations.filter((r) => !("labels" in r)); // re-ranking heads carry labels
-    relationRows(document.querySelector("#relation-table tbody"), rels.relations);
-    fillForm(state, operators);
+    relationRows(document.querySelector("#relation-table tbody"), rels.relations, sources);
+    fillForm(state, operators, sources);
     $("status").textContent = "Type a text or pick a document, choose relations, then search.";
     if (state.text.trim() || state.id) await search({push: false}); // a shared URL shows its results at once
     return true;

@@ -1,4 +1,5 @@
-// Drawing: hits with rank movement and explain bars, bar charts, relation rows. Text goes in as text nodes only.
+// Drawing: hits with rank movement and their score's parts, bar charts, relation rows. Text goes in as text nodes only.
+import {SCALES, cosines, describe, readRecipe, scoreParts} from "./recipe.js";
 
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -27,6 +28,52 @@ export function bars(entries, {signed = true, highlight = new Set()} = {}) {
   }));
 }
 
+// The range one list's score tracks span, [lo, hi]: from 0 (or the most negative sum of parts) to the
+// mode's top (1; rrf's 2/61) or the largest sum of positive parts, so lengths compare within a list
+function trackRange(partsOfHits, mode) {
+  let lo = 0;
+  let hi = mode === "rrf" ? 2 / 61 : 1;
+  for (const parts of partsOfHits) {
+    hi = Math.max(hi, parts.filter((p) => p.value > 0).reduce((t, p) => t + p.value, 0));
+    lo = Math.min(lo, parts.filter((p) => p.value < 0).reduce((t, p) => t + p.value, 0));
+  }
+  return {lo, hi};
+}
+
+// A hit's score as its parts stacked on one track: positive parts rightwards from 0, negative ones
+// (past the recipe's pool) leftwards from it, each as long as its value on the list's [lo, hi]
+export function stack(parts, {lo, hi}) {
+  const span = hi - lo || 1;
+  let right = (-lo / span) * 100;
+  let left = right;
+  let mixed = 0;
+  const segments = parts.map((part) => {
+    const width = (Math.abs(part.value) / span) * 100;
+    const kind = part.kind === "mixture" ? `part-mixture mix-${mixed++ % 6}` : `part-${part.kind}`;
+    const segment = el("span", {class: `seg ${kind}${part.value < 0 ? " negative" : ""}`, "data-part": part.key,
+                                "data-value": String(part.value), title: `${part.label}: ${round(part.value, 4)}`});
+    if (part.value >= 0) {
+      segment.style.left = `${right}%`;
+      right += width;
+    } else {
+      left -= width;
+      segment.style.left = `${left}%`;
+    }
+    segment.style.width = `${width}%`;
+    return segment;
+  });
+  const zero = lo < 0 ? el("span", {class: "zero"}) : null;
+  if (zero) zero.style.left = `${(-lo / span) * 100}%`;
+  mixed = 0;
+  const legend = parts.map((part, i) => el("span", {class: "part"},
+    i && part.value >= 0 ? " + " : i ? " − " : part.value < 0 ? "−" : "",
+    el("i", {class: `swatch ${part.kind === "mixture" ? `part-mixture mix-${mixed++ % 6}` : `part-${part.kind}`}`}),
+    `${part.label} ${round(Math.abs(part.value))}`));
+  return el("div", {class: "stack", "data-lo": String(lo), "data-hi": String(hi)},
+    el("div", {class: "stack-track"}, zero, segments),
+    parts.length > 1 ? el("div", {class: "legend"}, legend) : null);
+}
+
 function movement(rank, before) {
   if (before === undefined) return el("span", {class: "move new", title: "not in identity's top k"}, "new");
   const delta = before - rank;
@@ -35,23 +82,32 @@ function movement(rank, before) {
     `${delta > 0 ? "↑" : "↓"}${Math.abs(delta)}`);
 }
 
-// before: id → rank under identity (the mixture list shows movement); kept: ids the mixture kept (identity list)
-export function hitList(list, hits, {columns, before = null, kept = null, chosen = new Set()}) {
-  list.replaceChildren(...hits.map((hit) => {
-    const explain = Object.entries(hit.explain || {});
-    const mine = explain.filter(([name]) => chosen.has(name));
-    const rest = explain.filter(([name]) => !chosen.has(name));
+// before: id → rank under identity (the mixture list shows movement); kept: ids the mixture kept (identity list);
+// mode: the plan's mode (recipe.js plan), whose scale labels each score; single: what a score of one part is called
+export function hitList(list, hits, {columns, mode = "dense", single = "cosine", before = null, kept = null,
+                                     chosen = new Set()}) {
+  const scale = SCALES[mode] || SCALES.dense;
+  const partsOfHits = hits.map((hit) => scoreParts(hit, mode, single));
+  const range = trackRange(partsOfHits, mode);
+  list.dataset.mode = mode;
+  list.replaceChildren(...hits.map((hit, i) => {
+    const rest = cosines(hit);
     return el("li", {class: `hit${kept && !kept.has(hit.id) ? " dropped" : ""}`, "data-id": hit.id},
       el("div", {class: "head"},
         el("span", {class: "rank"}, `${hit.rank}.`),
         before ? movement(hit.rank, before.get(hit.id)) : null,
         el("strong", {class: "id"}, hit.id),
-        el("span", {class: "score", title: "score"}, round(hit.score, 4))),
+        el("span", {class: "score", title: scale.title, "data-score": String(hit.score)},
+          el("span", {class: "scale"}, scale.label), " ", el("span", {class: "value"}, round(hit.score, 4)))),
       columns.length ? el("dl", {class: "meta"}, columns.flatMap((c) => isObject(hit.metadata) && Object.hasOwn(hit.metadata, c)
         ? [el("dt", {}, c), el("dd", {}, String(hit.metadata[c]))] : [])) : null,
       el("p", {class: "snippet"}, hit.text.length > 220 ? `${hit.text.slice(0, 220)}…` : hit.text),
-      mine.length ? bars(mine, {highlight: chosen}) : null,
-      rest.length ? el("details", {}, el("summary", {}, "every operator"), bars(rest)) : null);
+      stack(partsOfHits[i], range),
+      rest.length ? el("details", {}, el("summary", {}, mode === "recipe"
+        ? "cosines, not the score: the raw dense ⟨q, t̂⟩ the recipe normalises, each operator's"
+        : "each operator's cosine"),
+      bars(rest.map(([name, v]) => [name === "dense" ? "dense ⟨q, t̂⟩" : name, v]),
+           {highlight: new Set([...chosen, "dense ⟨q, t̂⟩"])})) : null);
   }));
 }
 
@@ -74,20 +130,33 @@ function metricCells(metrics) {
 
 function wholeCorpusCells(info) {
   if (!isObject(own(info, "whole_corpus"))) return "";
-  const parts = ["test", "dev"].filter((split) => isObject(own(info.whole_corpus, split))).map((split) => {
+  return el("div", {}, ["test", "dev"].filter((split) => isObject(own(info.whole_corpus, split))).map((split) => {
     const numbers = info.whole_corpus[split];
     const rows = ["recipe", "operator", "identity", "bm25", "hybrid"].filter((k) => isNumber(own(numbers, k)))
       .map((k) => [k, numbers[k]]);
     return el("div", {}, el("div", {class: "muted"}, `${split} MRR`), bars(rows, {signed: false,
       highlight: new Set(["recipe"])}));
-  });
-  const recipe = info.recipe ? el("code", {class: "recipe"}, JSON.stringify(info.recipe)) : null;
-  return el("div", {}, recipe, parts);
+  }));
 }
 
-export function relationRows(tbody, relations) {
+// What `relation NAME` runs, in words (Recipe.describe); a recipe this page cannot read stays its JSON
+function recipeWords(info) {
+  if (own(info, "recipe") === undefined) return null;
+  const recipe = readRecipe(info.recipe);
+  return el("div", {class: "recipe"}, el("span", {class: "muted"}, "runs "),
+    recipe ? el("span", {class: "words"}, describe(recipe)) : el("code", {}, JSON.stringify(info.recipe)));
+}
+
+// "trained on: …" from GET /relations/sources ({trained_on, dataset}), or nothing when the bundle does not say
+export function trainedOn(source) {
+  if (!isObject(source) || typeof source.trained_on !== "string" || !source.trained_on) return null;
+  return el("span", {class: "trained-on", title: typeof source.dataset === "string" ? source.dataset : ""},
+    `trained on: ${source.trained_on}`);
+}
+
+export function relationRows(tbody, relations, sources = {}) {
   tbody.replaceChildren(...relations.map((r) => el("tr", {"data-name": r.name},
-    el("td", {}, el("strong", {}, String(r.name))), el("td", {}, String(r.kind ?? "")),
-    el("td", {}, typeof r.description === "string" ? r.description : ""),
+    el("td", {}, el("strong", {}, String(r.name)), trainedOn(own(sources, r.name))), el("td", {}, String(r.kind ?? "")),
+    el("td", {}, typeof r.description === "string" ? r.description : "", recipeWords(r)),
     el("td", {}, metricCells(r.metrics)), el("td", {}, wholeCorpusCells(r)))));
 }

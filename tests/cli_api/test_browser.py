@@ -283,6 +283,97 @@ def test_a_bundle_field_of_the_wrong_type_does_not_close_the_explorer(crafted_se
     assert not errors, errors
 
 
+# ------------------------------------------------------------------------------ the score the page shows, explained
+SCORES_JS = """items => items.map(li => {
+  const stack = li.querySelector('.stack'), track = li.querySelector('.stack-track').getBoundingClientRect().width;
+  return {id: li.dataset.id, scale: li.querySelector('.score .scale').textContent,
+          shown: Number(li.querySelector('.score .value').textContent), lo: Number(stack.dataset.lo),
+          hi: Number(stack.dataset.hi), legend: (li.querySelector('.legend') || {}).textContent || '',
+          parts: [...li.querySelectorAll('.seg')].map(s => [s.dataset.part, Number(s.dataset.value),
+                                                            s.getBoundingClientRect().width / track])};
+})"""
+
+
+def shown_scores(page, which: str) -> list[dict]:
+    return page.eval_on_selector_all(f"#{which}-hits > li", SCORES_JS)
+
+
+def assert_parts_add_up(hits: list[dict], scale: str) -> None:
+    """Each hit's stacked parts: values summing to the score it shows, lengths (positive right of 0,
+    negative left) that measure the score on the list's track, the score labelled with its scale."""
+    assert hits
+    for hit in hits:
+        assert hit["scale"] == scale, hit
+        values = [v for _, v, _ in hit["parts"]]
+        assert sum(values) == pytest.approx(hit["shown"], abs=2e-4), hit
+        signed = sum(w if v >= 0 else -w for _, v, w in hit["parts"])
+        assert signed == pytest.approx(hit["shown"] / (hit["hi"] - hit["lo"]), abs=5e-3), hit
+
+
+def test_the_page_explains_the_score_it_shows(served, browser_page, artifacts):
+    """The page showed a recipe score (1.41) beside a bar labelled `similar-company 0.508`, the recipe as
+    raw JSON, and dropped a relation the index lacks from the URL without a word."""
+    from relsearch.encoder.bundle import default_bundle_path
+    from relsearch.retrieval.recipe import Recipe
+
+    url, index = served
+    page = browser_page
+    _open_with_key(page, url)
+    page.goto(f"{url}/?id={DOC}&relation=similar-company:1&k=5")
+    page.wait_for_selector("#mixture-hits > li .stack")
+    mixture, identity = shown_scores(page, "mixture"), shown_scores(page, "identity")
+    assert_parts_add_up(mixture, "recipe score")
+    assert_parts_add_up(identity, "cosine")
+    cli_hits = cli(index, "--id", DOC, "-r", "similar-company", "-k", "5", "--explain")
+    assert [h["id"] for h in mixture] == [h["id"] for h in cli_hits]
+    for hit, want in zip(mixture, cli_hits):  # the CLI's recipe:* parts, each its own segment
+        parts = {k: v for k, v in want["explain"].items() if k.startswith("recipe:")}
+        assert {k: v for k, v, _ in hit["parts"]} == pytest.approx(parts, abs=1e-6)
+        assert "dense" in hit["legend"] and "BM25" in hit["legend"]
+    # the plan's warnings: this index has no GICS code fields for the recipe's bonuses
+    warnings = page.eval_on_selector_all("#warnings li", "els => els.map(e => e.textContent)")
+    assert any("the recipe's bonuses for sharing gics_sub_industry_code" in w and "do not apply" in w
+               for w in warnings), warnings
+    # sliders start where the search is; the relations panel says recipes in words and what each was trained on
+    weights = dict(page.eval_on_selector_all("[data-relation]", "els => els.map(e => [e.dataset.relation, e.value])"))
+    assert weights["similar-company"] == "1" and weights["identity"] == "0"
+    words = dict(page.eval_on_selector_all("#relation-table tr", "rows => rows.filter(r => r.querySelector('.recipe'))"
+                                           ".map(r => [r.dataset.name, r.querySelector('.recipe').textContent])"))
+    shipped = json.loads((Path(default_bundle_path()) / "bundle.json").read_text())["operators"]
+    assert words == {op["name"]: "runs " + Recipe.from_json(op["recipe"]).describe() for op in shipped if "recipe" in op}
+    assert words["similar-company"] == ("runs 0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + "
+                                        "0.5·same gics_sub_industry_code + 0.05·same gics_industry_code")
+    notes = dict(page.eval_on_selector_all("#relation-table tr", "rows => rows.filter(r => r.querySelector('.trained-on'))"
+                                           ".map(r => [r.dataset.name, r.querySelector('.trained-on').textContent])"))
+    assert notes["same-caption"] == "trained on: Flickr8k captions" and "identity" not in notes
+    assert "trained on: Flickr8k captions" in page.text_content('label.relation:has([data-relation="same-caption"])')
+    page.screenshot(path=str(artifacts / "explorer-recipe-parts.png"), full_page=True)
+
+    # a dense mixture: its mixture:NAME parts (weight × cosine) stack up to the score
+    page.goto(f"{url}/?id={DOC}&relation=identity:0.5&relation=aspect:sector:0.5&k=5")
+    page.wait_for_selector("#mixture-hits > li .seg[data-part='mixture:aspect:sector']")
+    mixture = shown_scores(page, "mixture")
+    assert_parts_add_up(mixture, "cosine")
+    assert all(sorted(p[0] for p in hit["parts"]) == ["mixture:aspect:sector", "mixture:identity"] for hit in mixture)
+
+    # nothing chosen: identity at 1; a relation the index lacks is named next to it, and nothing is searched
+    page.goto(f"{url}/?text=cloud+software&k=5")
+    page.wait_for_selector("#mixture-hits > li")
+    weights = dict(page.eval_on_selector_all("[data-relation]", "els => els.map(e => [e.dataset.relation, e.value])"))
+    assert weights["identity"] == "1" and set(weights.values()) == {"0", "1"}
+    page.goto(f"{url}/?text=cloud+software&k=5&relation=nosuch:1&relation=similar-company:0.5")
+    page.wait_for_selector(".relation-error:not(:empty)")
+    assert "nosuch is not a relation of this index" in page.text_content(".relation-error")
+    wait_until(page, lambda: page.text_content("#status").startswith("Not searched"), "the page to refuse the search")
+    assert listed(page, "mixture") == [] and "nosuch" in page.text_content("#status")
+    page.click('[data-unknown-relation="nosuch"] .remove')
+    page.click("#search")
+    page.wait_for_selector("#mixture-hits > li")
+    assert "nosuch" not in page.url and "relation=similar-company%3A0.5" in page.url
+    assert_parts_add_up(shown_scores(page, "mixture"), "recipe score")
+    assert not page.console_errors, page.console_errors
+
+
 ATTACK_PAGE = """<!doctype html><title></title><script>
 (async () => {
   const out = {};

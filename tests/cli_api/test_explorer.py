@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 import urllib.error
 import urllib.request
 from email.message import Message
+from pathlib import Path
 
 import pytest
 from test_serve import _start
@@ -94,7 +97,7 @@ def test_the_key_stays_out_of_urls():
         assert "localStorage" not in text and "document.cookie" not in text, name
 
 
-@pytest.mark.parametrize("path", ["/fields", "/complete?prefix=A", "/relations"])
+@pytest.mark.parametrize("path", ["/fields", "/complete?prefix=A", "/relations", "/relations/sources"])
 def test_data_endpoints_need_the_key(keyed, path):
     for key in (None, "wrong-key"):
         status, _, body = _get(keyed + path, key=key)
@@ -276,3 +279,110 @@ def test_filters_parse_endpoint_checks_the_index_fields(keyed):
                         ({"filters": [], "index": "nope"}, "index")]:
         status, answer = _post(keyed + "/filters/parse", body)
         assert status in (404, 422) and answer["error"]["field"] == field, (body, answer)
+
+
+# ------------------------------------------------------------------------------ what the page says a score is
+NODE = shutil.which("node")
+
+
+def _node(tmp_path: Path, script: str):
+    """``script`` run by node as an ES module beside the page's recipe.js (imported as ``r``): its JSON stdout."""
+    if NODE is None:
+        pytest.skip("needs node")
+    shutil.copy(explorer.UI_DIR / "recipe.js", tmp_path / "recipe.mjs")
+    (tmp_path / "main.mjs").write_text('import * as r from "./recipe.mjs";\n' + script)
+    out = subprocess.run([NODE, str(tmp_path / "main.mjs")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_the_page_says_a_recipe_in_the_clis_words(index, tmp_path):
+    """The relations panel showed a recipe as raw JSON; recipe.js `describe` writes Recipe.describe()'s words."""
+    from relsearch.retrieval.recipe import Recipe
+
+    stored = [r["recipe"] for r in index.relations() if "recipe" in r]
+    crafted = [{"mixture": {"qa-entailment": 0.25, "identity": 0.75}, "bm25": 0.1, "title": 0.25,
+                "same": {"gics_sub_industry_code": 0.5, "unused": 0.0, "tiny": 1e-05}},
+               {"mixture": {"a": -2.5, "b": 1 / 3}, "bm25": 1.0, "same": {"x": 10.0}}, {"mixture": {"a": 999.999999}}]
+    numbers = [0.0, 1.0, 0.3, 1 - 0.7, 1 / 3, 2 / 3, 1e-05, 0.0001, 123456.0, 1234567.0, -0.5, 999.9999996, 5e-324]
+    said = _node(tmp_path, f"const recipes = {json.dumps(stored + crafted)};\n"
+                           f"console.log(JSON.stringify({{words: recipes.map((x) => r.describe(r.readRecipe(x))),"
+                           f" g: {json.dumps(numbers)}.map(r.g), bad: [r.readRecipe({{mixture: 'x'}}),"
+                           f" r.readRecipe({{mixture: {{a: '1'}}}}), r.readRecipe(null)]}}));")
+    assert said["words"] == [Recipe.from_json(x).describe() for x in stored + crafted]
+    assert said["g"] == [format(x, "g") for x in numbers]
+    assert said["bad"] == [None, None, None]
+    by_name = {r["name"]: w for r, w in zip([r for r in index.relations() if "recipe" in r], said["words"])}
+    assert by_name["similar-company"] == ("0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + "
+                                          "0.5·same gics_sub_industry_code + 0.05·same gics_industry_code")
+
+
+MIXTURES = [({"identity": 1.0}, None), ({"similar-company": 1.0}, None), ({"identity": 0.5, "aspect:sector": 0.5}, None),
+            ({"similar-company": 0.7, "identity": 0.3}, None), ({"same-caption": 1.0, "qa-entailment": 2.0}, None),
+            ({"identity": 1.0}, "rrf"), ({"aspect:sector": 1.0}, "weighted"), ({"aspect:industry": 0.4}, None)]
+
+
+def test_the_page_labels_scores_with_the_plans_mode_and_their_parts_add_up(index, tmp_path):
+    """The page named a recipe score beside an operator's cosine (1.41 by `similar-company 0.508`): its
+    mode and the combined recipe are the plan's (retrieval/plan.py), and the parts it stacks add up to
+    each hit's score, as the HTTP answer gives them."""
+    from relsearch.retrieval.plan import resolve
+
+    operators = index.searcher().bundle.operators
+    wanted, answers = [], []
+    for mixture, hybrid in MIXTURES:
+        scoring = resolve(operators, mixture, hybrid=hybrid, metadata_fields=index.searcher().metadata_fields)
+        wanted.append([scoring.mode, scoring.recipe.describe()])
+        hits = index.search(id="ADBE", relations=mixture, hybrid=hybrid, k=8, explain=True)
+        answers.append([h.to_json(i + 1) for i, h in enumerate(hits)])
+    said = _node(tmp_path, f"const relations = {json.dumps(index.relations())};\n"
+                           f"const cases = {json.dumps(MIXTURES)};\nconst answers = {json.dumps(answers)};\n"
+                           "console.log(JSON.stringify(cases.map(([m, h], i) => { const p = r.plan(relations, m, h || '');"
+                           " return {plan: [p.mode, r.describe(p.recipe)], parts: answers[i].map((hit) =>"
+                           " r.scoreParts(hit, p.mode, 'score').map((x) => [x.key, x.value]))}; })));")
+    assert [s["plan"] for s in said] == wanted
+    past = _node(tmp_path, "console.log(JSON.stringify([r.scoreParts({score: -1.2, explain: {'recipe:dense': -0.2,"
+                           " 'recipe:past-pool': -1, dense: 0.1}}, 'recipe', 's'), r.scoreParts({score: 0.5, explain:"
+                           " {'recipe:dense': 0.1}}, 'recipe', 's')]));")
+    assert past == [[{"key": "recipe:dense", "value": -0.2, "label": "dense", "kind": "dense"},  # past the pool
+                     {"key": "recipe:past-pool", "value": -1, "label": "past the pool", "kind": "past-pool"}],
+                    [{"key": "score", "value": 0.5, "label": "s", "kind": "score"}]]  # parts that miss: the score alone
+    modes = {tuple(m): s["plan"][0] for (m, _), s in zip(MIXTURES, said)}
+    assert modes[("similar-company",)] == "recipe" and modes[("identity", "aspect:sector")] == "dense"
+    for (mixture, hybrid), case, hits in zip(MIXTURES, said, answers):
+        assert len(case["parts"]) == len(hits) > 0
+        for parts, hit in zip(case["parts"], hits):
+            assert sum(v for _, v in parts) == pytest.approx(hit["score"], abs=1e-5), (mixture, hit["explain"])
+            keys = [k for k, _ in parts]
+            if case["plan"][0] == "recipe":
+                assert keys[0] == "recipe:dense" and all(k.startswith("recipe:") for k in keys), keys
+            elif case["plan"][0] == "dense" and (len(mixture) > 1 or set(mixture.values()) != {1.0}):
+                assert keys == [f"mixture:{n}" for n in mixture], keys  # weight × cosine each
+            else:
+                assert keys == ["score"], keys
+
+
+def test_relation_sources_say_what_each_relation_was_trained_on(index):
+    from types import SimpleNamespace
+
+    said = explorer.sources(index.searcher())["relations"]
+    assert said["same-caption"]["trained_on"] == "Flickr8k captions"
+    assert said["same-caption"]["dataset"].startswith("flickr8k_captions — Flickr8k captions (")
+    assert said["contradiction"]["trained_on"] == "SICK, SemEval-2014 Task 1"
+    assert said["similar-company"]["trained_on"] == "Yahoo Finance descriptions + Bloomberg GICS codes"
+    assert "identity" not in said
+    op = lambda **info: SimpleNamespace(info=info)  # noqa: E731
+    crafted = SimpleNamespace(bundle=SimpleNamespace(
+        info={"sources": {"a": {"dataset": "listed — Listed texts (x)"}, "b": {"dataset": 3}, "c": "text"}},
+        operators={"a": op(trained_on="image captions"), "b": op(domain=["x"]), "c": op(dataset="NLI sentences"),
+                   "d": op(), "e": op(trained_on="x" * 1000)}, heads={"h": op(dataset="questions (Q)")}))
+    assert explorer.sources(crafted)["relations"] == {
+        "a": {"trained_on": "image captions", "dataset": "image captions"},
+        "c": {"trained_on": "NLI sentences", "dataset": "NLI sentences"},
+        "e": {"trained_on": "x" * explorer.MAX_SOURCE_CHARS, "dataset": "x" * explorer.MAX_SOURCE_CHARS},
+        "h": {"trained_on": "questions", "dataset": "questions (Q)"}}
+
+
+def test_relation_sources_endpoint(keyed):
+    answer = json.loads(_get(keyed + "/relations/sources")[2])
+    assert answer["index"] == "companies" and answer["relations"]["same-caption"]["trained_on"] == "Flickr8k captions"

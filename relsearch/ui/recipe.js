@@ -1,0 +1,127 @@
+// What a search runs and how its score reads, from GET /relations and the answer alone (no DOM here):
+// a relation's recipe in words (retrieval/recipe.py Recipe.describe), a mixture's weighted recipe and
+// its mode (retrieval/plan.py resolve, combine), and the parts of each hit's score (its `explain`).
+
+const isObject = (x) => typeof x === "object" && x !== null && !Array.isArray(x);
+const isNumber = (x) => typeof x === "number" && Number.isFinite(x);
+
+// Python's format(x, "g"): 6 significant digits, no trailing zeros, an exponent below 1e-4 or from 1e6
+export function g(x) {
+  if (!isNumber(x)) return String(x);
+  if (x === 0) return Object.is(x, -0) ? "-0" : "0";
+  const [mantissa, power] = x.toExponential(5).split("e");
+  const exponent = Number(power);
+  const strip = (s) => (s.includes(".") ? s.replace(/\.?0+$/, "") : s);
+  if (exponent < -4 || exponent >= 6) {
+    return `${strip(mantissa)}e${exponent < 0 ? "-" : "+"}${String(Math.abs(exponent)).padStart(2, "0")}`;
+  }
+  return strip(x.toFixed(5 - exponent));
+}
+
+// A bundle's recipe entry as {mixture, bm25, title, same, depth}, or null when it is not one
+// (a bundle is data: a field of another type is not read as a recipe)
+export function readRecipe(entry) {
+  if (!isObject(entry) || !isObject(entry.mixture)) return null;
+  const numbers = (object) => Object.entries(object).every(([, w]) => isNumber(w));
+  const same = entry.same === undefined ? {} : entry.same;
+  if (!numbers(entry.mixture) || !isObject(same) || !numbers(same)) return null;
+  const share = (key) => (entry[key] === undefined ? 0 : entry[key]);
+  if (!isNumber(share("bm25")) || !isNumber(share("title"))) return null;
+  return {mixture: {...entry.mixture}, bm25: share("bm25"), title: share("title"), same: {...same},
+          depth: isNumber(entry.depth) ? entry.depth : 100};
+}
+
+// Recipe.describe(): e.g. "0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + 0.5·same gics_sub_industry_code"
+export function describe(recipe) {
+  const dense = [...Object.entries(recipe.mixture).map(([name, w]) => `${g(w)}·${name}`),
+                 ...(recipe.title ? [`${g(recipe.title)}·title`] : [])].join(" + ");
+  const parts = [recipe.bm25 ? `${g(1 - recipe.bm25)}·minmax(${dense}) + ${g(recipe.bm25)}·minmax(bm25)` : dense];
+  for (const [field, w] of Object.entries(recipe.same)) if (w) parts.push(`${g(w)}·same ${field}`);
+  return parts.join(" + ");
+}
+
+// What `relations: {name: weight}` runs (plan.relation_recipe): the stored recipe, or the operator alone
+function relationRecipe(byName, name) {
+  return readRecipe(byName.get(name) && byName.get(name).recipe) ||
+    {mixture: {[name]: 1}, bm25: 0, title: 0, same: {}, depth: 100};
+}
+
+// plan.combine: the weighted recipe of a mixture
+export function combine(recipes, weights) {
+  const mixture = {};
+  const same = {};
+  let total = 0;
+  for (const w of weights.values()) total += w;
+  for (const [name, recipe] of recipes) {
+    for (const [op, w] of Object.entries(recipe.mixture)) mixture[op] = (mixture[op] || 0) + weights.get(name) * w;
+    for (const [field, w] of Object.entries(recipe.same)) {
+      if (w) same[field] = (same[field] || 0) + weights.get(name) * w / total;
+    }
+  }
+  const used = Object.fromEntries(Object.entries(mixture).filter(([, w]) => w));
+  let bm25 = 0;
+  let title = 0;
+  for (const [name, recipe] of recipes) {
+    bm25 += weights.get(name) * recipe.bm25;
+    title += weights.get(name) * recipe.title;
+  }
+  return {mixture: Object.keys(used).length ? used : mixture, same, bm25: total > 0 ? bm25 / total : 0, title,
+          depth: Math.max(...[...recipes.values()].map((r) => r.depth))};
+}
+
+// plan.resolve, as far as the page needs it: {mode, recipe} of a mixture ({name: weight}) under
+// `hybrid` ("", "weighted", "rrf"); null when a name is not one of `relations` (GET /relations rows).
+// The server decides (and refuses what it refuses); this names the scale the page labels its scores with.
+export function plan(relations, mixture, hybrid = "") {
+  const byName = new Map(relations.filter((r) => isObject(r) && typeof r.name === "string").map((r) => [r.name, r]));
+  const names = Object.keys(mixture);
+  if (!names.length || names.some((n) => !byName.has(n))) return null;
+  if (names.some((n) => byName.get(n).kind === "projection")) {
+    return {mode: "projection", recipe: {mixture: {...mixture}, bm25: 0, title: 0, same: {}, depth: 100}};
+  }
+  const recipes = new Map(names.map((n) => [n, relationRecipe(byName, n)]));
+  let recipe = combine(recipes, new Map(Object.entries(mixture)));
+  if (hybrid === "weighted") recipe = {...recipe, bm25: 0.5};
+  if (hybrid === "rrf") return {mode: "rrf", recipe};
+  const plain = !recipe.bm25 && !recipe.title && !Object.values(recipe.same).some(Boolean);
+  return {mode: plain ? "dense" : "recipe", recipe};
+}
+
+// The score scale of each mode, as the page labels a score (plan.SCALES in words)
+export const SCALES = {
+  dense: {label: "cosine", title: "⟨q, t̂⟩: a cosine, or the weighted sum of cosines of a mixture"},
+  projection: {label: "cosine", title: "cosine in the relation's projected space"},
+  recipe: {label: "recipe score", title: "(1 − b)·minmax(dense) + b·minmax(BM25) + bonuses: in [0, 1 + bonuses] " +
+                                         "within the candidate pool, below 0 past it. Not a cosine."},
+  rrf: {label: "rrf", title: "reciprocal rank fusion of the dense and BM25 lists: Σ 1/(60 + rank), at most 0.033. " +
+                             "Not a cosine."},
+};
+
+const PART_LABELS = {"recipe:dense": "dense", "recipe:bm25": "BM25", "recipe:past-pool": "past the pool"};
+
+// The parts of one hit's score that add up to it: [{key, label, value, kind}], kind one of dense, bm25,
+// same, past-pool, mixture, score. Recipe mode: the recipe:* parts; a dense mixture: its mixture:NAME
+// parts; otherwise (one operator, rrf, a projection) the score alone, labelled `single`.
+export function scoreParts(hit, mode, single) {
+  const explain = isObject(hit.explain) ? hit.explain : {};
+  const named = (prefix) => Object.entries(explain).filter(([k, v]) => k.startsWith(prefix) && isNumber(v));
+  let parts = [];
+  if (mode === "recipe") {
+    parts = named("recipe:").map(([key, value]) => ({
+      key, value, label: PART_LABELS[key] || `same ${key.slice("recipe:same:".length)}`,
+      kind: key.startsWith("recipe:same:") ? "same" : key.slice("recipe:".length)}));
+  } else if (mode === "dense") {
+    parts = named("mixture:").map(([key, value]) => ({key, value, label: key.slice("mixture:".length), kind: "mixture"}));
+  }
+  const sum = parts.reduce((total, p) => total + p.value, 0);
+  if (!parts.length || !isNumber(hit.score) || Math.abs(sum - hit.score) > 1e-3 * Math.max(1, Math.abs(hit.score))) {
+    return [{key: "score", value: isNumber(hit.score) ? hit.score : 0, label: single, kind: "score"}];
+  }
+  return parts;
+}
+
+// `explain` entries that are not parts of the score: the raw dense ⟨q, t̂⟩, the title's cosine, each operator's cosine
+export function cosines(hit) {
+  const explain = isObject(hit.explain) ? hit.explain : {};
+  return Object.entries(explain).filter(([k, v]) => !k.startsWith("recipe:") && !k.startsWith("mixture:") && isNumber(v));
+}
