@@ -33,15 +33,13 @@ def collapse_depth(need: int) -> int:
     return max(need, min(need * COLLAPSE_FACTOR, MAX_COLLAPSE_CANDIDATES))
 
 
-def collapse(hits: Sequence[H], field: str) -> list[H]:
-    """``hits`` (best first) keeping the first hit of each value of ``metadata[field]``."""
-    seen, out = set(), []
+def collapse(hits: Sequence[H], field: str, taken: Sequence = ()) -> list[H]:
+    """``hits`` (best first) keeping the first hit of each value of ``metadata[field]``, and none
+    whose value is among ``taken`` (the query document's own: GOOG's peers list no GOOGL)."""
+    seen, out = {_key(v) for v in taken}, []
     for hit in hits:
         if field in hit.metadata:
-            value = hit.metadata[field]
-            if isinstance(value, float) and value.is_integer():  # 1.0 is the number 1, as filters match it
-                value = int(value)
-            key = json.dumps(value, sort_keys=True, ensure_ascii=False)
+            key = _key(hit.metadata[field])
             if key in seen:
                 continue
             seen.add(key)
@@ -49,13 +47,22 @@ def collapse(hits: Sequence[H], field: str) -> list[H]:
     return out
 
 
+def _key(value) -> str:
+    """A collapse value as compared: its JSON text (``true`` is not ``1``), 1.0 as the number 1."""
+    if isinstance(value, float) and value.is_integer():  # 1.0 is the number 1, as filters match it
+        value = int(value)
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
 def search_collapsed(run: Callable[[int], list[list[H]]], *, need: int, field: str | None,
-                     limit: int, stop: Callable[[], bool] | None = None) -> list[list[H]]:
+                     limit: int, stop: Callable[[], bool] | None = None,
+                     taken: Sequence[Sequence] | None = None) -> list[list[H]]:
     """``run(fetch)``: the top ``fetch`` hits per query. Returns each query's hits collapsed on
     ``field`` (uncollapsed if None), at least ``need`` of them whenever that many groups exist
     among the first ``min(limit, collapse_depth(need))`` candidates (``limit``: the live
     documents): the fetch widens ×4 until they do. ``stop()`` is asked before each widening
-    round; when it says True, :class:`SearchStopped` is raised."""
+    round; when it says True, :class:`SearchStopped` is raised. ``taken``: per query, the values
+    its results never show (:func:`collapse`)."""
     limit = min(limit, collapse_depth(need)) if field is not None else limit
     fetch = need
     while True:
@@ -64,7 +71,7 @@ def search_collapsed(run: Callable[[int], list[list[H]]], *, need: int, field: s
         results = run(fetch)
         if field is None:
             return results
-        collapsed = [collapse(hits, field) for hits in results]
+        collapsed = [collapse(hits, field, taken[i] if taken else ()) for i, hits in enumerate(results)]
         short = any(len(c) < need and len(h) >= fetch for c, h in zip(collapsed, results))
         if not short or fetch >= limit:
             return collapsed

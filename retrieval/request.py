@@ -169,9 +169,22 @@ class Plan:
             return []
         options = self.options
         ranked = search_collapsed(self.top, need=options.offset + options.k, field=options.collapse,
-                                  limit=self.backend.live_count, stop=stop)
+                                  limit=self.backend.live_count, stop=stop, taken=self.own_groups())
         return [options.shape(page(hits, offset=options.offset, k=options.k, min_score=options.min_score))
                 for hits in ranked]
+
+    def own_groups(self) -> list[list] | None:
+        """Per query, the collapse values of its own document and of its liked examples: a collapsed
+        answer never lists them (GOOG's peers collapsed on a company field list no GOOGL)."""
+        field = self.options.collapse
+        if field is None:
+            return None
+        ids = [[d for d in [q.doc_id, *(e.doc_id for e in q.like)] if d] for q in self.queries]
+        store = self.backend.local.files.docstore
+        positions = store.positions([d for row in ids for d in row])
+        docs = store.get(sorted(set(positions.values()))) if positions else {}
+        return [[docs[positions[d]]["metadata"][field] for d in row
+                 if d in positions and field in docs[positions[d]]["metadata"]] for row in ids]
 
     def top(self, fetch: int) -> list[list[Hit]]:
         """Each query's first ``fetch`` hits, re-ranked by the head when the options name one."""

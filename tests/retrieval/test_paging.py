@@ -73,6 +73,17 @@ def test_api_pages_concatenate_and_collapse_gives_distinct_values(index):
         index.search("x", collapse="colour")
 
 
+def test_a_collapsed_answer_never_lists_the_query_documents_own_group(index):
+    """GOOG's peers collapsed on a company field list no GOOGL: the query document's value (and a liked
+    example's) is taken before the first hit, as `relsearch lookup --collapse` does."""
+    sector = next(h for h in index.search(id="C", k=120) if h.id == "BAC").metadata["gics_sector"]
+    peers = index.search(id="BAC", k=5, collapse="gics_sector")
+    assert sector not in {h.metadata["gics_sector"] for h in peers} and len(peers) == 5
+    liked = index.search(like=[{"id": "BAC"}], k=5, collapse="gics_sector")
+    assert sector not in {h.metadata["gics_sector"] for h in liked}
+    assert [h.id for h in collapse([*peers], "gics_sector", [sector])] == [h.id for h in peers]
+
+
 def test_cli_offset_collapse_and_an_empty_filter(small_index):
     from relsearch.cli import cli
 
