@@ -69,9 +69,10 @@ class Hits(list):
     negated, it keeps every document), with the quoted form to use (``Searcher.filter_warnings``);
     and one per part of a named relation that cannot apply to this query (retrieval/plan.py)."""
 
-    def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = ()):
+    def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = (), facets: dict | None = None):
         super().__init__(hits)
         self.warnings: list[str] = list(warnings)
+        self.facets: dict[str, list[list]] = facets or {}  # field → [value, count] over the first facet_depth hits
 
 
 @dataclass(frozen=True)
@@ -231,16 +232,21 @@ class Index:
                filters: dict[str, FilterValue | dict] | None = None, explain: bool = False, rerank: str | None = None,
                rerank_depth: int | None = None, hybrid: str | None = None,
                hybrid_weight: float | None = None, fields: Sequence[str] | None = None,
-               metadata: bool = True, like: Sequence[dict] = (), unlike: Sequence[dict] = ()) -> Hits:
+               metadata: bool = True, like: Sequence[dict] = (), unlike: Sequence[dict] = (),
+               facets: Sequence[str] = (), facet_depth: int = search_request.FACET_DEPTH,
+               highlight: bool = False) -> Hits:
         """Hits for one query (see :class:`SearchRequest`), a list with ``warnings`` (:class:`Hits`:
         filter operators that can never match); raises :class:`RequestError`. ``fields``: the
         metadata fields each hit keeps (default all); ``metadata=False``: none. ``like`` /
         ``unlike`` instead of text or id: examples ``{"id": ...}`` or ``{"text": ...}`` with an
-        optional ``"weight"`` (docs/how-a-query-runs.md, "Examples as a query")."""
+        optional ``"weight"`` (docs/how-a-query-runs.md, "Examples as a query"). ``facets``: metadata
+        fields whose values are counted over the first ``facet_depth`` hits (``Hits.facets``);
+        ``highlight``: each hit's ``highlights``, the offsets of the query's BM25 terms in its text."""
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
                             min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
                             rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight,
-                            fields=fields, metadata=metadata, like=like, unlike=unlike)
+                            fields=fields, metadata=metadata, like=like, unlike=unlike, facets=tuple(facets),
+                            facet_depth=facet_depth, highlight=highlight)
         out = self.search_batch([req]).results[0]
         if isinstance(out, Exception):
             raise out
@@ -278,7 +284,8 @@ class Index:
             for rows in groups.values():
                 warnings = _filter_warnings(searcher, requests[rows[0]].filters)  # the group shares its filters
                 for i, result in zip(rows, self._answer(searcher, requests, rows, late)):
-                    out[i] = result if isinstance(result, Exception) else Hits(result, [*warnings, *result.warnings])
+                    out[i] = result if isinstance(result, Exception) else \
+                        Hits(result, [*warnings, *result.warnings], result.facets)
             return BatchAnswer(searcher.files.root.name, out)
 
     def filter_warnings(self, filters: dict | None) -> list[str]:
@@ -429,7 +436,7 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
     # JSON text keeps each value's type: True == 1 in Python, but the filters differ
     typed_filters = json.dumps(req.filters, sort_keys=True)
     return (req.k + req.offset, req.collapse, typed_filters, req.explain, req.rerank, req.rerank_depth,
-            projection, req.hybrid, req.hybrid_weight)
+            projection, req.hybrid, req.hybrid_weight, tuple(req.facets), req.facet_depth, req.highlight)
 
 
 def _filter_warnings(searcher: Searcher, filters) -> list[str]:
@@ -458,8 +465,9 @@ def _run(searcher: Searcher, requests: list[SearchRequest], stop=None) -> list[l
     with blame("query"):
         plan = search_request.plan(searcher, [r.query() for r in requests], shared)
         ranked = plan.run(stop=stop)
-    return [Hits(r.shape(page(hits, offset=r.offset, k=r.k, min_score=r.min_score)), scoring.warnings)
-            for r, hits, scoring in zip(requests, ranked, plan.scorings)]
+        facets = plan.facets()
+    return [Hits(r.shape(page(hits, offset=r.offset, k=r.k, min_score=r.min_score)), plan.warnings_for(i), counts)
+            for i, (r, hits, counts) in enumerate(zip(requests, ranked, facets))]
 
 
 def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits) -> rec.Record:

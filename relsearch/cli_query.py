@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from relsearch.retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, merge_filters, parse_filter
+from relsearch.retrieval.inputs import FACET_DEPTH, MAX_K, MAX_RERANK_DEPTH, merge_filters, parse_filter
 
 
 def _warn_if_stale_mirror(manifest, alias: str) -> None:
@@ -75,6 +75,12 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
               help="With --like: push documents like this indexed one down (repeatable, optional weight).")
 @click.option("--like-text", "like_texts", multiple=True, metavar="TEXT", help="With or instead of --like: a text example.")
 @click.option("--unlike-text", "unlike_texts", multiple=True, metavar="TEXT", help="A text to push away from.")
+@click.option("--facet", "facets", multiple=True, metavar="FIELD",
+              help="Count the values of metadata FIELD over the first --facet-depth hits (repeatable).")
+@click.option("--facet-depth", type=click.IntRange(min=1, max=MAX_K), default=FACET_DEPTH, show_default=True,
+              help="Hits the --facet counts cover.")
+@click.option("--highlight", is_flag=True,
+              help="Mark the query's BM25 terms in each hit's text ([term] in the table, offsets in --json).")
 @click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
 @click.option("-k", default=10, show_default=True, type=click.IntRange(min=1, max=MAX_K),
               help=f"Hits per query, at most {MAX_K:,} (more than the index holds: all of them).")
@@ -126,7 +132,7 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json,
           fields, no_metadata, explain, model, ef_search, nprobe,
           rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion,
-          hybrid_weight, likes, unlikes, like_texts, unlike_texts):
+          hybrid_weight, likes, unlikes, like_texts, unlike_texts, facets, facet_depth, highlight):
     """Find documents standing in --relation to TEXT (or to --id, to --like examples, or to each line of --queries)."""
     from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval import request
@@ -143,7 +149,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
     options = request.SearchOptions(k=k, offset=offset, min_score=min_score, collapse=collapse_field, filters=filters,
                                     explain=explain, rerank=head, rerank_depth=rerank_depth,
                                     hybrid=hybrid, hybrid_weight=hybrid_weight,
-                                    fields=fields, metadata=not no_metadata)
+                                    fields=fields, metadata=not no_metadata, facets=facets, facet_depth=facet_depth,
+                                    highlight=highlight)
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
                         num_candidates=num_candidates, fusion=fusion) if backend == "es" else None
     try:
@@ -171,6 +178,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         for line in [*(searcher.filter_warnings(filters) if filters else ()), *plan.warnings]:
             click.echo(f"warning: {line}", err=True)
         results = plan.run()
+        counts = plan.facets()
         modes = {s.mode for s in plan.scorings}
         fused = modes.pop() if len(modes) == 1 and head is None else None
         if filters and queries and not any(results) and not len(searcher.matching(filters)):
@@ -180,10 +188,11 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         _fail(e.args[0] if isinstance(e, KeyError) else str(e))
     if queries_file:
-        for q, hits in zip(queries, results):
-            payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits]}
+        for q, hits, facet in zip(queries, results, counts):
+            payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits], **({"facets": facet} if facets else {})}
             click.echo(json.dumps(payload, ensure_ascii=False) if as_json
-                       else _table(hits, title=f"query {q.query_id}", first=offset + 1, fields=fields, fused=fused))
+                       else _table(hits, title=f"query {q.query_id}", first=offset + 1, fields=fields, fused=fused)
+                       + _facet_lines(facet))
         for err in errors:
             click.echo(f"{queries_file}:{err['line']}: {err['error']}", err=True)
         if errors:
@@ -193,12 +202,19 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
     if as_json:
         for rank, hit in enumerate(hits, offset + 1):
             click.echo(json.dumps(hit.to_json(rank), ensure_ascii=False))
+        if facets:  # one last line, after the hits: {"facets": {field: [[value, count], ...]}}
+            click.echo(json.dumps({"facets": counts[0]}, ensure_ascii=False))
     else:
-        click.echo(_table(hits, first=offset + 1, fields=fields, fused=fused))
+        click.echo(_table(hits, first=offset + 1, fields=fields, fused=fused) + _facet_lines(counts[0]))
+
+
+def _facet_lines(facets: dict) -> str:
+    """The table's facet counts: one line per field, its values by count."""
+    return "".join(f"\nfacet {name}: " + ", ".join(f"{_cell(v)} {n}" for v, n in values) for name, values in facets.items())
 
 
 # the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
-OPTION_FLAGS = {"text": "TEXT", "id": "--id", "like": "--like", "relations": "--relation", "k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
+OPTION_FLAGS = {"text": "TEXT", "id": "--id", "like": "--like", "facets": "--facet", "facet_depth": "--facet-depth", "relations": "--relation", "k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
                 "filters": "--filter", "rerank": "--rerank", "rerank_depth": "--rerank-depth", "hybrid": "--hybrid",
                 "hybrid_weight": "--hybrid-weight", "fields": "--fields", "metadata": "--no-metadata"}
 
@@ -235,6 +251,15 @@ FUSED = {"rrf": "rrf", "recipe": "recipe"}  # the plan's mode (retrieval/plan.py
 PARTS = ("mixture:", "recipe:")  # explain keys of a score's parts (an operator may be named aspect:FIELD)
 
 
+def _marked(hit) -> str:
+    """The hit's text with each highlighted term in [brackets] (--highlight)."""
+    text, out, at = hit.text, [], 0
+    for start, end in hit.highlights or ():
+        out += [text[at:start], "[", text[start:end], "]"]
+        at = end
+    return "".join(out) + text[at:]
+
+
 def _cell(value, width: int = 24) -> str:
     text = " ".join(("" if value is None else value if isinstance(value, str) else json.dumps(value)).split())
     return text[:width - 1] + "…" if len(text) > width else text
@@ -256,7 +281,7 @@ def _table(hits, title: str | None = None, first: int = 1, fields: list[str] | N
         lines.append(f"{'rank':>4}  {FUSED.get(fused, 'score'):>7}  {'id':<16}  {extra}text")
     width = 90 if not columns else 60
     for rank, h in enumerate(hits, first):
-        snippet = " ".join(h.text.split())
+        snippet = " ".join(_marked(h).split())
         snippet = snippet[:width] + ("…" if len(snippet) > width else "")
         scores = f"{h.score:7.4f}  {h.ann_score:7.4f}  {h.ann_rank:>4}" if reranked else f"{h.score:7.4f}"
         cells = "".join(f"{_cell(h.metadata.get(f)):<{w}}  " for f, w in columns)

@@ -35,6 +35,7 @@ class Hit:
     reranker: str | None = None
     ann_score: float | None = None
     ann_rank: int | None = None
+    highlights: list[list[int]] | None = None  # [start, end) of each query term in text (retrieval/highlight.py)
 
     def shaped(self, fields: Sequence[str] | None = None, metadata: bool = True) -> Hit:
         """This hit with only the metadata the caller asked for (Elasticsearch's ``_source``
@@ -49,7 +50,7 @@ class Hit:
 
     def to_json(self, rank: int | None = None) -> dict:
         """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?, "ann_score"?, "ann_rank"?,
-        "reranker"?}``: the document's own fields stay nested under "metadata", so none of them (an
+        "reranker"?, "highlights"?}``: the document's own fields stay nested under "metadata", so none of them (an
         "id", a "score") can pose as the hit's."""
         out = {} if rank is None else {"rank": rank}
         out.update({"id": self.id, "score": round(float(self.score), 6), "text": self.text, "metadata": self.metadata})
@@ -57,6 +58,8 @@ class Hit:
             out["explain"] = {k: round(float(v), 6) for k, v in self.explain.items()}
         if self.reranker is not None:
             out.update(ann_score=round(float(self.ann_score), 6), ann_rank=self.ann_rank, reranker=self.reranker)
+        if self.highlights is not None:
+            out["highlights"] = self.highlights
         return out
 
 

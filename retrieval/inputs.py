@@ -20,6 +20,7 @@ MAX_RERANK_DEPTH = 10_000  # ANN candidates re-scored by a pair head (query --re
 # Scores are Σ w·cos in float32: a weight beyond this says nothing a smaller one cannot, and near
 # float32's range (3.4e38) the query vector overflows to inf/nan.
 MAX_WEIGHT = 1e6
+FACET_DEPTH = 100  # hits a facet counts by default (Elasticsearch counts every match; a vector search's are ranked)
 # A --filter expression nests brackets ([ and {, outside double quotes) at most this deep: deeper ones are
 # refused before any JSON is decoded (json.loads recurses once per level: 3,000 levels raised RecursionError).
 MAX_FILTER_NESTING = 32

@@ -21,10 +21,12 @@ from dataclasses import dataclass, field
 
 from .hybrid import METHODS as HYBRID_METHODS
 from .hybrid import check as check_fusion
-from .inputs import MAX_K, MAX_RERANK_DEPTH, Filters, check_filters
+from .inputs import FACET_DEPTH, MAX_K, MAX_RERANK_DEPTH, Filters, check_filters
 from .paging import page, search_collapsed
 from .plan import Scoring
 from .search import Hit, Query, QueryError
+
+MAX_FACETS = 16  # facet fields of one request
 
 
 class RequestError(ValueError):
@@ -73,6 +75,9 @@ class SearchOptions:
     hybrid_weight: float | None = None
     fields: list[str] | tuple[str, ...] | None = None
     metadata: bool = True
+    facets: list[str] | tuple[str, ...] = ()
+    facet_depth: int = FACET_DEPTH
+    highlight: bool = False
 
     def check(self) -> None:
         """The checks that need no index; a :class:`RequestError` naming the option."""
@@ -98,6 +103,10 @@ class SearchOptions:
             raise RequestError("min_score", "min_score must be a finite number")
         if self.fields and not self.metadata:
             raise RequestError("fields", "fields chooses metadata fields, metadata false drops them all: give one")
+        if not 1 <= self.facet_depth <= MAX_K:
+            raise RequestError("facet_depth", f"facet_depth must be between 1 and {MAX_K:,}, got {self.facet_depth:,}")
+        if len(self.facets) > MAX_FACETS:
+            raise RequestError("facets", f"at most {MAX_FACETS} facet fields, got {len(self.facets)}")
 
     def check_types(self) -> None:
         """Each option has its JSON type, as the server's schema says (``true`` is not a number,
@@ -117,7 +126,11 @@ class SearchOptions:
                   "filters": ("an object {field: value}", lambda v: isinstance(v, Mapping)),
                   "fields": ("a list of metadata field names", lambda v: v is None or isinstance(v, (list, tuple))
                              and all(isinstance(f, str) and f != "" for f in v)),
-                  "metadata": ("true or false", lambda v: isinstance(v, bool))}
+                  "metadata": ("true or false", lambda v: isinstance(v, bool)),
+                  "facets": ("a list of metadata field names", lambda v: isinstance(v, (list, tuple))
+                             and all(isinstance(f, str) and f != "" for f in v)),
+                  "facet_depth": ("an integer", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+                  "highlight": ("true or false", lambda v: isinstance(v, bool))}
         for name, (kind, ok) in wanted.items():
             value = getattr(self, name)
             if not ok(value):
@@ -136,9 +149,10 @@ class SearchOptions:
         if self.rerank is not None:
             with blame("rerank"):
                 head_of(searcher, self.rerank)
-        unknown = [f for f in self.fields or () if f not in searcher.metadata_fields]
-        if unknown:
-            raise RequestError("fields", f"unknown field {unknown[0][:80]!r}; metadata fields: "
+        for name in ("fields", "facets"):
+            unknown = [f for f in getattr(self, name) or () if f not in searcher.metadata_fields]
+            if unknown:
+                raise RequestError(name, f"unknown field {unknown[0][:80]!r}; metadata fields: "
                                          f"{', '.join(searcher.metadata_fields) or '(none)'}")
 
     def shape(self, hits: list[Hit]) -> list[Hit]:
@@ -160,7 +174,14 @@ class Plan:
 
     @property
     def warnings(self) -> list[str]:
-        return list(dict.fromkeys(w for s in self.scorings for w in s.warnings))
+        """Every query's :meth:`warnings_for`, each line once."""
+        return list(dict.fromkeys(w for i in range(len(self.queries)) for w in self.warnings_for(i)))
+
+    def warnings_for(self, i: int) -> list[str]:
+        """What query ``i`` names that cannot contribute: its scoring's warnings, and a highlight
+        asked of a search without a BM25 part."""
+        unlit = self.options.highlight and not _lexical(self.scorings[i])
+        return [*self.scorings[i].warnings, *([NO_HIGHLIGHTS] if unlit else [])]
 
     def run(self, stop: Callable[[], bool] | None = None) -> list[list[Hit]]:
         """Each query's page of hits (see the module docstring). ``stop()``: asked between collapse
@@ -170,8 +191,43 @@ class Plan:
         options = self.options
         ranked = search_collapsed(self.top, need=options.offset + options.k, field=options.collapse,
                                   limit=self.backend.live_count, stop=stop, taken=self.own_groups())
-        return [options.shape(page(hits, offset=options.offset, k=options.k, min_score=options.min_score))
-                for hits in ranked]
+        pages = [options.shape(page(hits, offset=options.offset, k=options.k, min_score=options.min_score))
+                 for hits in ranked]
+        return self.highlighted(pages) if options.highlight else pages
+
+    def highlighted(self, pages: list[list[Hit]]) -> list[list[Hit]]:
+        """Each hit with the offsets of its query's BM25 terms in its text (retrieval/highlight.py), for
+        the queries whose search has a BM25 part."""
+        from .highlight import offsets, terms
+
+        texts = self.backend.local.query_texts(self.queries)
+        out = []
+        for hits, text, scoring in zip(pages, texts, self.scorings):
+            if _lexical(scoring):
+                wanted = terms(text)
+                hits = [dataclasses.replace(h, highlights=offsets(h.text, wanted)) for h in hits]
+            out.append(hits)
+        return out
+
+    def facets(self) -> list[dict[str, list[list]]]:
+        """Per query, per ``options.facets`` field, ``[value, count]`` over its first
+        ``options.facet_depth`` hits (Elasticsearch's terms aggregation over the candidates, under
+        the same filters), most frequent first, ties by value's JSON text; hits without the field
+        are not counted."""
+        import json
+        from collections import Counter
+
+        if not self.options.facets or not self.queries:
+            return [{} for _ in self.queries]
+        out = []
+        for hits in self.ranked(self.options.facet_depth):
+            counts = {}
+            for name in self.options.facets:
+                values = Counter(json.dumps(h.metadata[name], sort_keys=True, ensure_ascii=False)
+                                 for h in hits if name in h.metadata)
+                counts[name] = [[json.loads(v), n] for v, n in sorted(values.items(), key=lambda kv: (-kv[1], kv[0]))]
+            out.append(counts)
+        return out
 
     def own_groups(self) -> list[list] | None:
         """Per query, the collapse values of its own document and of its liked examples: a collapsed
@@ -221,6 +277,15 @@ class Plan:
             for i, row in zip(rows, hits):
                 out[i] = row
         return out
+
+
+NO_HIGHLIGHTS = ("highlight marks the BM25 terms a hit matched: this search has no BM25 part (name a relation "
+                 "whose recipe fuses BM25, or add hybrid)")
+
+
+def _lexical(scoring: Scoring) -> bool:
+    """Whether a scoring ranks with BM25 (rrf, or a recipe with a BM25 share)."""
+    return scoring.mode == "rrf" or scoring.recipe.bm25 > 0
 
 
 def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
