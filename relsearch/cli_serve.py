@@ -1,4 +1,4 @@
-"""``relsearch serve``: parse options, open the indexes, run the HTTP server (relsearch/serve.py).
+"""``relsearch serve``: parse options, open the indexes, run the HTTP server (relsearch/serve/).
 
 Registered in :mod:`relsearch.cli`; kept free of imports from it so either module can load first.
 """

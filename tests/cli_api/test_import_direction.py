@@ -10,7 +10,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("encoder", "indexer", "retrieval", "pipelines", "bench")
 # What each layer may import besides itself. "base" is the package root every layer sits on
 # (relsearch/__init__.py: the version; relsearch/faults.py: the test-only kill points both writers
-# use); "api" is the Python API, the HTTP server and client (relsearch/api.py, serve.py, client.py);
+# use); "api" is the Python API, the HTTP server and client (relsearch/api.py, serve/, client.py);
 # "cli" is the rest of relsearch/ (click commands). explorer.py: the server's helpers for the explorer page.
 ALLOWED = {
     "base": set(),
@@ -87,6 +87,37 @@ def arrows_against_the_design() -> list[str]:
 
 def test_imports_flow_one_way():
     assert arrows_against_the_design() == []
+
+
+# Inside the HTTP server (relsearch/serve/, its __init__ lists them): each module imports only those before it here.
+SERVE_ORDER = ("models", "errors", "metrics", "batching", "security", "served", "routers", "app")
+
+
+def arrows_inside_the_server() -> list[str]:
+    wrong = []
+    for file in sorted((ROOT / "relsearch" / "serve").rglob("*.py")):
+        module = _module_path("relsearch", file)
+        is_package = file.name == "__init__.py"
+        if is_package:
+            module = module[:-1]
+        if module == ("relsearch", "serve"):
+            continue  # the package re-exports every module's names
+        if module[2] not in SERVE_ORDER:
+            wrong.append(f"{file.relative_to(ROOT)}: not in SERVE_ORDER ({', '.join(SERVE_ORDER)})")
+            continue
+        for target in _imports(module, ast.parse(file.read_text(encoding="utf-8")), is_package):
+            if target[:2] != ("relsearch", "serve") or target[2:3] == module[2:3]:
+                continue
+            if len(target) == 2 or target[2] not in SERVE_ORDER:
+                wrong.append(f"{file.relative_to(ROOT)} imports {'.'.join(target)}: name one of SERVE_ORDER "
+                             f"({', '.join(SERVE_ORDER)})")
+            elif SERVE_ORDER.index(target[2]) > SERVE_ORDER.index(module[2]):
+                wrong.append(f"{file.relative_to(ROOT)} imports {'.'.join(target)}, which comes after it in SERVE_ORDER")
+    return wrong
+
+
+def test_the_server_modules_import_one_way():
+    assert arrows_inside_the_server() == []
 
 
 def test_the_check_sees_imports_inside_functions(tmp_path, monkeypatch):

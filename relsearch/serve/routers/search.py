@@ -1,0 +1,124 @@
+"""``POST /search``, ``POST /search/batch``, ``GET /relations`` and ``POST /score``.
+
+Searches go through the index's :class:`~relsearch.serve.batching.Batcher` (one encoder pass for
+many requests), bounded in cost before they queue and in bytes as their hits are written.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+from starlette.exceptions import HTTPException
+
+from ...api import RequestError, SearchRequest
+from ...retrieval.paging import SearchStopped, collapse_depth
+from ..batching import request_cost
+from ..errors import READ_ERRORS, SEARCH_ERRORS
+from ..models import BatchBody, ScoreBody, SearchBody
+from ..served import Served
+
+
+def head(name: str, generation: str) -> str:
+    return json.dumps({"index": name, "generation": generation}, ensure_ascii=False)[:-1]
+
+
+def warnings_json(results) -> str:
+    """The filter warnings of these results (api.Hits.warnings: operators that can never match),
+    each once: the queries of one request share their filters."""
+    said = [w for result in results for w in getattr(result, "warnings", ())]
+    return json.dumps(list(dict.fromkeys(said)), ensure_ascii=False)
+
+
+def add_routes(router: APIRouter, served: Served) -> None:
+    limits, pick = served.limits, served.pick
+
+    def costed(requests: list[SearchRequest], field: str) -> list[SearchRequest]:
+        cost = sum(map(request_cost, requests))
+        if cost > limits.max_hits:
+            raise RequestError(field, f"this request may cost {cost:,} hits (per query: k + offset candidates, "
+                                      f"{collapse_depth(1)}x with collapse, at least rerank_depth with rerank, "
+                                      f"x2 with explain), over the {limits.max_hits:,} a request may cost "
+                                      f"(--max-hits): ask for fewer queries or a smaller k")
+        return requests
+
+    async def searched(name: str | None, requests: list[SearchRequest]):
+        name, batcher = pick(name)
+        deadline = time.monotonic() + limits.timeout_s  # past it the pass skips or stops this request's work
+        try:
+            generation, results = await asyncio.wait_for(batcher.search(requests, deadline), limits.timeout_s)
+        except asyncio.TimeoutError:
+            raise HTTPException(503, f"search did not finish within {limits.timeout_s} s") from None
+        return name, generation, results
+
+    def hits_json(hits, offset: int, budget: list[int]) -> str:
+        """The hits as a JSON array, charged to ``budget[0]`` (bytes left in this response)."""
+        parts = []
+        for rank, hit in enumerate(hits, offset + 1):
+            part = json.dumps(hit.to_json(rank), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+            budget[0] -= len(part.encode("utf-8")) + 1
+            if budget[0] < 0:
+                raise RequestError("k", f"the response would be larger than {limits.max_response_bytes:,} bytes "
+                                        "(--max-response-bytes): ask for fewer hits (k) or fewer queries")
+            parts.append(part)
+        return "[" + ",".join(parts) + "]"
+
+    def failed(result: Exception) -> HTTPException | Exception:
+        if isinstance(result, SearchStopped):
+            return HTTPException(503, f"search did not finish within {limits.timeout_s} s")
+        return result
+
+    @router.post("/search", summary="Top-k documents standing in a relation to a text or an indexed document",
+                 responses=SEARCH_ERRORS)
+    async def search(body: SearchBody):
+        requests = costed([body.request(body.text, body.id, like=body.like, unlike=body.unlike)], "k")
+        name, generation, [result] = await searched(body.index, requests)
+        if isinstance(result, Exception):
+            raise failed(result)
+        # written here, hit by hit, within max_response_bytes (FastAPI's generic encoder is not needed)
+        content = (head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes])
+                   + ',"warnings":' + warnings_json([result]) + "}")
+        return Response(content, media_type="application/json")
+
+    @router.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query",
+                 responses=SEARCH_ERRORS)
+    async def search_batch(body: BatchBody):
+        if len(body.queries) > limits.max_batch:
+            raise RequestError("queries", f"at most {limits.max_batch} queries per batch, got {len(body.queries)}")
+        requests = costed([body.request(q.text, q.id, q.relations, q.like, q.unlike) for q in body.queries], "queries")
+        name, generation, results = await searched(body.index, requests)
+        out, budget = [], [limits.max_response_bytes]
+        for i, result in enumerate(results):
+            if isinstance(result, SearchStopped):
+                raise failed(result)
+            if isinstance(result, RequestError):
+                error = {"field": f"queries[{i}].{result.field}", "message": result.message}
+            elif isinstance(result, Exception):  # logged where it happened; this query alone failed
+                error = {"field": f"queries[{i}]", "message": f"internal error ({type(result).__name__}); "
+                                                               "see the server log"}
+            else:
+                out.append('{"results":' + hits_json(result, body.offset, budget) + "}")
+                continue
+            out.append(json.dumps({"error": error}, ensure_ascii=False))
+        return Response(head(name, generation) + ',"batch":[' + ",".join(out) + '],"warnings":' + warnings_json(results)
+                        + "}", media_type="application/json")
+
+    @router.get("/relations", summary="The relation operators and re-ranking heads of an index's bundle",
+                responses=READ_ERRORS)
+    async def relations(index: str | None = None):
+        name, batcher = pick(index)
+        return {"index": name, "relations": batcher.index.relations()}
+
+    @router.post("/score", summary="Every relation's score for a → b: what --relation runs, its recipe's dense part",
+                 responses=SEARCH_ERRORS)
+    async def score(body: ScoreBody):
+        name, batcher = pick(body.index)
+        deadline = time.monotonic() + limits.timeout_s
+        try:
+            scores = await asyncio.wait_for(batcher.call(batcher.index.score, body.a, body.b, deadline=deadline),
+                                            limits.timeout_s)
+        except (asyncio.TimeoutError, SearchStopped):
+            raise HTTPException(503, f"score did not finish within {limits.timeout_s} s") from None
+        return {"index": name, "scores": dict(scores), "warnings": getattr(scores, "warnings", [])}
