@@ -282,8 +282,12 @@ class Index:
                 except Exception as e:  # noqa: BLE001 - this request's own failure, answered alone
                     out[i] = _logged(e)
             for rows in groups.values():
-                warnings = _filter_warnings(searcher, requests[rows[0]].filters)  # the group shares its filters
-                for i, result in zip(rows, self._answer(searcher, requests, rows, late)):
+                filters = requests[rows[0]].filters  # the group shares its filters
+                warnings = _filter_warnings(searcher, filters)
+                answers = self._answer(searcher, requests, rows, late)
+                if filters and any(isinstance(r, list) and not r for r in answers):  # why a filtered answer is empty
+                    warnings += _advice(searcher.no_match_warnings, filters)
+                for i, result in zip(rows, answers):
                     out[i] = result if isinstance(result, Exception) else \
                         Hits(result, [*warnings, *result.warnings], result.facets)
             return BatchAnswer(searcher.files.root.name, out)
@@ -440,10 +444,15 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
 
 
 def _filter_warnings(searcher: Searcher, filters) -> list[str]:
-    """``Searcher.filter_warnings`` for a validated request; advice only, so a failure here is no
-    warning (the search itself reports a bad filter)."""
+    """``Searcher.filter_warnings`` for a validated request (:func:`_advice`)."""
+    return _advice(searcher.filter_warnings, filters)
+
+
+def _advice(warnings, filters) -> list[str]:
+    """``warnings(filters)``; advice only, so a failure here is no warning (the search itself
+    reports a bad filter)."""
     try:
-        return searcher.filter_warnings(filters)
+        return warnings(filters)
     except Exception:  # noqa: BLE001
         logging.getLogger(__name__).debug("filter warnings failed", exc_info=True)
         return []

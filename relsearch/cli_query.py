@@ -181,8 +181,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         counts = plan.facets()
         modes = {s.mode for s in plan.scorings}
         fused = modes.pop() if len(modes) == 1 and head is None else None
-        if filters and queries and not any(results) and not len(searcher.matching(filters)):
-            click.echo(f"no document matches the filter {json.dumps(filters, ensure_ascii=False)}", err=True)
+        for line in searcher.no_match_warnings(filters) if queries and not any(results) else ():
+            click.echo(line if line.startswith("no document") else f"warning: {line}", err=True)
     except request.RequestError as e:
         _fail(f"{OPTION_FLAGS.get(e.field, e.field)}: {e.message}")
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:

@@ -8,6 +8,7 @@ excluded by an id selector and never come back.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -394,6 +395,24 @@ class Searcher:
             return self.files.docstore.filter_warnings(filters)
         except ValueError as e:
             raise QueryError(str(e)) from None
+
+    def no_match_warnings(self, filters: Filters | None) -> list[str]:
+        """When no live document matches ``filters``: one line saying so, and for each string
+        equality that another case of the value would match, the stored spelling and the
+        case-insensitive form (``gics_sector=energy`` where the index holds ``Energy``). For
+        ``relsearch query``'s stderr and the ``warnings`` of API / HTTP answers with no hits."""
+        if not filters or len(self.matching(filters)):
+            return []
+        out = [f"no document matches the filter {json.dumps(filters, ensure_ascii=False)[:300]}"]
+        for name, value in filters.items():
+            if isinstance(value, str) and name in self.metadata_fields:
+                alike = self.matching({name: {"ieq": value}})
+                if len(alike):
+                    stored = self.files.docstore.get([int(alike[0])])[int(alike[0])]["metadata"].get(name)
+                    out.append(f"{name}={value!r} matches no document but {name}={stored!r} does: values compare "
+                               f'case-sensitively; {name}~={value} (API: {{"{name}": {{"ieq": {json.dumps(value)}}}}}) '
+                               "ignores case")
+        return out
 
     def projection_of(self, queries: list[Query]) -> str | None:
         """The projection operator these queries search with (each alone), or None."""
