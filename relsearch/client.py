@@ -41,15 +41,17 @@ class Results(list):
     filter operator that can never match in this index, as ``relsearch.api.Hits.warnings``),
     ``generation`` and ``index`` (the generation and index that answered)."""
 
-    def __init__(self, items=(), *, warnings=(), generation: str | None = None, index: str | None = None):
+    def __init__(self, items=(), *, warnings=(), generation: str | None = None, index: str | None = None,
+                 facets: dict | None = None):
         super().__init__(items)
         self.warnings: list[str] = list(warnings)
         self.generation, self.index = generation, index
+        self.facets: dict = facets or {}  # field → [[value, count], ...] when the search asked for facets
 
     @classmethod
     def of(cls, answer: dict, key: str) -> Results:
         return cls(answer[key], warnings=answer.get("warnings", ()), generation=answer.get("generation"),
-                   index=answer.get("index"))
+                   index=answer.get("index"), facets=answer.get("facets"))
 
 
 class Client:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from ..api import MAX_K, MAX_RERANK_DEPTH, SearchRequest
+from ..retrieval.inputs import FACET_DEPTH
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +102,12 @@ class QueryOptions(_Body):
         None, max_length=1000, description="The metadata fields each hit carries, in this order (like Elasticsearch's "
         "_source filtering); default: every field.")
     metadata: bool = Field(True, description="false: hits carry no metadata (\"metadata\": {}).")
+    facets: list[Annotated[str, Field(min_length=1)]] = Field(
+        default_factory=list, max_length=16, description="Metadata fields whose values are counted over the first "
+        "facet_depth hits (the answer's \"facets\": {field: [[value, count], ...]}).")
+    facet_depth: int = Field(FACET_DEPTH, ge=1, le=MAX_K, description="Hits the facets count.")
+    highlight: bool = Field(False, description="Each hit's \"highlights\": [start, end) offsets of the query's BM25 "
+                                               "terms in its text (searches with a BM25 part).")
 
     def request(self, text: str | None, doc_id: str | None, relations: dict | None = None,
                 like: list[ExampleBody] = (), unlike: list[ExampleBody] = ()) -> SearchRequest:
@@ -110,7 +117,8 @@ class QueryOptions(_Body):
                              offset=self.offset, min_score=self.min_score, collapse=self.collapse,
                              filters=self.filters, explain=self.explain, rerank=self.rerank,
                              rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight,
-                             fields=self.fields, metadata=self.metadata)
+                             fields=self.fields, metadata=self.metadata, facets=tuple(self.facets),
+                             facet_depth=self.facet_depth, highlight=self.highlight)
 
 
 class SearchBody(QueryOptions):

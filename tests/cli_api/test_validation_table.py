@@ -109,3 +109,12 @@ def test_a_case_mismatch_says_so_in_every_interface(small_index, index, server):
     assert bad["filters"] is None and [e["field"] for e in bad["errors"]] == ["filters[0]", "filters[1]"]
     out = CliRunner().invoke(cli, ["query", TEXT, "--index", str(small_index), "--filter", "colour=red"])
     assert out.exit_code != 0 and "--filter: unknown filter field 'colour'" in out.output
+
+
+def test_facets_and_highlights_answer_alike_over_http_and_in_the_client(index, server):
+    want = index.search("natural gas pipelines", k=3, facets=["gics_sector"], hybrid="rrf", highlight=True)
+    got = Client(server).search(text="natural gas pipelines", k=3, facets=["gics_sector"], hybrid="rrf", highlight=True)
+    assert want.facets and got.facets == want.facets
+    assert [h["highlights"] for h in got] == [h.highlights for h in want] and any(h.highlights for h in want)
+    batch = Client(server).search_batch([{"text": "natural gas pipelines"}], k=3, facets=["gics_sector"])
+    assert batch[0]["facets"] == want.facets

@@ -60,3 +60,4 @@ def test_the_cli_and_the_api_give_facets_and_highlights(small_index):
     assert caught.value.field == "facets"
     with pytest.raises(RequestError, match="facet_depth must be between"):
         index.search("x", facets=["gics_sector"], facet_depth=0)
+

@@ -32,6 +32,12 @@ def warnings_json(results) -> str:
     return json.dumps(list(dict.fromkeys(said)), ensure_ascii=False)
 
 
+def facets_json(result) -> str:
+    """``,"facets":{...}`` when the request asked for facets (api.Hits.facets), else nothing."""
+    facets = getattr(result, "facets", None)
+    return ',"facets":' + json.dumps(facets, ensure_ascii=False, allow_nan=False) if facets else ""
+
+
 def add_routes(router: APIRouter, served: Served) -> None:
     limits, pick = served.limits, served.pick
 
@@ -79,7 +85,7 @@ def add_routes(router: APIRouter, served: Served) -> None:
             raise failed(result)
         # written here, hit by hit, within max_response_bytes (FastAPI's generic encoder is not needed)
         content = (head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes])
-                   + ',"warnings":' + warnings_json([result]) + "}")
+                   + ',"warnings":' + warnings_json([result]) + facets_json(result) + "}")
         return Response(content, media_type="application/json")
 
     @router.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query",
@@ -99,7 +105,7 @@ def add_routes(router: APIRouter, served: Served) -> None:
                 error = {"field": f"queries[{i}]", "message": f"internal error ({type(result).__name__}); "
                                                                "see the server log"}
             else:
-                out.append('{"results":' + hits_json(result, body.offset, budget) + "}")
+                out.append('{"results":' + hits_json(result, body.offset, budget) + facets_json(result) + "}")
                 continue
             out.append(json.dumps({"error": error}, ensure_ascii=False))
         return Response(head(name, generation) + ',"batch":[' + ",".join(out) + '],"warnings":' + warnings_json(results)
