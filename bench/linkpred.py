@@ -24,7 +24,12 @@ and so are other copies of the gold text (a duplicated document is not a competi
 Head prediction (``both_directions``) asks (?, r, t) with the operator named ``<r>^-1`` when the
 bundle has one (``relsearch train --inverse`` trains it on reversed triples, for every regime);
 otherwise translation operators use normalize(h_t − r) and other kinds report the direction as
-unavailable. Query encoders (kind ``encoder``) read the query text through their tower. Gold
+unavailable. ``both_directions=None`` (the default) predicts heads too when the bundle has ``<r>^-1``
+for every relation scored (it was trained with ``--inverse``): knowledge-graph papers report the
+mean of both directions. Rows ``mean`` average the two; ``summary`` holds, per method, the overall
+filtered figures with uniform keys: ``mrr_tail``, ``mrr_head`` and ``mrr`` (their mean; the tail's
+alone when only tails are predicted), likewise ``mr`` and ``hits@1/3/10``.
+Query encoders (kind ``encoder``) read the query text through their tower. Gold
 answers missing from the candidates are an error unless
 ``skip_missing``, which counts them per relation and leaves them out.
 """
@@ -71,7 +76,7 @@ class LinkPredJob:
     known: tuple[str, ...] = ()
     relations: tuple[str, ...] = ()  # () → each triple's own relation operator
     model: str | None = None  # bundle (default: the index's bundle, else the default relation pack)
-    both_directions: bool = False
+    both_directions: bool | None = None  # None: both when the bundle has "<r>^-1" for every relation scored
     skip_missing: bool = False
     text_field: str = "text"
     cache_dir: str | None = None  # vector cache for --candidates (default: encoder.training's)
@@ -154,15 +159,22 @@ class Candidates:
     inputs: dict
 
 
-def load_candidates(job: LinkPredJob, query_texts: list[str]) -> Candidates:
+def load_candidates(job: LinkPredJob, query_texts) -> Candidates:
+    """The candidates and the raw vectors of ``query_texts`` (a list, or a function of the bundle
+    that returns it: which texts are queries may depend on the operators it has)."""
     if (job.index is None) == (job.candidates is None):
         raise BenchInputError("give exactly one of --index DIR or --candidates FILE")
-    queries = list(dict.fromkeys([*query_texts, *filter(None, map(first_line, query_texts))]))
+
+    def query_list(bundle: Bundle) -> list[str]:
+        texts = query_texts(bundle) if callable(query_texts) else query_texts
+        return list(dict.fromkeys([*texts, *filter(None, map(first_line, texts))]))
+
     if job.index is not None:
         from ..retrieval.search import Query, Searcher
 
         searcher = Searcher(job.index, job.model, precision=job.precision)
         searcher.reads_text(searcher.operators)  # query encoders get their towers on the index's encoder
+        queries = query_list(searcher.bundle)
         files = searcher.files
         n = files.docstore.count()
         docs = files.docstore.get(list(range(n)))
@@ -176,6 +188,7 @@ def load_candidates(job: LinkPredJob, query_texts: list[str]) -> Candidates:
         return Candidates([docs[p]["text"] for p in range(n)], np.asarray(files.vectors, dtype=np.float32),
                           dict(zip(queries, raw)), searcher.bundle, inputs)
     bundle = load_bundle(job.model)
+    queries = query_list(bundle)
     texts = read_texts(job.candidates, job.text_field)
     distinct = list(dict.fromkeys(texts + queries))
     vecs = raw_vectors(bundle, distinct, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
@@ -266,6 +279,33 @@ def _mean(a: dict, b: dict) -> dict:
     return {s: {k: (a[s][k] + b[s][k]) / 2 for k in METRIC_KEYS} for s in ("filtered", "raw")}
 
 
+def inverse_trained(bundle: Bundle, test: list[dict], relations: tuple[str, ...] = ()) -> bool:
+    """Whether the bundle has ``<r>^-1`` for every relation scored (``relations``, else the triples' own):
+    it was trained with ``--inverse``, so head prediction is what it was trained for too."""
+    names = relations or {t["relation"] for t in test}
+    return bool(names) and all(f"{n}^-1" in bundle.operators for n in names)
+
+
+def summary(rows: list[dict], methods: list[str], directions: tuple[str, ...]) -> dict[str, dict]:
+    """Per method, the overall filtered (realistic) figures: ``<key>_tail``, ``<key>_head`` and ``<key>``,
+    their mean, for every metric key. Tail prediction only: ``<key>`` is the tail's and no ``_head`` keys;
+    a direction unavailable to the method (no ``r^-1``): its keys and the mean are None."""
+    overall = {(r["direction"], r["method"]): r for r in rows if r["relation"] == "overall"}
+    out = {}
+    for method in methods:
+        entry: dict = {}
+        figures = {}
+        for side in directions:
+            row = overall[(side, method)]
+            figures[side] = row["filtered"] if row["available"] else None
+            entry[f"queries_{side}"] = row["queries"]
+            entry.update({f"{k}_{side}": figures[side][k] if figures[side] else None for k in METRIC_KEYS})
+        both = all(figures.values())
+        entry.update({k: sum(f[k] for f in figures.values()) / len(figures) if both else None for k in METRIC_KEYS})
+        out[method] = entry
+    return out
+
+
 def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: list[str], *,
              directions=("tail",), skip_missing: bool = False, chunk: int = 256) -> dict:
     """Rows of metrics per (direction, relation incl. "overall", method) plus counts; see module doc."""
@@ -353,6 +393,19 @@ def table(rows: list[dict], title: str) -> Table:
                                         "ΔMRR id: filtered MRR minus identity's.")
 
 
+def summary_table(summ: dict[str, dict], title: str) -> Table:
+    """One line per method: MRR of tail and head prediction and their mean, then Hits@1/3/10 the same way."""
+    keys = ("mrr", "hits@1", "hits@3", "hits@10")
+    cols = ["method", "n tail", "n head"] + [f"{name} {side}" for name in ("MRR", "H@1", "H@3", "H@10")
+                                             for side in ("tail", "head", "mean")]
+    out = [[m, e["queries_tail"], e.get("queries_head")]
+           + [v for k in keys for v in (e[f"{k}_tail"], e.get(f"{k}_head"), e[k] if "queries_head" in e else None)]
+           for m, e in summ.items()]
+    return Table(title, cols, out, note="filtered, realistic ranks; head = (?, r, t) through r^-1 from the tail; "
+                                        "mean = (tail + head) / 2, as knowledge-graph papers report it; "
+                                        "– = not predicted or no r^-1.")
+
+
 def methods_for(job: LinkPredJob, bundle: Bundle, test: list[dict]) -> list[str]:
     """bm25, identity, then each --relation, or the triples' own operators (checked to exist) and their
     fusion with BM25 (RRF, then weighted with each of ``job.hybrid_weights``)."""
@@ -381,16 +434,28 @@ def run_linkpred(job: LinkPredJob, *, json_out: str | None = None, plot_out: str
     started = clock()
     test = read_triples(job.test)
     known = [t for path in job.known for t in read_triples(path)]
-    directions = DIRECTIONS if job.both_directions else ("tail",)
-    cands = load_candidates(job, [t[("head", "tail")[i]] for t in test for i in range(len(directions))])
+    chosen: dict[str, tuple[str, ...]] = {}
+
+    def queries(bundle: Bundle) -> list[str]:  # heads, and tails when heads are predicted too
+        both = job.both_directions
+        if both is None:
+            both = inverse_trained(bundle, test, job.relations)
+        chosen["directions"] = DIRECTIONS if both else ("tail",)
+        return [t[side] for t in test for side in ("head", "tail")[:len(chosen["directions"])]]
+
+    cands = load_candidates(job, queries)
+    directions = chosen["directions"]
     methods = methods_for(job, cands.bundle, test)
     result = evaluate(test, known, cands, methods, directions=directions, skip_missing=job.skip_missing,
                       chunk=job.chunk)
+    summ = summary(result["rows"], methods, directions)
     inputs = {"test": file_fingerprint(job.test), "known": [file_fingerprint(p) for p in job.known], **cands.inputs}
-    payload = {"protocol": PROTOCOL, "methods": methods, "directions": list(directions), **result}
-    res = finish("linkpred", payload, [table(result["rows"], f"link prediction: {job.test}")], inputs=inputs,
-                 bundle=cands.bundle, command=command, started=started, clock=clock, json_out=json_out,
-                 precision=job.precision)
+    payload = {"protocol": PROTOCOL, "methods": methods, "directions": list(directions), "summary": summ, **result}
+    tables = [table(result["rows"], f"link prediction: {job.test}"),
+              summary_table(summ, "overall, " + ("tail and head prediction and their mean"
+                                                 if len(directions) == 2 else "tail prediction only"))]
+    res = finish("linkpred", payload, tables, inputs=inputs, bundle=cands.bundle, command=command, started=started,
+                 clock=clock, json_out=json_out, precision=job.precision)
     if plot_out:
         from . import plots
 

@@ -84,7 +84,9 @@ def bench():
               help="More true triples (train/dev) to filter; the test file always is. Repeat.")
 @relation_option
 @model_option
-@click.option("--both-directions", is_flag=True, help="Also predict heads (?, r, t), and report the mean.")
+@click.option("--both-directions/--tail-only", default=None,
+              help="Also predict heads (?, r, t) and report the mean of both directions, or predict tails only. "
+                   "Default: both when the bundle has <r>^-1 for every relation scored (trained with --inverse).")
 @click.option("--skip-missing", is_flag=True, help="Count and skip triples whose gold is not a candidate "
                                                    "(default: an error).")
 @click.option("--text-field", default="text", show_default=True, help="Text field of a JSONL --candidates file.")
@@ -101,7 +103,9 @@ def linkpred(test, index_dir, candidates, known, relations, model, both_directio
     """Rank each triple's gold tail among all candidates: MRR, MR, Hits@1/3/10, filtered and raw.
 
     TEST.jsonl holds {"head", "relation", "tail"}. Each triple is scored with the operator named by
-    its relation (or each --relation), identity and BM25, per relation and overall.
+    its relation (or each --relation), identity and BM25, per relation and overall. With head
+    prediction (a bundle trained with --inverse, or --both-directions) the last table gives, per
+    method, tail MRR, head MRR and their mean, and Hits@1/3/10 the same way.
     """
     from relsearch.bench.linkpred import LinkPredJob, run_linkpred
 

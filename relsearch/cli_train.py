@@ -126,7 +126,9 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--pu-weight", type=float, default=None, help="pu: weight of the PU risk (0 = cross-entropy only)")
 @click.option("--positive-label", "positive", default=None, help="pu: the label treated as positive")
 @click.option("--teachers", default=None, help="distill: comma-separated teacher bundles or models")
-@click.option("--epochs", type=int, default=None, help="maximum epochs (early stopping on --dev)")
+@click.option("--epochs", type=int, default=None,
+              help="maximum epochs (early stopping on --dev); with --time-budget and no --epochs, rse joint and "
+                   "encoder train until the budget is spent or dev patience stops them")
 @click.option("--patience", type=int, default=None, help="evaluations without dev gain before stopping")
 @click.option("--batch-size", type=int, default=None)
 @click.option("--lr", type=float, default=None, help="learning rate (joint: the encoder's)")
@@ -138,7 +140,9 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--time-budget", type=click.FloatRange(min=0, min_open=True), default=None, metavar="MINUTES",
               help="wall time of the whole command: training stops early enough (evaluations included, keeping "
                    "the best dev state) to leave a tenth for choosing recipes on --dev / --test, and relations "
-                   "not fitted in time keep their operator alone; a resumed run counts the time already spent")
+                   "not fitted in time keep their operator alone; a resumed run counts the time already spent. "
+                   "Without --epochs, rse joint and encoder ignore their default epoch count: the budget and dev "
+                   "patience end training (the report says which)")
 @click.option("--seed", type=int, default=None, help="runs with the same seed and data give the same bundle")
 @click.option("--description", "descriptions", multiple=True, metavar="NAME=TEXT", help="operator description")
 @click.option("--card-note", "card_notes", multiple=True, help="line for the model card's Notes; repeatable")
@@ -171,6 +175,7 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
             raise click.UsageError(f"{_flag(key)} does not apply to --objective {objective} "
                                    f"(only {', '.join(allowed)})")
     minutes = given.pop("time_budget", None)
+    epochs = given.get("epochs")  # typed by the user; otherwise the objective's default (a limit without a budget)
     fits = objective == "rse" and bool(dev_files or test_files)  # recipes are chosen after training
     run = RunOptions(base=base, out=out, threads=given.pop("threads", None), cache_dir=given.pop("cache_dir", None),
                      progress=not quiet)
@@ -182,7 +187,8 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
         data = _data(objective, data, dev_files, test_files, given)
         if minutes:  # the trainer's share: the budget less what is gone and what recipe fitting needs
             share = 60 * minutes * (1 - FIT_SHARE if fits else 1) - (loop.clock() - started)
-            run = replace(run, time_budget=max(share, 1.0) / 60)
+            # without --epochs, the budget and dev patience end the run (trainers whose config has until_budget)
+            run = replace(run, time_budget=max(share, 1.0) / 60, until_budget=True if epochs is None else None)
         t_train = loop.clock()
         result = trainer.train(data, run, _config(trainer, given))
         training_seconds = loop.clock() - t_train

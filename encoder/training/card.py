@@ -3,12 +3,14 @@
 Every trained operator carries ``info["metrics"]`` = ``{"split", "protocol", "metric" (the main
 one, default "mrr"), "queries", "candidates", "trained": {...}, "identity": {...}}``; re-ranking
 heads carry ``info["metrics"]`` with their classification scores. Distillation puts its STS
-figures in ``bundle.info["metrics"]``.
+figures in ``bundle.info["metrics"]``. A bundle trained with ``--inverse`` also carries
+``bundle.info["link_prediction"]``: tail, head and mean figures (:mod:`.directions`).
 """
 from __future__ import annotations
 
 import dataclasses
 
+from .directions import direction_lines, direction_table
 from .options import CONFIG_RUN_FIELDS
 
 CARD = "MODEL_CARD.md"
@@ -67,7 +69,46 @@ def summary_lines(bundle) -> list[str]:
     sts = bundle.info.get("metrics", {})
     if sts:
         lines.append("bundle metrics: " + ", ".join(f"{k} {fmt(v)}" for k, v in sts.items() if not isinstance(v, dict)))
-    return lines
+    return lines + direction_lines(bundle.info.get("link_prediction")) + stop_lines(bundle)
+
+
+def _records(bundle) -> list[tuple[list[str], dict]]:
+    """(operator names, training record) per distinct training record (operators trained together share one)."""
+    out: dict[str, tuple[list[str], dict]] = {}
+    records = [(op.name, op.info.get("training")) for op in trained_operators(bundle)]
+    if isinstance(bundle.info.get("training"), dict):
+        records.append(("bundle", bundle.info["training"]))
+    for name, tr in records:
+        if isinstance(tr, dict) and tr:
+            out.setdefault(repr(sorted((k, str(v)) for k, v in tr.items())), ([], tr))[0].append(name)
+    return list(out.values())
+
+
+def stop_lines(bundle) -> list[str]:
+    """Why training ended (``stopped_by``: time budget, patience or epochs): for one shared run its
+    steps, epochs, limit and best dev score (per direction when recorded); else a count per reason."""
+    runs = [(names, tr) for names, tr in _records(bundle) if tr.get("stopped_by")]
+    if len(runs) == 1:
+        tr = runs[0][1]
+        done = (f"{tr['steps']} steps" + (f" ({tr['epochs_run']:g} epochs)" if tr.get("epochs_run") is not None else "")
+                if tr.get("steps") is not None else f"{tr.get('epochs_run', '–')} epochs")
+        limit = (", no epoch limit (--time-budget without --epochs: the budget and dev patience decide)"
+                 if "max_epochs" in tr and tr["max_epochs"] is None else
+                 f", at most {tr['max_epochs']} epochs" if tr.get("max_epochs") else "")
+        best = ""
+        if isinstance(tr.get("dev_mrr"), (int, float)):
+            point = next((h for h in tr.get("history", []) if h.get("step", h.get("epoch")) ==
+                          tr.get("best_step", tr.get("best_epoch"))), {})
+            sides = [f"{k[8:]} {point[k]:.3f}" for k in ("dev_mrr_tail", "dev_mrr_head") if k in point]
+            best = (f"; best dev MRR {tr['dev_mrr']:.3f}" + (f" ({', '.join(sides)})" if sides else "")
+                    + (f" at step {tr['best_step']}" if tr.get("best_step") is not None else ""))
+        return [f"training stopped by {tr['stopped_by']}: {done}{limit}{best}"]
+    if runs:
+        counts: dict[str, int] = {}
+        for names, tr in runs:
+            counts[tr["stopped_by"]] = counts.get(tr["stopped_by"], 0) + len(names)
+        return ["training stopped by " + ", ".join(f"{reason} ({n} operators)" for reason, n in sorted(counts.items()))]
+    return []
 
 
 def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[str] | tuple = ()) -> str:
@@ -116,6 +157,7 @@ def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[st
                          f"({tr.get('triples_per_second')} triples/s); "
                          f"best step {tr.get('best_step')}, learned temperature {tr.get('temperature')}.")
         lines.append("")
+    lines += direction_table(info.get("link_prediction"))
     runs = training_lines(bundle)
     if runs:
         lines += ["## Training runs", "", *runs, ""]
@@ -159,7 +201,11 @@ def training_lines(bundle) -> list[str]:
         seen.add(key)
         users = [n for n, t in records if t is tr or repr(sorted((k, str(v)) for k, v in t.items())) == key]
         budget = tr.get("time_budget_minutes")
-        parts = [f"{tr['steps']} steps" if tr.get("steps") is not None else f"{tr.get('epochs_run', '–')} epochs"]
+        parts = [f"{tr['steps']} steps" + (f" ({tr['epochs_run']:g} epochs)" if tr.get("epochs_run") is not None else "")
+                 if tr.get("steps") is not None else f"{tr.get('epochs_run', '–')} epochs"]
+        if "max_epochs" in tr:
+            parts.append("no epoch limit (the time budget and dev patience decide)" if tr["max_epochs"] is None
+                         else f"at most {tr['max_epochs']} epochs")
         if tr.get("triples_per_second"):
             parts.append(f"{tr['triples_per_second']} triples/s")
         if tr.get("precision"):

@@ -5,7 +5,8 @@ A trainer (:mod:`.registry`) is called as ``train(data, options, hparams)``:
 - ``data`` (:class:`TrainData`): training / dev / test files plus the objective's extra inputs
   (candidate texts for the triple objectives, teachers for distillation);
 - ``options`` (:class:`RunOptions`): how and where the run goes — starting encoder or bundle,
-  destination, CPU threads, vector cache, progress bars, device, time budget. They are not part
+  destination, CPU threads, vector cache, progress bars, device, time budget (and whether it, with
+  dev patience, replaces the epoch limit: ``until_budget``). They are not part
   of the hyperparameter record (:func:`.card.hyperparameters` leaves them out), so a run resumes
   under another budget; the budget and where it stopped the run are recorded in the training info;
 - ``hparams``: the objective's config dataclass (``TrainConfig``, ``PUConfig``, ...), which is
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 # Run options that the config dataclasses also carry (so a trainer function can be called with a
 # config alone); they are never part of the hyperparameter record.
-CONFIG_RUN_FIELDS = ("cache_dir", "progress", "threads", "device", "time_budget")
+CONFIG_RUN_FIELDS = ("cache_dir", "progress", "threads", "device", "time_budget", "until_budget")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +51,9 @@ class RunOptions:
     progress: bool | None = None  # progress bars
     device: str | None = None  # where fine-tuning runs ("auto", "cpu", "cuda", ...), for objectives that choose
     time_budget: float | None = None  # minutes of wall time for the run, evaluations included (None: no limit)
+    # with time_budget: the budget and dev patience end the run, not the config's default epochs (objectives
+    # whose config has the field; relsearch train sets it for --time-budget without --epochs)
+    until_budget: bool | None = None
 
     def applied_to(self, config):
         """``config`` with the run options that were set and that its class has (others unchanged)."""

@@ -56,8 +56,16 @@ class Trainer:
         return cls(**values)
 
     def train(self, data: TrainData, options: RunOptions, hparams) -> TrainResult:
-        """Train; ``options``' run settings that ``hparams``' class also has are applied to it."""
-        return self.run(data, options, options.applied_to(hparams))
+        """Train; ``options``' run settings that ``hparams``' class also has are applied to it. A
+        bundle with test figures for relations and their ``^-1`` (``--inverse``) gets them in both
+        directions and their mean as ``bundle.info["link_prediction"]`` (:mod:`.directions`)."""
+        from .directions import both_directions
+
+        result = self.run(data, options, options.applied_to(hparams))
+        summary = both_directions(getattr(result.bundle, "operators", {}))
+        if summary:
+            result.bundle.info["link_prediction"] = summary
+        return result
 
 
 # ------------------------------------------------------------------------------ the objectives

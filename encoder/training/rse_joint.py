@@ -8,7 +8,9 @@ batch's tails and hard negatives (other true tails of the head masked out). Rela
 have separate learning rates (1e-2 and 2e-5 by default). Dev link-prediction MRR is measured at
 the start (step 0), every ``eval_every`` steps and at each epoch's end; the best state is kept and
 training stops after ``patience`` evaluations without a gain, or before a step and its evaluation
-would overrun ``time_budget`` minutes (:class:`~.loop.Budget`). The fine-tuned encoder goes into the
+would overrun ``time_budget`` minutes (:class:`~.loop.Budget`); with ``until_budget`` (``relsearch
+train --time-budget`` without ``--epochs``) there is no epoch limit, the budget and patience end the
+run (``training.stopped_by`` says which). The fine-tuned encoder goes into the
 bundle (``encoder/``), so corpora must be re-indexed with it — the index's encoder check refuses a
 mismatch. Test metrics compare the trained model with identity *of the base encoder*, the baseline
 a user has before training.
@@ -52,8 +54,11 @@ class JointConfig:
     cache_dir: str | None = None
     progress: bool = True
     time_budget: float | None = None  # minutes (a run option: not in the hyperparameter record)
+    until_budget: bool = False  # with time_budget: no epoch limit, the budget and patience end the run (run option)
 
     def __post_init__(self):
+        if self.until_budget and self.time_budget is None:
+            raise ValueError("until_budget needs a time_budget: without one, only epochs can end the run")
         if self.operator not in ("translation", "linear"):
             raise ValueError(f"unknown operator {self.operator!r}; choose translation or linear")
         if self.epochs < 1 or self.batch_size < 2 or self.patience < 1:
@@ -291,7 +296,8 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
         run.load(run.best)
     # Trained on short windows for speed; queries and indexing use the base encoder's full window.
     run.encoder.max_length = base_bundle.encoder.get("max_length") or run.encoder.max_length
-    training = {"steps": run.step, "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
+    training = {"steps": run.step, "max_epochs": None if config.until_budget else config.epochs,
+                "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
                 "dev_mrr": run.stopper.best, "seconds": round(time.time() - t0, 1),
                 "train_seconds": round(run.seconds, 2), "loop_seconds": round(run.loop_seconds, 2),
                 "loop_cpu_seconds": round(run.loop_cpu_seconds, 2),
@@ -311,19 +317,39 @@ def train_joint(train_files, *, dev_files=(), test_files=(), config: JointConfig
     return bundle, run.encoder
 
 
-def _loop(run: _Run, candidates: list[str] | None, checkpoint: Checkpoint | None) -> None:
-    """Steps over group-aware batches (epoch e drawn from ``(seed, e)``) until the epochs or patience run out."""
+def _epoch_batches(run: _Run, epoch: int) -> list:
     config = run.config
-    batches_per_epoch = [group_aware_batches(run.data.keys, config.batch_size, random.Random(f"{config.seed}-{e}"))
-                         for e in range(config.epochs)]
-    flat = [(e, b) for e, bs in enumerate(batches_per_epoch) for b in bs]
-    eval_every = config.eval_every or len(batches_per_epoch[0])
-    bar = _tqdm(total=len(flat), initial=run.step, desc=f"rse joint ({config.operator})", unit="step",
+    return group_aware_batches(run.data.keys, config.batch_size, random.Random(f"{config.seed}-{epoch}"))
+
+
+def _steps(run: _Run):
+    """(epoch, batch, last of its epoch) from the run's step on: ``epochs`` epochs, or with
+    ``until_budget`` as many as the budget and patience allow (epoch e drawn from ``(seed, e)``)."""
+    config, done, epoch = run.config, 0, 0
+    while config.until_budget or epoch < config.epochs:
+        batches = _epoch_batches(run, epoch)
+        if not batches:
+            return
+        for i, batch in enumerate(batches):
+            if done >= run.step:
+                yield epoch, batch, i == len(batches) - 1
+            done += 1
+        epoch += 1
+
+
+def _loop(run: _Run, candidates: list[str] | None, checkpoint: Checkpoint | None) -> None:
+    """Steps over group-aware batches until the epochs, patience or time budget run out (:func:`_steps`)."""
+    config = run.config
+    first = _epoch_batches(run, 0)
+    eval_every = config.eval_every or len(first)
+    total = None if config.until_budget else len(first) + sum(len(_epoch_batches(run, e))
+                                                              for e in range(1, config.epochs))
+    bar = _tqdm(total=total, initial=run.step, desc=f"rse joint ({config.operator})", unit="step",
                 disable=not config.progress)
     run.encoder.train()
     budget, t_loop, c_loop = run.budget, time.perf_counter(), time.process_time()
     e, loss, evaluated = 0, float("nan"), run.step
-    for e, batch in flat[run.step:]:
+    for e, batch, epoch_end in _steps(run):
         if run.stopper.stale >= config.patience:
             run.stop_reason = "patience"
             break
@@ -336,7 +362,6 @@ def _loop(run: _Run, candidates: list[str] | None, checkpoint: Checkpoint | None
         budget.unit_done(budget.clock() - b0)
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.4f}")
-        epoch_end = run.step == len(flat) or flat[run.step][0] != e
         if run.step % eval_every == 0 or epoch_end:
             run.after_step(e, loss, checkpoint, bar)
             evaluated = run.step

@@ -32,9 +32,16 @@ Recipe (informed by SimKGC and sentence-transformers' CachedMultipleNegativesRan
 
 Dev MRR (over the whole table, filtered, query excluded) at step 0, every ``eval_every`` steps and
 at each epoch's end keeps the best state; ``patience`` evaluations without a gain stop the run.
+With ``inverse`` the history also records the dev MRR of each direction (``dev_mrr_tail`` over the
+relations, ``dev_mrr_head`` over their ``^-1``); ``dev_mrr``, which early stopping reads, is over
+both (each dev triple appears once each way, so it is about their mean).
 ``time_budget`` (minutes, :class:`~.loop.Budget`) stops it before a step and the evaluation after it
 would overrun the budget (table encoding and evaluations count; the final test metrics do not), and
 the learning rate then decays to zero at the budget's end or the last step, whichever comes first.
+``until_budget`` (a run option: ``relsearch train`` sets it for ``--time-budget`` without
+``--epochs``) lifts the ``epochs`` limit: the run goes on, epoch after epoch, until the budget is
+spent or dev patience stops it, and the learning rate decays to zero at the budget's end. The
+training record says which ended it (``stopped_by``: ``time budget``, ``patience`` or ``epochs``).
 Interrupted runs resume from ``OUT.checkpoint`` (:class:`~.loop.Checkpoint`), budget spent included.
 """
 from __future__ import annotations
@@ -52,7 +59,7 @@ from ..relations import Operator, normalize
 from ..tower import MARKER, marked
 from .cache import _tqdm, encode_cached
 from .card import hyperparameters
-from .data import load_triple_splits
+from .data import INVERSE_SUFFIX, load_triple_splits
 from .loop import Budget, Checkpoint, EarlyStopping, seed_everything
 from .splits import text_ids
 
@@ -93,8 +100,11 @@ class TowerConfig:
     cache_dir: str | None = None
     progress: bool = True
     time_budget: float | None = None  # minutes (a run option: not in the hyperparameter record)
+    until_budget: bool = False  # with time_budget: no epoch limit, the budget and patience end the run (run option)
 
     def __post_init__(self):
+        if self.until_budget and self.time_budget is None:
+            raise ValueError("until_budget needs a time_budget: without one, only epochs can end the run")
         if self.negatives not in NEGATIVES:
             raise ValueError(f"unknown negatives {self.negatives!r}; choose one of {', '.join(NEGATIVES)}")
         if self.epochs < 1 or self.batch_size < 2 or self.chunk < 1 or self.patience < 1:
@@ -121,12 +131,16 @@ def even_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.n
     return batches
 
 
-def lr_factor(step: int, total: int, warmup: int, time_fraction: float = 0.0) -> float:
+def lr_factor(step: int, total: int | None, warmup: int, time_fraction: float = 0.0) -> float:
     """Linear warm-up over ``warmup`` steps, then linear decay to 0 at ``total`` — or, under a time
-    budget of which ``time_fraction`` is spent, at the budget's end if that comes first."""
+    budget of which ``time_fraction`` is spent, at the budget's end if that comes first (``total``
+    None: no last step, the budget alone sets the decay)."""
     if step < warmup:
         return (step + 1) / warmup
-    return max(0.0, min((total - step) / max(1, total - warmup), 1.0 - time_fraction))
+    by_time = 1.0 - time_fraction
+    if total is None:
+        return max(0.0, by_time)
+    return max(0.0, min((total - step) / max(1, total - warmup), by_time))
 
 
 def tower_loss(q, cand, gold, mask, inv_temperature, margin: float):
@@ -173,9 +187,9 @@ def _false_negatives(data: _Data, rows, cols: np.ndarray, known, n_cols: int) ->
     return mask
 
 
-def evaluate(query_unit: np.ndarray, data: _Data, rows: np.ndarray, table_unit: np.ndarray, known,
-             *, chunk: int = 1024) -> dict:
-    """Filtered realistic metrics of unit query vectors (one per row of ``rows``) against the whole table."""
+def gold_ranks(query_unit: np.ndarray, data: _Data, rows: np.ndarray, table_unit: np.ndarray, known,
+               *, chunk: int = 1024) -> Ranks:
+    """Filtered ranks of each row's tail for unit query vectors (one per row of ``rows``) against the whole table."""
     cols = np.arange(len(table_unit))
     parts = []
     for start in range(0, len(rows), chunk):
@@ -183,7 +197,18 @@ def evaluate(query_unit: np.ndarray, data: _Data, rows: np.ndarray, table_unit: 
         scores = query_unit[start:start + chunk] @ table_unit.T
         filt = _false_negatives(data, part, cols, known, len(table_unit))
         parts.append(rank_gold(scores, data.tail[part], filter_mask=filt, exclude=data.head[part]))
-    return ranking_metrics(Ranks.concat(parts)) if parts else {}
+    return Ranks.concat(parts)
+
+
+def evaluate(query_unit: np.ndarray, data: _Data, rows: np.ndarray, table_unit: np.ndarray, known,
+             *, chunk: int = 1024) -> dict:
+    """Filtered realistic metrics of unit query vectors (one per row of ``rows``) against the whole table."""
+    return ranking_metrics(gold_ranks(query_unit, data, rows, table_unit, known, chunk=chunk)) if len(rows) else {}
+
+
+def is_inverse(relation: str) -> bool:
+    """Whether ``relation`` is a reversed one (``<r>^-1``: head prediction for r)."""
+    return relation.endswith(INVERSE_SUFFIX)
 
 
 def query_groups(data: _Data) -> list[np.ndarray]:
@@ -310,12 +335,12 @@ class _Run:
         self.opt = adamw([*self.tuned.values(), self.log_inv_t], lr=config.learning_rate, weight_decay=0.0)
         self.table_t = torch.from_numpy(table).to(self.device)
         rng = np.random.default_rng(config.seed)
-        groups = query_groups(data["train"])  # a batch: batch_size distinct queries, all their tails
-        self.epochs = [[np.concatenate([groups[g] for g in b]) for b in
-                        even_batches(len(groups), config.batch_size, np.random.default_rng([config.seed, e]))]
-                       for e in range(config.epochs)]
-        self.flat = [(e, b) for e, bs in enumerate(self.epochs) for b in bs]
-        self.warmup = int(config.warmup * len(self.flat))
+        self.groups = query_groups(data["train"])  # a batch: batch_size distinct queries, all their tails
+        self._epoch: tuple[int, list[np.ndarray]] = (-1, [])
+        self.per_epoch = len(self.epoch_batches(0))  # the same count every epoch: only the order changes
+        # None: no epoch limit (until_budget), the budget or patience ends the run
+        self.max_steps = None if config.until_budget else config.epochs * self.per_epoch
+        self.warmup = int(config.warmup * config.epochs * self.per_epoch)  # of the planned epochs either way
         self.sched = self._schedule()
         dev = data["dev"]
         self.dev_rows = np.arange(len(dev))
@@ -326,10 +351,29 @@ class _Run:
         self.prev_tails: list[np.ndarray] = []
         self.stop_reason, self.loop_seconds, self.loop_cpu_seconds = "epochs", 0.0, 0.0
 
+    def epoch_batches(self, epoch: int) -> list[np.ndarray]:
+        """Training rows of each batch of ``epoch`` (0-based), drawn from ``(seed, epoch)``; the last epoch is kept."""
+        if self._epoch[0] != epoch:
+            config = self.config
+            order = even_batches(len(self.groups), config.batch_size, np.random.default_rng([config.seed, epoch]))
+            self._epoch = (epoch, [np.concatenate([self.groups[g] for g in b]) for b in order])
+        return self._epoch[1]
+
+    def batch_at(self, step: int) -> tuple[int, np.ndarray]:
+        """(epoch, training rows) of the batch that step ``step`` (0-based, counted over all epochs) trains on."""
+        epoch, index = divmod(step, self.per_epoch)
+        return epoch, self.epoch_batches(epoch)[index]
+
+    def triples_trained(self) -> int:
+        """Training triples seen by the steps taken so far (a triple counts once per epoch it was trained in)."""
+        full, part = divmod(self.step, self.per_epoch)
+        n = full * len(self.data["train"])
+        return n + (sum(len(b) for b in self.epoch_batches(full)[:part]) if part else 0)
+
     def _schedule(self, last_epoch: int = -1):
         import torch
 
-        total, warmup, budget = len(self.flat), self.warmup, self.budget
+        total, warmup, budget = self.max_steps, self.warmup, self.budget
         return torch.optim.lr_scheduler.LambdaLR(self.opt, lambda s: lr_factor(s, total, warmup, budget.fraction()),
                                                  last_epoch=last_epoch)
 
@@ -341,11 +385,22 @@ class _Run:
         by_rel = [(split.rel[r], self.text_list[split.head[r]]) for r in rows]
         return normalize(self.encoder.embed([marked(MARKER, r, [x])[0] for r, x in by_rel]))
 
-    def dev_mrr(self) -> float:
+    def dev_scores(self) -> dict[str, float]:
+        """``{"dev_mrr"}`` over the sampled dev triples, plus ``dev_mrr_tail`` and ``dev_mrr_head`` (the
+        relations and their ``^-1``) when both directions are among them; NaN without dev data."""
         if not len(self.dev_rows):
-            return float("nan")
-        dev = self.data["dev"]
-        return evaluate(self.tower_unit(dev, self.dev_rows), dev, self.dev_rows, self.table, self.known)["mrr"]
+            return {"dev_mrr": float("nan")}
+        dev, rows = self.data["dev"], self.dev_rows
+        ranks = gold_ranks(self.tower_unit(dev, rows), dev, rows, self.table, self.known)
+        out = {"dev_mrr": ranking_metrics(ranks)["mrr"]}
+        head = np.array([is_inverse(dev.rel[r]) for r in rows], dtype=bool)
+        if head.any() and not head.all():
+            for name, keep in (("dev_mrr_tail", ~head), ("dev_mrr_head", head)):
+                out[name] = ranking_metrics(Ranks(ranks.optimistic[keep], ranks.pessimistic[keep]))["mrr"]
+        return out
+
+    def dev_mrr(self) -> float:
+        return self.dev_scores()["dev_mrr"]
 
     # ----------------------------------------------------------------------------- state
     def snapshot(self) -> dict:
@@ -375,20 +430,22 @@ class _Run:
             self.sched = self._schedule(last_epoch=self.step - 1)
         else:
             t0 = self.budget.clock()
-            start = self.dev_mrr()
+            scores = self.dev_scores()
             self.budget.eval_done(self.budget.clock() - t0)
+            start = scores["dev_mrr"]
             if not math.isnan(start):
                 self.stopper.update(start, 0)
-            self.history.append({"step": 0, "dev_mrr": round(start, 5), "seconds": round(self.budget.elapsed(), 1)})
+            self.history.append({"step": 0, **_rounded(scores), "seconds": round(self.budget.elapsed(), 1)})
             self.best = self.snapshot()
 
     def after_step(self, epoch: int, loss: float, checkpoint: Checkpoint | None) -> None:
         """Dev evaluation: keep the best state, update early stopping, save the checkpoint."""
         t0 = self.budget.clock()
-        score = self.dev_mrr()
+        scores = self.dev_scores()
+        score = scores["dev_mrr"]
         self.encoder.train(self.config.dropout)
         self.history.append({"step": self.step, "epoch": epoch + 1, "loss": round(loss, 5),
-                             "dev_mrr": round(score, 5), "temperature": self.temperature,
+                             **_rounded(scores), "temperature": self.temperature,
                              "seconds": round(self.budget.elapsed(), 1)})
         if math.isnan(score) or self.stopper.improved(score):
             self.best = self.snapshot()
@@ -449,15 +506,21 @@ class _Run:
         return loss
 
 
+def _rounded(scores: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 5) for k, v in scores.items()}
+
+
 def _loop(run: _Run, checkpoint: Checkpoint | None) -> None:
-    """Steps until the epochs, patience or time budget run out; dev evaluations every ``eval_every``
-    steps, at epoch ends, and after the last step when the budget ends the run between evaluations."""
-    config, flat, budget = run.config, run.flat, run.budget
-    eval_every = config.eval_every or len(run.epochs[0])
-    bar = _tqdm(total=len(flat), initial=run.step, desc="rse query tower", unit="step", disable=not config.progress)
+    """Steps until the epochs (none with ``until_budget``), patience or time budget run out; dev
+    evaluations every ``eval_every`` steps, at epoch ends, and after the last step when the budget
+    ends the run between evaluations."""
+    config, budget, last = run.config, run.budget, run.max_steps
+    eval_every = config.eval_every or run.per_epoch
+    bar = _tqdm(total=last, initial=run.step, desc="rse query tower", unit="step", disable=not config.progress)
     run.encoder.train(config.dropout)
     t_loop, c_loop, e, loss, evaluated = time.perf_counter(), time.process_time(), 0, float("nan"), run.step
-    for e, batch in flat[run.step:]:
+    while last is None or run.step < last:
+        e, batch = run.batch_at(run.step)
         if run.stopper.stale >= config.patience:
             run.stop_reason = "patience"
             break
@@ -469,7 +532,7 @@ def _loop(run: _Run, checkpoint: Checkpoint | None) -> None:
         budget.unit_done(budget.clock() - t0)
         bar.update(1)
         bar.set_postfix(loss=f"{loss:.4f}", tau=f"{1 / float(run.log_inv_t.detach().exp()):.4f}")
-        epoch_end = run.step == len(flat) or flat[run.step][0] != e
+        epoch_end = run.step % run.per_epoch == 0
         if run.step % eval_every == 0 or epoch_end:
             run.after_step(e, loss, checkpoint)
             evaluated = run.step
@@ -482,9 +545,11 @@ def _loop(run: _Run, checkpoint: Checkpoint | None) -> None:
 
 def _bundle(run: _Run, frozen, wanted: list[str], hyper: dict) -> Bundle:
     """Operators of kind ``encoder`` sharing the trained tower, with training info and test metrics."""
-    trained_triples = sum(len(b) for _, b in run.flat[:run.step])
+    trained_triples = run.triples_trained()
     seconds = run.seconds
-    training = {"steps": run.step, "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
+    training = {"steps": run.step, "steps_per_epoch": run.per_epoch, "epochs_run": round(run.step / run.per_epoch, 2),
+                "max_epochs": None if run.config.until_budget else run.config.epochs,
+                "best_step": run.stopper.best_step, "dev_mrr_start": run.history[0]["dev_mrr"],
                 "dev_mrr": run.stopper.best, "train_seconds": round(seconds, 2), "device": run.device,
                 "triples_per_second": round(trained_triples / seconds, 1) if seconds else None,
                 "loop_seconds": round(run.loop_seconds, 2), "loop_cpu_seconds": round(run.loop_cpu_seconds, 2),

@@ -166,6 +166,71 @@ def test_linkpred_head_prediction_prefers_a_trained_inverse_for_every_kind():
     assert seen == ["t"]  # the tower read the tail's text
 
 
+def test_linkpred_summary_gives_tail_head_and_their_mean_with_uniform_keys():
+    from relsearch.bench.linkpred import DIRECTIONS, summary
+
+    ops = {"lin": Operator(name="lin", kind="linear", params={"W": np.eye(2, dtype="f"), "b": np.zeros(2, "f")}),
+           "lin^-1": Operator(name="lin^-1", kind="linear", params={"W": np.array([[0, 1], [1, 0]], "f"),
+                                                                     "b": np.zeros(2, "f")})}
+    bundle = Bundle(encoder={"model": "toy", "dim": 2}, operators=ops)
+    cands = _candidates(["h", "t", "decoy"], [[1, 0], [0, 1], [0.6, 0.8]], {"h": [1, 0], "t": [0, 1]}, bundle)
+    test = [{"head": "h", "relation": "lin", "tail": "t"}]
+    rows = evaluate(test, [], cands, ["identity", "relation"], directions=DIRECTIONS)["rows"]
+    out = summary(rows, ["identity", "relation"], DIRECTIONS)
+    overall = {(r["direction"], r["method"]): r["filtered"] for r in rows if r["relation"] == "overall"}
+    for method in ("identity", "relation"):
+        e = out[method]
+        assert e["mrr_tail"] == overall[("tail", method)]["mrr"] and e["mrr_head"] == overall[("head", method)]["mrr"]
+        assert e["mrr"] == pytest.approx((e["mrr_tail"] + e["mrr_head"]) / 2)
+        assert e["hits@3"] == pytest.approx((e["hits@3_tail"] + e["hits@3_head"]) / 2)
+        assert e["queries_tail"] == e["queries_head"] == 1
+    assert out["relation"]["mrr_head"] == 1.0  # the inverse maps "t" onto "h"
+    del ops["lin^-1"]  # no inverse: head prediction unavailable, so no mean either
+    rows = evaluate(test, [], cands, ["relation"], directions=DIRECTIONS)["rows"]
+    e = summary(rows, ["relation"], DIRECTIONS)["relation"]
+    assert e["mrr_head"] is None and e["mrr"] is None and e["mrr_tail"] is not None
+    tail_only = summary(evaluate(test, [], cands, ["relation"])["rows"], ["relation"], ("tail",))["relation"]
+    assert tail_only["mrr"] == tail_only["mrr_tail"] and "mrr_head" not in tail_only
+
+
+def test_bench_linkpred_predicts_heads_by_default_for_a_bundle_trained_with_inverse(tmp_path, encoder):
+    texts = ["Paris is the capital of France.", "France is a country in Europe.", "Berlin is the capital of Germany.",
+             "Germany is a country in Europe.", "Rome is the capital of Italy.", "Italy is a country in Europe."]
+    eye = {"W": np.eye(384, dtype=np.float32), "b": np.zeros(384, np.float32)}
+    ops = {"capital of": Operator(name="capital of", kind="linear", params=dict(eye)),
+           "capital of^-1": Operator(name="capital of^-1", kind="linear", params=dict(eye))}
+    Bundle(encoder=encoder.identity, operators=ops).save(tmp_path / "inv")
+    Bundle(encoder=encoder.identity, operators={"capital of": ops["capital of"]}).save(tmp_path / "tail")
+    cands = write_jsonl(tmp_path / "c.jsonl", [{"text": t} for t in texts])
+    test = write_jsonl(tmp_path / "test.jsonl", [{"head": texts[i], "relation": "capital of", "tail": texts[i + 1]}
+                                                 for i in (0, 2, 4)])
+
+    def run(model, *extra):
+        out = tmp_path / f"{model}{len(extra)}.json"
+        result = CliRunner().invoke(bench, ["linkpred", str(test), "--candidates", str(cands), "--model",
+                                            str(tmp_path / model), "--cache", str(tmp_path / "cache"), "--json",
+                                            str(out), "--quiet", *extra])
+        assert result.exit_code == 0, result.output
+        return result.output, json.loads(out.read_text())
+
+    output, record = run("inv")
+    assert record["directions"] == ["tail", "head"]
+    assert "overall, tail and head prediction and their mean" in output and "MRR mean" in output
+    rows = {(r["direction"], r["relation"], r["method"]): r for r in record["rows"]}
+    for method in ("identity", "relation"):
+        e = record["summary"][method]
+        assert e["mrr_tail"] == rows[("tail", "overall", method)]["filtered"]["mrr"]
+        assert e["mrr_head"] == rows[("head", "overall", method)]["filtered"]["mrr"]
+        assert e["mrr"] == pytest.approx(rows[("mean", "overall", method)]["filtered"]["mrr"])
+        assert e["hits@10"] == pytest.approx((e["hits@10_tail"] + e["hits@10_head"]) / 2)
+    _, record = run("inv", "--tail-only")
+    assert record["directions"] == ["tail"] and "mrr_head" not in record["summary"]["relation"]
+    _, record = run("tail")  # no "capital of^-1": tails only unless asked
+    assert record["directions"] == ["tail"]
+    _, record = run("tail", "--both-directions")
+    assert record["directions"] == ["tail", "head"] and record["summary"]["relation"]["mrr"] is None
+
+
 # ---------------------------------------------------------------- BM25 and correlations
 
 

@@ -271,3 +271,107 @@ def test_epoch_objectives_stop_before_an_epoch_that_would_not_fit(tmp_path, monk
     assert tr["epochs_run"] == 3 and tr["stopped_by"] == "time budget" and tr["elapsed_seconds"] <= 90
     assert [h["seconds"] for h in tr["history"]] == [40.0, 60.0, 80.0]
     assert np.isfinite(tr["dev_mrr"])
+
+
+# ------------------------------------------------------------------------------ a budget instead of an epoch limit
+def _fake_dev(monkeypatch, scores):
+    """Dev evaluations read ``scores`` in turn (the last one repeats), each with a tail and a head figure."""
+    from relsearch.encoder.training import tower
+
+    seen = iter(scores)
+    last = {}
+
+    def dev_scores(self):
+        last["v"] = next(seen, last.get("v", scores[-1]))
+        return {"dev_mrr": last["v"], "dev_mrr_tail": last["v"] + 0.1, "dev_mrr_head": last["v"] - 0.1}
+
+    monkeypatch.setattr(tower._Run, "dev_scores", dev_scores)
+
+
+def _tower_run(tmp_path, **config):
+    from relsearch.encoder.training.tower import TowerConfig, train_tower
+
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    config = TowerConfig(batch_size=2, max_length=8, eval_every=None, progress=False,
+                         cache_dir=str(tmp_path / "cache"), **config)  # 6 triples: 3 steps an epoch
+    return train_tower([data], dev_files=[data], config=config)
+
+
+def test_a_budget_without_an_epoch_limit_trains_past_the_default_epochs_while_dev_improves(tmp_path, monkeypatch):
+    from relsearch.encoder.training.card import render_model_card, summary_lines
+
+    clock = FakeClock()
+    _ticking(monkeypatch, clock, 10.0)
+    _fake_dev(monkeypatch, [0.1 * i for i in range(1, 50)])  # dev still rising at every evaluation
+    # 100 s of budget, 10-s steps: ten steps, over three epochs of three; the default limit (1 epoch) is lifted
+    bundle = _tower_run(tmp_path, epochs=1, patience=2, time_budget=100 / 60, until_budget=True)
+    tr = bundle.operators["para"].info["training"]
+    assert tr["steps"] == 10 and tr["stopped_by"] == "time budget" and tr["max_epochs"] is None
+    assert tr["epochs_run"] == pytest.approx(10 / 3, abs=0.01) and tr["steps_per_epoch"] == 3
+    assert [h["step"] for h in tr["history"]] == [0, 3, 6, 9, 10]  # each epoch's end, then the last step
+    assert tr["best_step"] == 10 and tr["history"][-1]["dev_mrr_head"] == pytest.approx(tr["dev_mrr"] - 0.1)
+    lines = summary_lines(bundle)
+    assert any(line.startswith("training stopped by time budget: 10 steps (3.33 epochs), no epoch limit")
+               and "(tail " in line and "head " in line and "at step 10" in line for line in lines), lines
+    assert "no epoch limit (the time budget and dev patience decide)" in render_model_card(bundle)
+
+    clock.now = 1000.0  # the same run with the epoch limit: it stops after its one epoch, budget left
+    _fake_dev(monkeypatch, [0.1 * i for i in range(1, 50)])
+    limited = _tower_run(tmp_path, epochs=1, patience=2, time_budget=100 / 60).operators["para"].info["training"]
+    assert limited["steps"] == 3 and limited["stopped_by"] == "epochs" and limited["max_epochs"] == 1
+
+
+def test_a_budget_without_an_epoch_limit_stops_by_patience_once_dev_stops_improving(tmp_path, monkeypatch):
+    clock = FakeClock()
+    _ticking(monkeypatch, clock, 10.0)
+    _fake_dev(monkeypatch, [0.1, 0.2, 0.2, 0.2])  # start, epoch 1 gains, then two evaluations without a gain
+    bundle = _tower_run(tmp_path, epochs=1, patience=2, time_budget=60.0, until_budget=True)
+    tr = bundle.operators["para"].info["training"]
+    assert tr["stopped_by"] == "patience" and tr["steps"] == 9 and tr["best_step"] == 3
+    assert tr["elapsed_seconds"] == 90.0 and not tr["stopped_by_time_budget"]  # most of the hour left
+
+
+def test_until_budget_needs_a_budget_and_lr_decays_by_time_alone():
+    from relsearch.encoder.training.tower import TowerConfig, lr_factor
+
+    with pytest.raises(ValueError, match="until_budget needs a time_budget"):
+        TowerConfig(until_budget=True)
+    assert lr_factor(50, None, 10, 0.25) == 0.75 and lr_factor(5, None, 10, 0.9) == 0.6  # warm-up first
+    assert lr_factor(50, None, 10, 1.0) == 0.0
+
+
+@pytest.mark.parametrize("extra,until", [([], True), (["--epochs", "2"], None)])
+def test_cli_lifts_the_epoch_limit_only_for_a_budget_without_epochs(tmp_path, monkeypatch, extra, until):
+    from relsearch.cli import cli
+    from relsearch.encoder.training import tower
+
+    seen = {}
+
+    def fake_train(train_files, *, config, **kw):
+        seen["config"] = config
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(tower, "train_tower", fake_train)
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    result = CliRunner().invoke(cli, ["train", str(data), "--regime", "encoder", "--out", str(tmp_path / "b"),
+                                      "--time-budget", "5", *extra])
+    assert "stop here" in result.output
+    config = seen["config"]
+    assert config.until_budget is bool(until) and config.epochs == (2 if extra else 3)
+    assert config.time_budget == pytest.approx(5, abs=0.01)
+    plain = CliRunner().invoke(cli, ["train", str(data), "--regime", "encoder", "--out", str(tmp_path / "b")])
+    assert "stop here" in plain.output and seen["config"].until_budget is False and seen["config"].time_budget is None
+
+
+def test_joint_without_an_epoch_limit_trains_until_its_budget(tmp_path, monkeypatch):
+    from relsearch.encoder.training.rse_joint import JointConfig, train_joint
+
+    clock = FakeClock()
+    _ticking(monkeypatch, clock, 10.0)
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    config = JointConfig(epochs=1, batch_size=2, max_length=8, patience=5, progress=False,
+                         cache_dir=str(tmp_path / "cache"), time_budget=1.0, until_budget=True)  # 60 s: six steps
+    bundle, _ = train_joint([data], dev_files=[data], config=config)
+    tr = bundle.operators["para"].info["training"]
+    assert tr["steps"] == 6 and tr["stopped_by"] == "time budget" and tr["max_epochs"] is None
+    assert [h.get("epoch") for h in tr["history"]] == [None, 1, 2]  # the start, then each epoch's end
