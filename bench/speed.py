@@ -261,6 +261,25 @@ def _g(flop_per_s: float) -> str:
     return f"{flop_per_s / 1e9:.1f} GFLOP/s" if flop_per_s < 1e12 else f"{flop_per_s / 1e12:.1f} TFLOP/s"
 
 
+def query_lines(q: dict) -> list[str]:
+    """The querying part of :func:`format_table`."""
+    return [
+        f"querying (k={q['k']}):",
+        f"  single text query p50/p95: identity {q['latency_ms_identity_p50']:.1f}/{q['latency_ms_identity_p95']:.1f} ms, "
+        f"{q['relation']} {q['latency_ms_relation_p50']:.1f}/{q['latency_ms_relation_p95']:.1f} ms",
+        f"  batched ({q['batch']} queries, hits with their documents; {q.get('faiss') or 'FAISS'}"
+        f"{' ' + json.dumps(q['search_params']) if q.get('search_params') else ''} on both sides): "
+        f"relsearch {q['relsearch_qps']:.0f} QPS",
+        f"    vs raw FAISS search alone {q['raw_faiss_qps']:.0f} QPS: ratio {q['relsearch_over_faiss_qps']:.3f}",
+        f"    vs raw FAISS + the same documents in one SQL read {q['raw_faiss_with_docs_qps']:.0f} QPS: "
+        f"ratio {q['relsearch_over_faiss_with_docs_qps']:.3f}",
+        f"    relsearch with every hit built as a Hit object: {q['relsearch_every_hit_built_qps']:.0f} QPS",
+        f"    through the query plan (request.run: pages of Hit objects, what query/API/serve/lookup call): "
+        f"{q['plan_qps']:.0f} QPS, ratio {q['plan_over_faiss_qps']:.3f} of raw FAISS, "
+        f"{q['plan_over_every_hit_built_qps']:.3f} of every hit built",
+    ]
+
+
 def format_table(r: dict) -> str:
     e, i, q, m = r["encoding"], r["indexing"], r["querying"], r["machine"]
     return "\n".join([
@@ -284,17 +303,29 @@ def format_table(r: dict) -> str:
         f"  pure encoding {i['pure_encoding_s']:.1f} s   relsearch index {i['index_wall_s']:.1f} s   "
         f"ratio {i['index_over_encoding']:.3f}   ({i['index_with_import_over_encoding']:.3f} counting "
         f"{i['beam_import_s']:.1f} s of importing Beam, once per process)",
-        f"querying (k={q['k']}):",
-        f"  single text query p50/p95: identity {q['latency_ms_identity_p50']:.1f}/{q['latency_ms_identity_p95']:.1f} ms, "
-        f"{q['relation']} {q['latency_ms_relation_p50']:.1f}/{q['latency_ms_relation_p95']:.1f} ms",
-        f"  batched ({q['batch']} queries, hits with their documents; {q.get('faiss') or 'FAISS'}"
-        f"{' ' + json.dumps(q['search_params']) if q.get('search_params') else ''} on both sides): "
-        f"relsearch {q['relsearch_qps']:.0f} QPS",
-        f"    vs raw FAISS search alone {q['raw_faiss_qps']:.0f} QPS: ratio {q['relsearch_over_faiss_qps']:.3f}",
-        f"    vs raw FAISS + the same documents in one SQL read {q['raw_faiss_with_docs_qps']:.0f} QPS: "
-        f"ratio {q['relsearch_over_faiss_with_docs_qps']:.3f}",
-        f"    relsearch with every hit built as a Hit object: {q['relsearch_every_hit_built_qps']:.0f} QPS",
-        f"    through the query plan (request.run: pages of Hit objects, what query/API/serve/lookup call): "
-        f"{q['plan_qps']:.0f} QPS, ratio {q['plan_over_faiss_qps']:.3f} of raw FAISS, "
-        f"{q['plan_over_every_hit_built_qps']:.3f} of every hit built",
-    ])
+    ] + query_lines(q))
+
+
+def main(argv=None) -> None:
+    """``python -m relsearch.bench.speed --index DIR``: the querying part of ``relsearch bench speed``
+    alone, on an index already built (bench speed builds its own from ``--documents`` real
+    sentences, which takes minutes of encoding on a CPU); the single-query texts are the last 500
+    of those sentences, as bench speed takes them."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m relsearch.bench.speed", description=main.__doc__.split("\n")[0])
+    parser.add_argument("--index", required=True, help="a published index")
+    parser.add_argument("--documents", type=int, default=20000, help="bench speed's --documents (picks the texts)")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds of the batched comparison")
+    parser.add_argument("--precision", default="auto")
+    parser.add_argument("--json", action="store_true", help="print the result as one JSON object")
+    args = parser.parse_args(argv)
+    texts = real_sentences(max(5000, args.documents))[-500:]
+    q = querying(Path(args.index), texts, repeats=args.repeats, precision=args.precision)
+    m = machine_info()
+    print(json.dumps({"machine": m, "querying": q}) if args.json else "\n".join(
+        [f"machine: {m['cpu']}, {m['usable_cpus']} usable CPUs, torch threads {m['torch_threads']}"] + query_lines(q)))
+
+
+if __name__ == "__main__":
+    main()

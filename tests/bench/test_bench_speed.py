@@ -141,3 +141,25 @@ def test_the_scale_check_times_bench_speeds_batch_and_the_plan_beside_raw_faiss(
     assert report["ratio_search_vs_faiss_ids_paired_median"] == pytest.approx(
         report["qps_median"]["search"] / report["qps_median"]["faiss_ids"], rel=1e-3)
     assert report["ratio_plan_vs_faiss_ids_paired_median"] > 0 and report["faiss"]["factory"] == "IVF16,Flat"
+
+
+def test_the_query_part_runs_alone_on_an_index_already_built(monkeypatch, capsys, tmp_path):
+    """python -m relsearch.bench.speed --index DIR: querying() on that index with bench speed's texts,
+    printed as bench speed prints it."""
+    seen = {}
+
+    def querying(index_dir, queries, *, repeats, precision):
+        seen.update(index=index_dir, queries=len(queries), repeats=repeats)
+        return {"k": 10, "relation": "r", "latency_ms_identity_p50": 1.0, "latency_ms_identity_p95": 2.0,
+                "latency_ms_relation_p50": 1.0, "latency_ms_relation_p95": 2.0, "batch": 1000, "faiss": "IVF8,Flat",
+                "search_params": {"nprobe": 2}, "relsearch_qps": 90.0, "raw_faiss_qps": 100.0,
+                "relsearch_over_faiss_qps": 0.9, "raw_faiss_with_docs_qps": 80.0,
+                "relsearch_over_faiss_with_docs_qps": 1.125, "relsearch_every_hit_built_qps": 60.0, "plan_qps": 50.0,
+                "plan_over_faiss_qps": 0.5, "plan_over_every_hit_built_qps": 0.8333}
+
+    monkeypatch.setattr(speed, "querying", querying)
+    monkeypatch.setattr(speed, "real_sentences", lambda n: [f"s{i}" for i in range(n)])
+    speed.main(["--index", str(tmp_path), "--repeats", "2"])
+    out = capsys.readouterr().out
+    assert seen == {"index": tmp_path, "queries": 500, "repeats": 2}
+    assert 'IVF8,Flat {"nprobe": 2} on both sides' in out and "ratio 0.900" in out and "0.500 of raw FAISS" in out
