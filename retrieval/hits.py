@@ -11,7 +11,7 @@ that shows one page builds the ``Hit`` objects of that page alone.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import MISSING, dataclass, fields, replace
 
 import numpy as np
 
@@ -64,18 +64,24 @@ class Hit:
 
 
 _new, _set = object.__new__, object.__setattr__
-HIT_FIELDS = ("id", "score", "text", "metadata", "explain", "reranker", "ann_score", "ann_rank")
+_GIVEN = ("id", "score", "text", "metadata", "explain")  # what a search's row gives each hit
+_DEFAULTS = {f.name: f.default for f in fields(Hit) if f.name not in _GIVEN}  # the others, at their defaults
+_FAST = (tuple(f.name for f in fields(Hit))[:len(_GIVEN)] == _GIVEN
+         and all(f.default is not MISSING for f in fields(Hit) if f.name not in _GIVEN))
 
 
 def _hit(doc: tuple[str, str, str], score: float, metadata: dict, explain: dict | None) -> Hit:
-    """``Hit(doc[0], score, doc[1], metadata, explain)``, the rest at their defaults: the same object
-    (equal, hashed, printed, pickled and ``replace``-d alike; tests/indexer/test_docstore_memory.py),
-    made with one dict instead of the frozen dataclass's ``__init__``, which sets each of its eight
-    fields through ``object.__setattr__``: 2.5 → 1.3 µs a hit, and a batch of 1,000 queries that
-    reads every row (a lookup job, the plan's pages) builds 10,000 of them."""
+    """``Hit(doc[0], score, doc[1], metadata, explain)``, every other field at its default: the same
+    object (equal, hashed, printed, pickled and ``replace``-d alike; tests/indexer/
+    test_docstore_memory.py), made with one dict instead of the frozen dataclass's ``__init__``,
+    which sets each field through ``object.__setattr__``: 2.5 → 1.3 µs a hit, and a batch of 1,000
+    queries that reads every row (a lookup job, the plan's pages) builds 10,000 of them. A field
+    added to :class:`Hit` without a plain default (a ``default_factory``) takes ``__init__``."""
+    if not _FAST:
+        return Hit(doc[0], score, doc[1], metadata, explain)
     hit = _new(Hit)
     _set(hit, "__dict__", {"id": doc[0], "score": score, "text": doc[1], "metadata": metadata, "explain": explain,
-                           "reranker": None, "ann_score": None, "ann_rank": None})
+                           **_DEFAULTS})
     return hit
 
 
