@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-KINDS = ("identity", "translation", "linear", "projection", "encoder")
+from .kinds import KINDS, kind_of  # noqa: F401  (KINDS re-exported: bundle.py reads it from here)
+
 TOWER_KEYS = ("name", "marker", "scale", "base")  # what info["tower"] of an encoder operator holds
 
 
@@ -47,18 +48,14 @@ class Operator:
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"operator {self.name!r}: unknown kind {self.kind!r}; choose one of {', '.join(KINDS)}")
-        needed = {"identity": set(), "translation": {"r"}, "linear": {"W", "b"}, "projection": {"P"},
-                  "encoder": set()}[self.kind]
-        missing = needed - set(self.params)
+        kind = kind_of(self.kind)
+        missing = set(kind.params) - set(self.params)
         if missing:
             raise ValueError(f"operator {self.name!r} ({self.kind}) lacks parameters {sorted(missing)}")
         shapes = {k: np.shape(v) for k, v in self.params.items()}
-        r, w, b, p = (shapes.get(k) for k in ("r", "W", "b", "P"))
-        if ((self.kind == "translation" and len(r) != 1)
-                or (self.kind == "linear" and (len(w) != 2 or w[0] != w[1] or b != (w[0],)))
-                or (self.kind == "projection" and (len(p) != 2 or 0 in p))):
+        if not kind.shapes_ok(shapes):
             raise ValueError(f"operator {self.name!r} ({self.kind}): parameter shapes {shapes} do not fit its kind")
-        if self.kind == "encoder":
+        if kind.needs_text:
             tower = self.info.get("tower")
             absent = [k for k in TOWER_KEYS if not isinstance(tower, dict) or k not in tower]
             if absent or not self.params:
@@ -67,25 +64,21 @@ class Operator:
 
     @property
     def dim(self) -> int | None:
-        if self.kind == "translation":
-            return int(self.params["r"].shape[0])
-        if self.kind in ("linear", "projection"):
-            return int(self.params["W" if self.kind == "linear" else "P"].shape[1])
-        return None
+        return kind_of(self.kind).dim(self.params)
 
     @property
     def needs_text(self) -> bool:
         """True when the operator reads the query text rather than its vector (kind ``encoder``)."""
-        return self.kind == "encoder"
+        return kind_of(self.kind).needs_text
 
     @property
     def both_sides(self) -> bool:
         """True when documents must be transformed too (:meth:`documents` is not the identity)."""
-        return self.kind == "projection"
+        return kind_of(self.kind).both_sides
 
     def apply(self, h: np.ndarray, texts: list[str] | None = None) -> np.ndarray:
         """(n, d) raw vectors → (n, d) unit query vectors; kind ``encoder`` reads ``texts`` (n) instead."""
-        if self.kind == "encoder":
+        if self.needs_text:
             if self.query_tower is None:
                 raise ValueError(f"relation {self.name!r} is a query encoder (kind encoder): it needs its base "
                                  "transformer, which this command does not load")
@@ -93,14 +86,7 @@ class Operator:
                 raise ValueError(f"relation {self.name!r} is a query encoder (kind encoder): it needs the query "
                                  "text, not only its vector")
             return normalize(self.query_tower(list(texts)))
-        h = np.asarray(h, dtype=np.float32)
-        if self.kind == "translation":
-            h = h + self.params["r"]
-        elif self.kind == "linear":
-            h = h @ self.params["W"].T + self.params["b"]
-        elif self.kind == "projection":
-            h = h @ self.params["P"].T
-        return normalize(h)
+        return normalize(kind_of(self.kind).map(self.params, np.asarray(h, dtype=np.float32)))
 
     def documents(self, unit: np.ndarray) -> np.ndarray:
         """The document side of the score: unit vectors t̂ (n, d) as this operator compares them.

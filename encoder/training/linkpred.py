@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..metrics import Ranks, rank_gold, ranking_metrics
+from ..kinds import TRAINABLE, kind_of
 from ..relations import normalize
 from .splits import RelationSplit
 
@@ -19,23 +20,21 @@ PROTOCOL = ("link prediction on the test triples of the relation: candidates = a
 
 
 def init_params(kind: str, d: int, gen, device: str = "cpu") -> dict:
-    """A relation's trainable tensors on ``device`` (``gen``, a generator on that device, draws them).
-
-    ``translation``: r ~ N(0, 0.02); ``linear``: W = I, b = 0 (so the start is plain cosine).
-    """
-    import torch
-
-    if kind == "translation":
-        return {"r": (torch.randn(d, generator=gen, device=device) * 0.02).requires_grad_()}
-    return {"W": torch.eye(d, device=device).requires_grad_(), "b": torch.zeros(d, device=device).requires_grad_()}
+    """A relation's trainable tensors on ``device`` (``gen``, a generator on that device, draws them):
+    the kind's ``init`` (encoder/kinds.py). ``translation``: r ~ N(0, 0.02); ``linear``: W = I,
+    b = 0 (so the start is plain cosine)."""
+    init = kind_of(kind).init
+    if init is None:
+        raise ValueError(f"operator kind {kind!r} is not trained here; choose one of {', '.join(TRAINABLE)}")
+    return init(d, gen, device)
 
 
 def forward(params: dict, h):
-    """Unit query vectors of raw vectors ``h`` (torch) under ``params`` (``r``, or ``W`` and ``b``)."""
+    """Unit query vectors of raw vectors ``h`` (torch) under ``params`` (``r``, or ``W`` and ``b``):
+    the kind's ``forward`` (encoder/kinds.py), normalised."""
     import torch.nn.functional as F
 
-    x = h + params["r"] if "r" in params else h @ params["W"].T + params["b"]
-    return F.normalize(x, dim=-1)
+    return F.normalize(kind_of("translation" if "r" in params else "linear").forward(params, h), dim=-1)
 
 
 def numpy_apply(params: dict):

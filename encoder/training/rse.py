@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..bundle import Bundle
+from ..kinds import TRAINABLE
 from ..relations import Operator
 from .cache import _tqdm, encode_cached
 from .card import hyperparameters
@@ -46,7 +47,7 @@ from .linkpred import forward, init_params, link_prediction, numpy_apply, traine
 from .loop import Budget, Checkpoint
 from .splits import RelationSplit, relation_splits, sample_queries, text_ids, true_tails
 
-OPERATOR_KINDS = ("linear", "translation")
+OPERATOR_KINDS = TRAINABLE  # the kinds with a torch init and forward (encoder/kinds.py)
 NEGATIVE_MODES = ("all", "batch")
 
 

@@ -278,8 +278,8 @@ class DeviceAudit(torch.overrides.TorchFunctionMode):
         kwargs = kwargs or {}
         result = func(*args, **kwargs)
         caller = sys._getframe(1).f_code.co_filename
-        if f"{Path('encoder', 'training')}" not in caller:
-            return result
+        if f"{Path('encoder', 'training')}" not in caller and not caller.endswith(f"{Path('encoder', 'kinds.py')}"):
+            return result  # the trainers' own calls, and the kinds' torch init / forward (encoder/kinds.py)
         self.calls += 1
         name, where = getattr(func, "__name__", str(func)), f"{Path(caller).name}:{sys._getframe(1).f_lineno}"
         if name in self.FACTORIES and ("device" not in kwargs or torch.device(kwargs["device"]).type != self.device):
