@@ -1,6 +1,8 @@
-// The explorer: form ↔ URL state, side-by-side search (identity vs the chosen mixture), score and relations panels.
+// The explorer: form ↔ URL state, side-by-side search (identity vs the chosen mixture) of a text, a stored
+// document or examples (like / not like), facet counts that add a filter, highlighted query terms, score and
+// relations panels.
 import {ApiError, call, get, setKey} from "./api.js";
-import {FILTER_OPS, readState, rowParts, writeFilter, writeState} from "./query.js";
+import {FILTER_OPS, examplesBody, facetFilter, readState, rowParts, writeFilter, writeState} from "./query.js";
 import {describe, plan} from "./recipe.js";
 import {bars, el, hitList, relationRows, trainedOn} from "./view.js";
 
@@ -121,6 +123,51 @@ function filterText(row) {
   return writeFilter(field, row.querySelector(".op").value, row.querySelector(".value").value.trim(), fieldTypes(field));
 }
 
+// One example of a query by examples: like / not like, a stored document (completed as the id box is) or
+// a text, and an optional weight (blank: 1)
+function exampleRow(kind = "like", example = {id: ""}) {
+  const byText = "text" in example;
+  const polarity = el("select", {class: "polarity", "aria-label": "like or not like"},
+    el("option", {value: "like", selected: kind === "like"}, "like"),
+    el("option", {value: "unlike", selected: kind === "unlike"}, "not like"));
+  const source = el("select", {class: "source", "aria-label": "a stored document or a text"},
+    el("option", {value: "id", selected: !byText}, "document"),
+    el("option", {value: "text", selected: byText}, "text"));
+  const weight = el("input", {type: "number", class: "weight", min: "0", step: "any", placeholder: "1",
+                              value: example.weight === null || example.weight === undefined ? null : String(example.weight),
+                              "aria-label": "example weight", title: "weight (blank: 1)"});
+  const value = el("input", {class: "example-value", value: byText ? example.text : example.id, spellcheck: "false",
+                             "aria-label": "example"});
+  const remove = el("button", {type: "button", class: "remove", title: "remove this example"}, "×");
+  const row = el("div", {class: `example ${kind}`, "data-kind": kind}, polarity, source, weight, remove, value);
+  const showSource = () => {
+    if (source.value === "id") value.setAttribute("list", "id-options");
+    else value.removeAttribute("list");
+    value.placeholder = source.value === "id" ? "id or name, e.g. MSFT" : "a text, e.g. cloud software";
+  };
+  showSource();
+  source.addEventListener("change", showSource);
+  polarity.addEventListener("change", () => {
+    row.dataset.kind = polarity.value;
+    row.className = `example ${polarity.value}`;
+  });
+  completeIds(value, () => source.value === "id");
+  remove.addEventListener("click", () => row.remove());
+  return row;
+}
+
+function readExamples() {
+  const examples = {like: [], unlike: []};
+  for (const row of document.querySelectorAll("#examples .example")) {
+    const value = row.querySelector(".example-value").value.trim();
+    if (!value) continue; // a blank row is not an example
+    const weight = row.querySelector(".weight").value.trim();
+    examples[row.dataset.kind].push({[row.querySelector(".source").value]: value,
+                                     weight: weight === "" ? null : Number(weight)});
+  }
+  return examples;
+}
+
 function readForm() {
   const relations = Object.create(null); // keyed by relation names: no inherited keys
   for (const range of document.querySelectorAll("[data-relation]")) {
@@ -130,13 +177,18 @@ function readForm() {
     relations[row.dataset.unknownRelation] = Number(row.dataset.weight);
   }
   const filters = [...document.querySelectorAll(".filter")].map(filterText);
+  const {like, unlike} = readExamples();
   return {
     index: $("index").value,
     mode: document.querySelector('input[name="mode"]:checked').value,
     text: $("text").value,
     id: $("doc-id").value.trim(),
+    like,
+    unlike,
     relations,
     filters,
+    facets: [...document.querySelectorAll("[data-facet]:checked")].map((box) => box.dataset.facet),
+    facetDepth: Number($("facet-depth").value) || null,
     k: Number($("k").value) || 10,
     hybrid: $("hybrid").value,
     columns: [...document.querySelectorAll("[data-column]:checked")].map((box) => box.dataset.column),
@@ -147,10 +199,16 @@ function showMode(mode) {
   document.querySelector(`input[name="mode"][value="${mode}"]`).checked = true;
   $("text").hidden = mode !== "text";
   $("doc-id").hidden = mode !== "id";
+  $("examples-box").hidden = mode !== "like";
+  if (mode === "like" && !$("examples").children.length) { // start from the document being looked at
+    $("examples").append(exampleRow("like", {id: $("doc-id").value.trim()}));
+  }
 }
 
 // The sliders start where the search is: the URL's relations, or identity at 1 when it names none
 function fillForm(state, operators, sources) {
+  $("examples").replaceChildren(...state.like.map((e) => exampleRow("like", e)),
+                                ...state.unlike.map((e) => exampleRow("unlike", e)));
   showMode(state.mode);
   $("text").value = state.text;
   $("doc-id").value = state.id;
@@ -166,8 +224,19 @@ function fillForm(state, operators, sources) {
   clearErrors($("search-form"));
   const nameField = NAME_FIELDS.find((n) => fields.some((f) => f.name === n));
   const shown = new Set(state.columns || (nameField ? [nameField] : []));
-  $("columns").replaceChildren(...fields.filter((f) => !f.types.every((t) => t === "array" || t === "object"))
+  const scalar = fields.filter((f) => !f.types.every((t) => t === "array" || t === "object"));
+  $("columns").replaceChildren(...scalar
     .map((f) => el("label", {}, el("input", {type: "checkbox", "data-column": f.name, checked: shown.has(f.name)}), f.name)));
+  // facet fields: the index's, and any other the URL names (kept, so that the server says what is wrong)
+  const counted = new Set(state.facets);
+  const facetBox = (name, known) => {
+    const box = el("input", {type: "checkbox", "data-facet": name, checked: counted.has(name)});
+    box.addEventListener("change", () => { if ($("mixture-hits").childElementCount) search(); });
+    return el("label", known ? {} : {class: "unknown"}, box, known ? name : `${name} (not a field here)`);
+  };
+  $("facet-fields").replaceChildren(...scalar.map((f) => facetBox(f.name, true)),
+    ...state.facets.filter((name) => !scalar.some((f) => f.name === name)).map((name) => facetBox(name, false)));
+  $("facet-depth").value = state.facetDepth ? String(state.facetDepth) : "";
 }
 
 // ---------------------------------------------------------------- searching
@@ -177,6 +246,77 @@ function clearHits() {
   $("mixture-hits").replaceChildren();
   $("mixture-name").textContent = "";
   $("mixture-recipe").textContent = "";
+  $("facets").replaceChildren();
+}
+
+// ---------------------------------------------------------------- examples, facets, highlights
+
+// What a query by examples asks, above the hits: like A, B ×0.5, not like C
+function showQuery(state) {
+  const line = $("query-line");
+  line.hidden = state.mode !== "like";
+  if (line.hidden) {
+    line.replaceChildren();
+    return;
+  }
+  const named = (e, kind) => {
+    const words = "id" in e ? e.id : `“${e.text.length > 60 ? `${e.text.slice(0, 60)}…` : e.text}”`;
+    return el("span", {class: `ex ${kind}`, "data-kind": kind, "data-example": "id" in e ? e.id : e.text},
+      words, e.weight === null || e.weight === 1 ? null : el("span", {class: "weight"}, ` ×${e.weight}`));
+  };
+  const list = (examples, kind) => examples.flatMap((e, i) => [i ? ", " : null, named(e, kind)]).filter(Boolean);
+  line.replaceChildren(el("strong", {}, "documents like "), ...list(state.like, "like"),
+    ...(state.unlike.length ? [el("strong", {}, " and not like "), ...list(state.unlike, "unlike")] : []),
+    el("span", {class: "muted"}, " · the examples themselves are left out of the hits"));
+}
+
+// Whether a mixture's search has a BM25 part (plan.py _lexical), so that its hits can carry highlights
+function lexical(mixture, hybrid) {
+  const planned = plan(bundleRelations, mixture, hybrid);
+  return Boolean(planned) && planned.mode !== "projection" && (planned.mode === "rrf" || planned.recipe.bm25 > 0);
+}
+
+// The answer's facet counts, per field, each a button that adds its filter (field = value) and searches again
+function showFacets(counts, state) {
+  const active = new Set(state.filters.map((spec) => spec.trim()));
+  const button = (field, value, count) => {
+    const spec = facetFilter(field, value);
+    const label = value === null ? "null" : typeof value === "string" ? value : JSON.stringify(value);
+    const b = el("button", {type: "button", class: `facet-value${spec !== null && active.has(spec) ? " active" : ""}`,
+                            "data-value": JSON.stringify(value), "data-filter": spec, disabled: spec === null,
+                            title: spec === null ? "no filter expression says this value"
+                              : `${active.has(spec) ? "filtered: " : "add the filter "}${spec}${value === null
+                                ? " (missing or null)" : ""}${active.has(spec) ? "" : " and search again"}`},
+      el("span", {class: "value"}, label), " ", el("span", {class: "count"}, String(count)));
+    if (spec !== null) b.addEventListener("click", () => addFilter(field, spec));
+    return b;
+  };
+  const depth = state.facetDepth || 100;
+  const fieldRows = Object.entries(counts && typeof counts === "object" ? counts : {}).filter(([, rows]) => Array.isArray(rows));
+  const note = el("div", {class: "muted facet-note"}, `values of the mixture's first ${depth} hits under the filters, ` +
+    "most frequent first; click one to filter on it");
+  $("facets").replaceChildren(...(fieldRows.length ? [note] : []), ...fieldRows.map(([field, rows]) => {
+    const valid = rows.filter((r) => Array.isArray(r) && r.length === 2);
+    return el("div", {class: "facet", "data-field": field},
+      el("span", {class: "facet-name", title: `over the mixture's first ${depth} hits under the filters`}, field),
+      valid.length ? valid.map(([value, count]) => button(field, value, count))
+        : el("span", {class: "muted"}, `no value in the first ${depth} hits`));
+  }));
+}
+
+// A facet's filter: added as a row (one already equal to it is not doubled; an equality on the same field,
+// which could only contradict it, is replaced), then the search runs again
+function addFilter(field, spec) {
+  const rows = [...document.querySelectorAll("#filters .filter")];
+  if (!rows.some((row) => filterText(row).trim() === spec)) {
+    const same = rows.find((row) => {
+      const parts = rowParts(filterText(row));
+      return parts && parts.field === field && (parts.op === "=" || parts.op === "is null");
+    });
+    if (same) same.replaceWith(filterRow(spec));
+    else $("filters").append(filterRow(spec));
+  }
+  search();
 }
 
 // The answers' warnings, each once: filter values that can never match, parts of a relation's recipe
@@ -229,14 +369,21 @@ async function search({push = true} = {}) {
     return;
   }
   const mixture = Object.keys(state.relations).length ? state.relations : {identity: 1};
-  const base = {index: state.index, k: state.k, filters, explain: true, [state.mode]: state[state.mode]};
+  const query = state.mode !== "like" ? {[state.mode]: state[state.mode]}
+    : {like: examplesBody(state.like), ...(state.unlike.length ? {unlike: examplesBody(state.unlike)} : {})};
+  const base = {index: state.index, k: state.k, filters, explain: true, ...query};
   if (state.hybrid) base.hybrid = state.hybrid;
+  const counted = state.facets.length ? {facets: state.facets, ...(state.facetDepth ? {facet_depth: state.facetDepth} : {})} : {};
+  showQuery(state);
+  $("facets").replaceChildren();
   $("results").classList.add("loading");
   $("results").setAttribute("aria-busy", "true");
   $("search").disabled = true;
   $("status").textContent = "searching…";
-  const answer = await guarded(() => Promise.all([call("/search", {...base, relations: {identity: 1}}),
-                                                  call("/search", {...base, relations: mixture})]), form);
+  const marked = (relations) => (lexical(relations, state.hybrid) ? {highlight: true} : {});
+  const answer = await guarded(() => Promise.all([
+    call("/search", {...base, relations: {identity: 1}, ...marked({identity: 1})}),
+    call("/search", {...base, relations: mixture, ...marked(mixture), ...counted})]), form);
   $("results").classList.remove("loading");
   $("results").removeAttribute("aria-busy");
   $("search").disabled = false;
@@ -259,6 +406,7 @@ async function search({push = true} = {}) {
   $("mixture-recipe").textContent = planned.recipe && planned.mode !== "projection"
     ? `runs ${planned.mode === "rrf" ? "rrf(dense, bm25) of " : ""}${describe(planned.recipe)}` : "";
   showWarnings([plain, mixed]);
+  showFacets(mixed.facets, state);
   const moved = mixed.results.filter((hit) => before.get(hit.id) !== hit.rank).length;
   $("status").textContent = `${mixed.results.length} hits · ${moved} ranked differently from identity · ` +
                             `generation ${mixed.generation}`;
@@ -272,18 +420,22 @@ function modeOf(planned, answer) {
 
 // ---------------------------------------------------------------- completion of stored document ids
 
+// the id box and each example's document box share one list of choices (#id-options)
 let completing = null;
-$("doc-id").addEventListener("input", () => {
-  clearTimeout(completing);
-  const prefix = $("doc-id").value.trim();
-  if (!prefix) return;
-  completing = setTimeout(async () => {
-    const answer = await guarded(() => get("/complete", {index: $("index").value, prefix, limit: 10}));
-    if (answer) {
-      $("id-options").replaceChildren(...answer.matches.map((m) => el("option", {value: m.id, label: m.name || m.id})));
-    }
-  }, 150);
-});
+function completeIds(input, active = () => true) {
+  input.addEventListener("input", () => {
+    clearTimeout(completing);
+    const prefix = input.value.trim();
+    if (!prefix || !active()) return;
+    completing = setTimeout(async () => {
+      const answer = await guarded(() => get("/complete", {index: $("index").value, prefix, limit: 10}));
+      if (answer) {
+        $("id-options").replaceChildren(...answer.matches.map((m) => el("option", {value: m.id, label: m.name || m.id})));
+      }
+    }, 150);
+  });
+}
+completeIds($("doc-id"));
 
 // ---------------------------------------------------------------- score and relations panels
 
@@ -319,7 +471,7 @@ async function openIndex(state) {
     relationRows(document.querySelector("#relation-table tbody"), rels.relations, sources);
     fillForm(state, operators, sources);
     $("status").textContent = "Type a text or pick a document, choose relations, then search.";
-    if (state.text.trim() || state.id) await search({push: false}); // a shared URL shows its results at once
+    if (state.text.trim() || state.id || state.like.length || state.unlike.length) await search({push: false}); // a shared URL shows its results at once
     return true;
   });
   if (!answer) $("status").textContent = "The index could not be opened: see the message above.";
@@ -340,6 +492,8 @@ async function start() {
 
 document.querySelectorAll('input[name="mode"]').forEach((radio) => radio.addEventListener("change", () => showMode(radio.value)));
 $("add-filter").addEventListener("click", () => $("filters").append(filterRow()));
+$("add-like").addEventListener("click", () => $("examples").append(exampleRow("like")));
+$("add-unlike").addEventListener("click", () => $("examples").append(exampleRow("unlike")));
 $("search-form").addEventListener("submit", (event) => { event.preventDefault(); search(); });
 $("index").addEventListener("change", () => openIndex({...readForm(), filters: [], index: $("index").value}));
 window.addEventListener("popstate", () => openIndex(readState(location.search)));

@@ -1,4 +1,5 @@
-// The page's state and its URL (?id=MSFT&relation=similar-company:0.7&filter=gics_sector=Energy&k=10),
+// The page's state and its URL (?id=MSFT&relation=similar-company:0.7&filter=gics_sector=Energy&k=10; a query
+// by examples: ?like=MSFT&like=ORCL:0.5&unlike=IBM&like_text=cloud+software; facet=gics_sector&facet_depth=100),
 // and filter expressions in `relsearch query --filter` syntax. What a filter means is decided by the
 // server (POST /filters/parse runs the CLI's own parser); here an expression is only split into the
 // field / operator / value of a filter row, when a row can show it exactly.
@@ -9,8 +10,37 @@ const WORDS = /^([^\s=!<>~]+)\s+(?:(in|has)\s+(.*\S)|(exists|is null|is not null
 // the field runs to the first operator character (trimmed after): linear time on any text
 const COMPARISON = /^([^=!<>~]+)(!=|~=|>=|<=|=|>|<)(.*)$/s;
 
+// Example and relation specs: NAME or NAME:WEIGHT, the weight after the last colon when it is a number
+// (an id or text that would read as weighted is written with its weight: "a:1" as "a:1:1")
+const NUMBER = /^[+-]?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?$/i;
+
+// One `like` / `unlike` / `like_text` / `unlike_text` value → {id | text, weight} (weight null: not given)
+export function readExample(spec, key = "id") {
+  const cut = spec.lastIndexOf(":");
+  const weighted = cut > 0 && NUMBER.test(spec.slice(cut + 1));
+  return {[key]: weighted ? spec.slice(0, cut) : spec, weight: weighted ? Number(spec.slice(cut + 1)) : null};
+}
+
+export function writeExample(example) {
+  const value = "id" in example ? example.id : example.text;
+  const weight = example.weight === null || example.weight === undefined ? null : example.weight;
+  const misread = readExample(value).weight !== null;
+  if (weight === null) return misread ? `${value}:1` : value;
+  return weight === 1 && !misread ? value : `${value}:${weight}`;
+}
+
+// The examples of a state as the API takes them: [{"id": ...} | {"text": ...}, "weight"?]
+export function examplesBody(examples) {
+  return examples.map((e) => ({..."id" in e ? {id: e.id} : {text: e.text},
+                               ...(e.weight === null || e.weight === undefined ? {} : {weight: e.weight})}));
+}
+
 export function readState(search) {
   const params = new URLSearchParams(search);
+  const examples = (key) => [...params.getAll(key).map((s) => readExample(s, "id")),
+                             ...params.getAll(`${key}_text`).map((s) => readExample(s, "text"))];
+  const like = examples("like");
+  const unlike = examples("unlike");
   const relations = Object.create(null); // keyed by names from the URL: "__proto__" is a name like any other
   for (const spec of params.getAll("relation")) {
     const cut = spec.lastIndexOf(":");
@@ -20,11 +50,15 @@ export function readState(search) {
   }
   return {
     index: params.get("index") || "",
-    mode: params.has("id") ? "id" : "text",
+    mode: like.length || unlike.length ? "like" : params.has("id") ? "id" : "text",
     text: params.get("text") || "",
     id: params.get("id") || "",
+    like,
+    unlike,
     relations,
     filters: params.getAll("filter"),
+    facets: params.getAll("facet"),
+    facetDepth: Number(params.get("facet_depth")) || null,
     k: Number(params.get("k")) || 10,
     hybrid: params.get("hybrid") || "",
     columns: params.has("cols") ? params.get("cols").split(",").filter(Boolean) : null,
@@ -34,12 +68,19 @@ export function readState(search) {
 export function writeState(state) {
   const params = new URLSearchParams();
   if (state.index) params.set("index", state.index);
-  if (state.mode === "id") params.set("id", state.id);
+  if (state.mode === "like") {
+    for (const key of ["like", "unlike"]) {
+      for (const e of state[key]) if ("id" in e) params.append(key, writeExample(e));
+      for (const e of state[key]) if (!("id" in e)) params.append(`${key}_text`, writeExample(e));
+    }
+  } else if (state.mode === "id") params.set("id", state.id);
   else params.set("text", state.text);
   for (const [name, weight] of Object.entries(state.relations)) params.append("relation", `${name}:${weight}`);
   for (const spec of state.filters) params.append("filter", spec);
   params.set("k", String(state.k));
   if (state.hybrid) params.set("hybrid", state.hybrid);
+  for (const field of state.facets || []) params.append("facet", field);
+  if (state.facetDepth) params.set("facet_depth", String(state.facetDepth));
   if (state.columns) params.set("cols", state.columns.join(","));
   return `?${params}`;
 }
@@ -99,4 +140,18 @@ export function writeFilter(field, op, value, types = []) {
   }
   if (op === "has") return `${field} has ${quoted(value)}`;
   return `${field}${op}${op === "~=" ? value : quoted(value)}`;
+}
+
+// The filter a facet count stands for: its field equal to its value, as `--filter` reads it (a string that
+// would read as another type, or as more than itself, in double quotes; null: `FIELD is null`, which also
+// matches a missing field); null when no expression says it (an array or object value, a field whose
+// name holds an operator character or a space)
+export function facetFilter(field, value) {
+  if (typeof field !== "string" || !/^[^\s=!<>~"]+$/.test(field)) return null;
+  if (value === null) return `${field} is null`;
+  if (typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value))) return `${field}=${value}`;
+  if (typeof value !== "string") return null;
+  const plain = value === value.trim() && value !== "" && filterValue(value) === value &&
+                !/["[\]{}]/.test(value) && !/^[=!<>~]/.test(value) && !/ or /i.test(value);
+  return `${field}=${plain ? value : JSON.stringify(value)}`;
 }

@@ -1,4 +1,5 @@
 // Drawing: hits with rank movement and their score's parts, bar charts, relation rows. Text goes in as text nodes only.
+import {snippet} from "./marks.js";
 import {SCALES, cosines, describe, readRecipe, scoreParts} from "./recipe.js";
 
 export function el(tag, attrs = {}, ...children) {
@@ -82,6 +83,17 @@ function movement(rank, before) {
     `${delta > 0 ? "↑" : "↓"}${Math.abs(delta)}`);
 }
 
+// The hit's text (its first 220 characters, or those around its first highlight) with the query's BM25
+// terms in <mark>s: text nodes only, whatever the text holds
+function snippetOf(hit) {
+  const shown = snippet(hit.text, hit.highlights);
+  const marked = Array.isArray(hit.highlights);
+  return el("p", {class: "snippet", "data-highlights": marked ? String(hit.highlights.length) : null},
+    shown.cutBefore ? "…" : null,
+    shown.parts.map(([text, mark]) => (mark ? el("mark", {}, text) : text)),
+    shown.cutAfter ? "…" : null);
+}
+
 // before: id → rank under identity (the mixture list shows movement); kept: ids the mixture kept (identity list);
 // mode: the plan's mode (recipe.js plan), whose scale labels each score; single: what a score of one part is called
 export function hitList(list, hits, {columns, mode = "dense", single = "cosine", before = null, kept = null,
@@ -101,7 +113,7 @@ export function hitList(list, hits, {columns, mode = "dense", single = "cosine",
           el("span", {class: "scale"}, scale.label), " ", el("span", {class: "value"}, round(hit.score, 4)))),
       columns.length ? el("dl", {class: "meta"}, columns.flatMap((c) => isObject(hit.metadata) && Object.hasOwn(hit.metadata, c)
         ? [el("dt", {}, c), el("dd", {}, String(hit.metadata[c]))] : [])) : null,
-      el("p", {class: "snippet"}, hit.text.length > 220 ? `${hit.text.slice(0, 220)}…` : hit.text),
+      snippetOf(hit),
       stack(partsOfHits[i], range),
       rest.length ? el("details", {}, el("summary", {}, mode === "recipe"
         ? "cosines, not the score: the raw dense ⟨q, t̂⟩ the recipe normalises, each operator's"

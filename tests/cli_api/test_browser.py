@@ -374,6 +374,152 @@ def test_the_page_explains_the_score_it_shows(served, browser_page, artifacts):
     assert not page.console_errors, page.console_errors
 
 
+# ------------------------------------------------------------------------------ examples, facets, highlights
+@pytest.fixture(scope="module")
+def api_index(served):
+    """The Python API on the served index (read only), for the answers the page must show."""
+    from relsearch.api import Index
+
+    return Index(served[1])
+
+
+def ids(hits) -> list[str]:
+    return [h.id for h in hits]
+
+
+def test_a_url_with_examples_searches_by_them(served, api_index, browser_page, artifacts):
+    """like=ADBE&like=ADSK:0.5&unlike=CSCO is a query by examples: both lists are what Index.search(like=...,
+    unlike=...) answers, no example comes back, the examples are shown, and one added in the form goes into the URL."""
+    url = served[0]
+    page = browser_page
+    like, unlike = [{"id": "ADBE"}, {"id": "ADSK", "weight": 0.5}], [{"id": "CSCO"}]
+    _open_with_key(page, url)
+    page.goto(f"{url}/?like=ADBE&like=ADSK:0.5&unlike=CSCO&relation=similar-company:1&k=10&cols=name")
+    mixture = ids(api_index.search(like=like, unlike=unlike, relations={"similar-company": 1.0}, k=10))
+    identity = ids(api_index.search(like=like, unlike=unlike, relations={"identity": 1.0}, k=10))
+    wait_until(page, lambda: listed(page, "mixture") == mixture, "the API's answer for the examples")
+    assert listed(page, "identity") == identity and len(mixture) == 10
+    assert not {"ADBE", "ADSK", "CSCO"} & set(mixture + identity)  # the examples never come back
+    assert page.eval_on_selector('input[name="mode"]:checked', "e => e.value") == "like"
+    rows = page.eval_on_selector_all("#examples .example", "rows => rows.map(r => [r.dataset.kind, "
+                                     "r.querySelector('.source').value, r.querySelector('.example-value').value, "
+                                     "r.querySelector('.weight').value])")
+    assert rows == [["like", "id", "ADBE", ""], ["like", "id", "ADSK", "0.5"], ["unlike", "id", "CSCO", ""]]
+    said = page.eval_on_selector_all("#query-line .ex", "els => els.map(e => [e.dataset.kind, e.textContent])")
+    assert said == [["like", "ADBE"], ["like", "ADSK ×0.5"], ["unlike", "CSCO"]]
+    assert "not like" in page.text_content("#query-line")
+    page.screenshot(path=str(artifacts / "explorer-examples.png"), full_page=True)
+
+    # one more "not like", its id completed as the id box's is; the URL keeps it, so it reproduces the search
+    page.click("#add-unlike")
+    page.fill("#examples .example:last-child .example-value", "appl")
+    wait_until(page, lambda: "AAPL" in page.eval_on_selector_all("#id-options option", "os => os.map(o => o.value)"),
+               "the completion of 'appl'")
+    page.fill("#examples .example:last-child .example-value", "AAPL")
+    page.fill("#examples .example:last-child .weight", "2")
+    page.click("#search")
+    more = ids(api_index.search(like=like, unlike=[*unlike, {"id": "AAPL", "weight": 2}],
+                                relations={"similar-company": 1.0}, k=10))
+    wait_until(page, lambda: listed(page, "mixture") == more, "the answer with AAPL not liked")
+    assert "unlike=AAPL%3A2" in page.url and "AAPL" not in listed(page, "identity") + more
+    page.goto(page.url)  # the URL alone: the same examples, the same hits
+    wait_until(page, lambda: listed(page, "mixture") == more, "the same answer from the URL")
+    assert not page.console_errors, page.console_errors
+
+
+def facet_counts(page, field: str) -> list[list]:
+    return page.eval_on_selector_all(f'#facets .facet[data-field="{field}"] .facet-value', "bs => bs.map(b => "
+                                     "[JSON.parse(b.dataset.value), Number(b.querySelector('.count').textContent)])")
+
+
+def test_a_facet_count_adds_its_filter(served, api_index, browser_page, artifacts):
+    """facet=gics_sector counts the sectors of the mixture's first 100 hits, as Hits.facets does; clicking
+    a count adds `gics_sector=VALUE` and searches again: every new hit has that value."""
+    url = served[0]
+    page = browser_page
+    _open_with_key(page, url)
+    page.goto(f"{url}/?id={DOC}&relation=similar-company:1&k=10&facet=gics_sector&cols=name,gics_sector")
+    page.wait_for_selector('#facets .facet[data-field="gics_sector"] .facet-value')
+    want = api_index.search(id=DOC, relations={"similar-company": 1.0}, k=10, facets=["gics_sector"]).facets
+    assert facet_counts(page, "gics_sector") == want["gics_sector"]
+    assert page.is_checked('[data-facet="gics_sector"]')
+    sectors = [h.metadata.get("gics_sector") for h in api_index.search(id=DOC, relations={"similar-company": 1.0}, k=10)]
+    at, (value, count) = next((i, vc) for i, vc in enumerate(want["gics_sector"])
+                              if isinstance(vc[0], str) and vc[0] != sectors[0])  # one the first hit does not have
+    page.locator("#facets .facet-value").nth(at).click()
+    narrowed = api_index.search(id=DOC, relations={"similar-company": 1.0}, k=10, filters={"gics_sector": value})
+    wait_until(page, lambda: listed(page, "mixture") == ids(narrowed) and listed(page, "identity") and
+               page.is_visible(".filter"), f"the answer filtered on {value}")
+    shown = page.eval_on_selector_all("#mixture-hits > li, #identity-hits > li", "items => items.map(li => "
+                                      "[...li.querySelectorAll('.meta dt')].map(dt => [dt.textContent, "
+                                      "dt.nextElementSibling.textContent]))")
+    assert shown and all(dict(meta).get("gics_sector") == value for meta in shown), shown
+    assert all(h.metadata["gics_sector"] == value for h in narrowed) and len(narrowed) >= min(10, count)
+    assert f"filter=gics_sector%3D{value.replace(' ', '+')}" in page.url
+    under = api_index.search(id=DOC, relations={"similar-company": 1.0}, k=10, filters={"gics_sector": value},
+                             facets=["gics_sector"]).facets["gics_sector"]
+    assert len(under) == 1 and under[0][0] == value and under[0][1] >= count
+    wait_until(page, lambda: facet_counts(page, "gics_sector") == under, "the counts under the new filter")
+    assert page.eval_on_selector("#facets .facet-value", "b => b.classList.contains('active')")
+    page.screenshot(path=str(artifacts / "explorer-facets.png"), full_page=True)
+    page.locator("#facets .facet-value").first.click()  # the same filter again: not doubled
+    page.wait_for_timeout(500)
+    assert page.eval_on_selector_all("#filters .filter", "rows => rows.length") == 1
+    assert not page.console_errors, page.console_errors
+
+
+def test_highlighted_terms_are_marked(served, browser_page, artifacts):
+    """A search with a BM25 part asks for highlights: each <mark> holds one text node, a term of the query;
+    a search without one (identity) is not asked, so it neither marks nor warns."""
+    from relsearch.retrieval.highlight import terms
+
+    url = served[0]
+    page = browser_page
+    query = "oil and gas exploration"
+    wanted = terms(query)
+    _open_with_key(page, url)
+    page.goto(f"{url}/?text={query.replace(' ', '+')}&relation=similar-company:1&k=5")
+    page.wait_for_selector("#mixture-hits > li .snippet mark")
+    marks = page.eval_on_selector_all("#mixture-hits .snippet mark", "ms => ms.map(m => [m.textContent, "
+                                      "m.childNodes.length === 1 && m.firstChild.nodeType === Node.TEXT_NODE])")
+    assert marks and all(text.lower() in wanted and only_text for text, only_text in marks), marks
+    assert page.eval_on_selector_all("#identity-hits .snippet mark", "ms => ms.length") == 0
+    assert not any("highlight" in w for w in page.eval_on_selector_all("#warnings li", "ls => ls.map(l => l.textContent)"))
+    page.screenshot(path=str(artifacts / "explorer-highlights.png"), full_page=True)
+    # hybrid gives both lists a BM25 part: both mark
+    page.goto(f"{url}/?text={query.replace(' ', '+')}&relation=aspect:sector:1&hybrid=rrf&k=5")
+    page.wait_for_selector("#identity-hits > li .snippet mark")
+    page.wait_for_selector("#mixture-hits > li .snippet mark")
+    marks = page.eval_on_selector_all(".snippet mark", "ms => ms.map(m => m.textContent.toLowerCase())")
+    assert set(marks) <= wanted
+    assert not page.console_errors, page.console_errors
+
+
+def test_highlighted_text_stays_text(served, browser_page):
+    """A hit's text is data: markup in it, highlighted or not, is shown as written and never runs."""
+    url = served[0]
+    page = browser_page
+    attack = '<img src=x onerror="window.pwned=1"><b>oil</b> 😀 gas'
+    tag, oil, gas = attack.index(">") + 1, attack.index("oil"), attack.index("gas")  # code points: gas past the emoji
+    spans = [[0, tag], [oil, oil + 3], [gas, gas + 3]]
+
+    def crafted(route):
+        answer = route.fetch().json()
+        for hit in answer["results"]:
+            hit["text"], hit["highlights"] = attack, spans
+        route.fulfill(json=answer)
+
+    _open_with_key(page, url)
+    page.route("**/search", crafted)
+    page.goto(f"{url}/?text=oil+gas&relation=similar-company:1&k=3")
+    page.wait_for_selector("#mixture-hits > li .snippet mark")
+    snippets = page.eval_on_selector_all("#mixture-hits .snippet", "ps => ps.map(p => [p.textContent, "
+                                         "[...p.querySelectorAll('mark')].map(m => m.textContent), p.querySelectorAll('img, b').length])")
+    assert snippets == [[attack, [attack[:tag], "oil", "gas"], 0]] * 3
+    assert page.evaluate("() => window.pwned") is None
+    assert not page.console_errors, page.console_errors
+
+
 ATTACK_PAGE = """<!doctype html><title></title><script>
 (async () => {
   const out = {};

@@ -286,11 +286,14 @@ NODE = shutil.which("node")
 
 
 def _node(tmp_path: Path, script: str):
-    """``script`` run by node as an ES module beside the page's recipe.js (imported as ``r``): its JSON stdout."""
+    """``script`` run by node as an ES module beside the page's recipe.js, query.js and marks.js (imported
+    as ``r``, ``q`` and ``m``; none imports another or touches the DOM): its JSON stdout."""
     if NODE is None:
         pytest.skip("needs node")
-    shutil.copy(explorer.UI_DIR / "recipe.js", tmp_path / "recipe.mjs")
-    (tmp_path / "main.mjs").write_text('import * as r from "./recipe.mjs";\n' + script)
+    for name in ("recipe", "query", "marks"):
+        shutil.copy(explorer.UI_DIR / f"{name}.js", tmp_path / f"{name}.mjs")
+    (tmp_path / "main.mjs").write_text('import * as r from "./recipe.mjs";\nimport * as q from "./query.mjs";\n'
+                                       'import * as m from "./marks.mjs";\n' + script)
     out = subprocess.run([NODE, str(tmp_path / "main.mjs")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout)
@@ -386,3 +389,81 @@ def test_relation_sources_say_what_each_relation_was_trained_on(index):
 def test_relation_sources_endpoint(keyed):
     answer = json.loads(_get(keyed + "/relations/sources")[2])
     assert answer["index"] == "companies" and answer["relations"]["same-caption"]["trained_on"] == "Flickr8k captions"
+
+
+# ------------------------------------------------------------------------------ examples, facets, highlights
+def test_a_query_by_examples_lives_in_the_url(tmp_path):
+    """like=MSFT&like=ORCL:0.5&unlike=IBM (and like_text / unlike_text) read back as the examples the API
+    takes, and a state written as a URL reads back as itself (an id with a colon keeps its weight)."""
+    from urllib.parse import urlencode
+
+    url = "?" + urlencode([("like", "MSFT"), ("like", "ORCL:0.5"), ("unlike", "IBM"), ("like_text", "cloud software"),
+                           ("unlike_text", "note: a text:2"), ("unlike", "X:1e-3"), ("like", "BRK:B"),
+                           ("relation", "similar-company:0.7"), ("facet", "gics_sector"), ("facet", "founded"),
+                           ("facet_depth", "50"), ("k", "5")])
+    said = _node(tmp_path, f"const s = q.readState({json.dumps(url)});\n"
+                           "const again = q.readState(q.writeState(s));\n"
+                           "const colon = q.readState(q.writeState({...s, like: [{id: 'A:1', weight: null}], unlike: []}));\n"
+                           "console.log(JSON.stringify({s, again, like: q.examplesBody(s.like), unlike: q.examplesBody(s.unlike),"
+                           " colon: colon.like, id: q.readState('?id=ADBE&k=5'), written: q.writeState(s)}));")
+    state = said["s"]
+    assert state["mode"] == "like" and state["k"] == 5 and state["relations"] == {"similar-company": 0.7}
+    assert said["like"] == [{"id": "MSFT"}, {"id": "ORCL", "weight": 0.5}, {"id": "BRK:B"}, {"text": "cloud software"}]
+    assert said["unlike"] == [{"id": "IBM"}, {"id": "X", "weight": 0.001}, {"text": "note: a text", "weight": 2}]
+    assert state["facets"] == ["gics_sector", "founded"] and state["facetDepth"] == 50
+    assert said["again"] == state  # URL → state → URL → the same state
+    assert "like=MSFT&like=ORCL%3A0.5&like=BRK%3AB&" in said["written"] and "unlike=IBM" in said["written"]
+    assert said["colon"] == [{"id": "A:1", "weight": 1}]  # written A:1:1, not read as A weighted 1
+    plain = said["id"]
+    assert plain["mode"] == "id" and plain["like"] == plain["unlike"] == [] and plain["facets"] == []
+    # what the page sends is what the Python API reads
+    from relsearch.api import examples
+
+    assert [(e.doc_id, e.text, e.weight) for e in examples(said["unlike"], "unlike")] == [
+        ("IBM", None, 1.0), ("X", None, 0.001), (None, "note: a text", 2.0)]
+
+
+FACET_VALUES = ["Energy", "Houston, Texas", "123", "true", "null", "Oil or Gas", "OIL OR GAS", " padded", "", 'say "hi"',
+                "=x", "<3", "[1]", "{a}", "a\\b", "ends\\", "not this", "x in [1]", "Zürich", 5, 2.5, -3, 0, True, False]
+
+
+def test_a_facet_count_adds_the_filter_it_stands_for(tmp_path):
+    """Each value a facet counts becomes an expression that the CLI's parser (POST /filters/parse) reads
+    as an equality to exactly that value; null: `is null`; an array, an object or an odd field name: none."""
+    said = _node(tmp_path, f"const values = {json.dumps(FACET_VALUES)};\n"
+                           "console.log(JSON.stringify({specs: values.map((v) => q.facetFilter('gics_sector', v)),"
+                           " none: [q.facetFilter('f', [1]), q.facetFilter('f', {a: 1}), q.facetFilter('a b', 'x'),"
+                           " q.facetFilter('a=b', 'x')], nil: q.facetFilter('f', null)}));")
+    for value, spec in zip(FACET_VALUES, said["specs"]):
+        parsed = explorer.parse_filters([spec], ["gics_sector"])
+        assert parsed["errors"] == [] and parsed["filters"] == {"gics_sector": value}, (value, spec, parsed)
+        assert type(parsed["filters"]["gics_sector"]) is type(value), (value, spec)
+    assert said["specs"][:2] == ["gics_sector=Energy", "gics_sector=Houston, Texas"]  # plain where plain reads alike
+    assert said["none"] == [None, None, None, None]
+    assert said["nil"] == "f is null" and explorer.parse_filters([said["nil"]], ["f"])["filters"] == {"f": {"null": True}}
+
+
+def test_highlights_mark_what_the_server_offsets_say(tmp_path):
+    """The server's offsets count code points (Python), the page's strings UTF-16 units: a text with
+    characters past U+FFFF must still mark the terms; a term past the first 220 characters moves the
+    snippet to it; offsets that are not a pair of integers within the text mark nothing."""
+    from relsearch.retrieval.highlight import offsets, terms
+
+    query = "oil and gas exploration"
+    texts = ["😀😀 Oil and 𝔊as: gas exploration, 🛢 oil.", "word " * 80 + "then oil and gas exploration at last 🛢 oil",
+             "short oil"]
+    wanted = terms(query)
+    highlights = [offsets(t, wanted) for t in texts]
+    said = _node(tmp_path, f"const texts = {json.dumps(texts)}, hl = {json.dumps(highlights)};\n"
+                           "console.log(JSON.stringify({whole: texts.map((t, i) => m.snippet(t, hl[i], 10000)),"
+                           " cut: m.snippet(texts[1], hl[1]), bad: m.snippet(texts[2], [[6, 3], 'x', [0, 99], [1.5, 3],"
+                           " [6, 9], [7, 8]]), whole_term: m.snippet('abc oil', [[4, 7]], 5)}));")
+    for text, spans, shown in zip(texts, highlights, said["whole"]):
+        assert "".join(part for part, _ in shown["parts"]) == text
+        assert [part for part, marked in shown["parts"] if marked] == [text[s:e] for s, e in spans]
+        assert all(part.lower() in wanted for part, marked in shown["parts"] if marked)
+    cut = said["cut"]
+    assert cut["cutBefore"] and len("".join(p for p, _ in cut["parts"])) <= 220
+    assert [p for p, marked in cut["parts"] if marked][:3] == ["oil", "gas", "exploration"]
+    assert said["bad"]["parts"] == [["short ", False], ["oil", True]]  # only [6, 9]; [7, 8] overlaps it
+    assert said["whole_term"]["parts"] == [["abc ", False], ["oil", True]]  # widened: never half a term marked
