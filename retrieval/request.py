@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .hybrid import METHODS as HYBRID_METHODS
 from .hybrid import check as check_fusion
 from .inputs import FACET_DEPTH, MAX_K, MAX_RERANK_DEPTH, Filters, check_filters
+from .hits import HitColumns
 from .paging import page, search_collapsed
 from .plan import Scoring
 from .search import Hit, Query, QueryError
@@ -191,6 +192,9 @@ class Plan:
         options = self.options
         ranked = search_collapsed(self.top, need=options.offset + options.k, field=options.collapse,
                                   limit=self.backend.live_count, stop=stop, taken=self.own_groups())
+        if isinstance(ranked, HitColumns) and not (options.offset or options.highlight or options.fields) \
+                and options.min_score is None and options.metadata:
+            return ranked  # already the page: its Hit objects are built when a row is read (retrieval/hits.py)
         pages = [options.shape(page(hits, offset=options.offset, k=options.k, min_score=options.min_score))
                  for hits in ranked]
         return self.highlighted(pages) if options.highlight else pages
@@ -266,14 +270,17 @@ class Plan:
             if scoring.mode == "recipe":
                 hits = recipe_search(self.backend, part, scoring.recipe, k=fetch, filters=o.filters, explain=o.explain)
             else:
-                if scoring.mode != "projection":  # the mixture's operators, as the relations' recipes weigh them
-                    part = [dataclasses.replace(q, relations=dict(scoring.recipe.mixture)) for q in part]
+                mix = dict(scoring.recipe.mixture)  # the mixture's operators, as the relations' recipes weigh them
+                if scoring.mode != "projection":
+                    part = [q if q.relations == mix else dataclasses.replace(q, relations=mix) for q in part]
                 hybrid = {"hybrid": "rrf"} if scoring.mode == "rrf" else {}
                 examples = [{e.doc_id for e, _ in q.examples() if e.doc_id} for q in part]
                 more = max(map(len, examples))  # example documents come back first: fetch past them, drop them
                 hits = self.backend.search(part, k=fetch + more, filters=o.filters, explain=o.explain, **hybrid)
                 if more:
                     hits = [[h for h in row if h.id not in ids][:fetch] for row, ids in zip(hits, examples)]
+                elif len(groups) == 1:
+                    return hits  # one batch in the queries' order: kept as columns, rows built when read
             for i, row in zip(rows, hits):
                 out[i] = row
         return out
