@@ -59,6 +59,12 @@ def relations(index_dir, model, as_json):
         bundle = load_bundle(model)
     except ValueError as e:  # a model that is not found, a damaged bundle
         raise click.ClickException(str(e)) from None
+    from relsearch.retrieval.recipe import check_recipes
+
+    try:  # one line naming the relation and the recipe key, as every query of the bundle says it
+        check_recipes(bundle.operators)
+    except ValueError as e:
+        raise click.ClickException(f"model {bundle.path or bundle.encoder.get('model')!r}: {e}") from None
     rows = []
     for name, op in sorted(bundle.operators.items()):
         rows.append({"name": name, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {}),
@@ -82,7 +88,7 @@ def _format_recipe(recipe: dict, whole_corpus: dict) -> str:
     """What ``--relation NAME`` runs, and its whole-corpus test MRR beside identity, BM25 and hybrid."""
     from relsearch.retrieval.recipe import Recipe
 
-    line = f"runs: {Recipe.from_json(recipe).describe()}"
+    line = f"runs: {Recipe.from_json(recipe).describe()}"  # checked at load (check_recipes)
     test = whole_corpus.get("test")
     if isinstance(test, dict) and all(isinstance(test.get(k), (int, float)) for k in ("recipe", "identity", "bm25",
                                                                                        "hybrid")):

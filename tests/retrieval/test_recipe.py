@@ -179,6 +179,14 @@ def test_crafted_recipes_are_refused_once_naming_the_relation_and_key(indexed, t
         with pytest.raises(QueryError, match="relation 'rel': malformed recipe") as caught:
             Searcher(str(searcher.files.root), model=str(path))
         assert message in str(caught.value) and len(str(caught.value)) < 400
+        if i == 0:  # `relsearch relations --model B` says it in one line too, no traceback
+            from click.testing import CliRunner
+
+            from relsearch.cli import cli
+
+            out = CliRunner().invoke(cli, ["relations", "--model", str(path)])
+            assert out.exit_code == 1 and "relation 'rel': malformed recipe" in out.output
+            assert "Traceback" not in out.output and len(out.output.splitlines()) == 1
 
 
 def test_a_relation_whose_dev_chose_identity_answers_as_identity(indexed, tmp_path):
