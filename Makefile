@@ -6,7 +6,7 @@ DEMO_INDEX ?= demo-index
 # the prepared public datasets (README "Datasets"): $RELSEARCH_DATA, else this workspace's copy
 DATA ?= $(or $(RELSEARCH_DATA),../shared/data)
 
-.PHONY: demo test test-slow test-kill test-dask test-browser pack company-bundle bench-speed gpu-report-data gpu-report clean
+.PHONY: demo test test-slow test-kill test-dask test-browser docs test-docs pack company-bundle bench-speed gpu-report-data gpu-report clean
 
 # torch==2.13.0 first: it is the CPU build on this machine's disk; a bare `torch` would pull CUDA wheels.
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -45,6 +45,23 @@ test-dask: $(VENV)/.installed
 # The explorer page (/) and /docs in headless Chromium against a live relsearch serve on loopback (Debian: apt-get install chromium)
 test-browser: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m browser tests/cli_api/test_browser.py
+
+# The docs site: mkdocs (setup.cfg's docs extra, built-in readthedocs theme, no network) into
+# $(SITE_DIR); README.md is its home page, mkdocs.yml its table of contents; --strict fails on a
+# broken link or anchor.
+SITE_DIR ?= site
+$(VENV)/.docs-installed: $(VENV)/.installed setup.cfg
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[docs]'
+	touch $@
+
+docs: $(VENV)/.docs-installed
+	$(VENV)/bin/mkdocs build --strict --site-dir $(SITE_DIR)
+
+# Every command of README.md and docs/*.md run as written, its printed output checked (marker
+# `docs`, tests/test_docs.py; conventions in docs/testing.md); blocks marked skip are listed with
+# their reasons. 5–10 min on 2 cores, most of it one `make demo`.
+test-docs: $(VENV)/.docs-installed
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -rs -m docs tests/test_docs.py
 
 pack: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --data $(DATA) --out relsearch/pack
