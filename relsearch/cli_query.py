@@ -210,7 +210,8 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
 
 def _facet_lines(facets: dict) -> str:
     """The table's facet counts: one line per field, its values by count."""
-    return "".join(f"\nfacet {name}: " + ", ".join(f"{_cell(v)} {n}" for v, n in values) for name, values in facets.items())
+    return "".join(f"\nfacet {name}: " + ", ".join(f"{'null' if v is None else _cell(v)} {n}" for v, n in values)
+                   for name, values in facets.items())
 
 
 # the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
