@@ -3,25 +3,28 @@
 - ``rrf`` (the default): reciprocal rank fusion, score(d) = Σ over the lists that hold d of
   1 / (RRF_K + rank of d in that list), ranks from 1, RRF_K = 60 (Cormack et al. 2009; also
   Elasticsearch's ``rrf`` retriever default). Needs only each list's order, so BM25's unbounded
-  scores and inner products mix without calibration.
+  scores and inner products mix without calibration. An index runs it by :func:`fuse_rrf`, whose
+  hits past the pool follow in dense order with score 0.
 - ``weighted``: each list's scores min-max normalised to [0, 1] over its own candidates (a
   document absent from a list gets 0 there), then ``weight`` · dense + (1 − ``weight``) · lexical,
   ``weight`` in [0, 1], 0.5 by default (``--hybrid-weight``, the API's ``hybrid_weight``): 1 is the
   relational order alone, 0 BM25's alone (both restricted to the union of the two candidate lists).
+  It runs as a recipe with BM25 share 1 − ``weight`` (retrieval/plan.py, retrieval/recipe.py);
+  :func:`minmax_list` and :func:`fuse_lists` are the parts the recipe's whole-table scoring shares.
 
 Both take the top ``depth`` of each side (HYBRID_DEPTH, fixed by the query plan whatever k is:
-retrieval/plan.py) and return the fused top k; ties go to the smaller position. ``weighted`` runs
-as a recipe with BM25 share 1 − ``weight`` (retrieval/recipe.py); ``rrf`` by :func:`fuse_rrf`,
-whose hits past the pool follow in dense order with score 0. The fused score replaces the hit's score. An
-``--id`` query's own document (``exclude``) leaves both lists before fusing: it is never a hit,
-and left in, it would take rank 1 and, as the maximum of each list, squeeze the normalised
-scores of the rest, BM25's far more than the dense ones (a text matches all its own terms).
+retrieval/plan.py) and return the fused top k; ties go to the smaller position. The fused score
+replaces the hit's score. An ``--id`` query's own document (``exclude``) leaves both lists before
+fusing: it is never a hit, and left in, it would take rank 1 and, as the maximum of each list,
+squeeze the normalised scores of the rest, BM25's far more than the dense ones (a text matches all
+its own terms). :func:`rrf_matrix` and :func:`weighted_matrix` score whole candidate tables the
+same way (the benchmarks).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from ..indexer.ann import SearchResult, top_k
+from ..indexer.ann import SearchResult
 
 RRF_K = 60
 HYBRID_DEPTH = 100  # candidates taken from each side
@@ -40,28 +43,6 @@ def check(method: str | None, weight: float | None) -> None:
         raise ValueError("a hybrid weight needs the weighted fusion" + (" (rrf uses ranks only)" if method else ""))
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
         raise ValueError(f"the hybrid weight must be a number between 0 and 1, got {repr(weight)[:40]}")
-
-
-def fuse(method: str, dense: SearchResult, lexical: SearchResult, k: int, *, weight: float = WEIGHT,
-         exclude: np.ndarray | None = None) -> SearchResult:
-    """Fused top k per row; ``exclude`` (n,): a position per row left out of both lists (-1: none)."""
-    check(method, weight if method == "weighted" else None)
-    n = len(dense.positions)
-    exclude = np.full(n, -1, np.int64) if exclude is None else np.asarray(exclude, np.int64)
-    out_p = np.full((n, k), -1, np.int64)
-    out_s = np.full((n, k), -np.inf, np.float32)
-    for i in range(n):
-        contributions = [_rrf(dense, i, exclude[i]), _rrf(lexical, i, exclude[i])] if method == "rrf" else \
-            [minmax_part(dense, i, exclude[i], weight), minmax_part(lexical, i, exclude[i], 1.0 - weight)]
-        fused: dict[int, float] = {}
-        for part in contributions:
-            for pos, score in part.items():
-                fused[pos] = fused.get(pos, 0.0) + score
-        if fused:
-            scores, positions = top_k(np.asarray([list(fused.values())], np.float32),
-                                      np.asarray(list(fused), np.int64), k)
-            out_p[i], out_s[i] = positions[0], scores[0]
-    return SearchResult(out_p, out_s)
 
 
 def fuse_rrf(dense: SearchResult, lexical: SearchResult, k: int, *, depth: int = HYBRID_DEPTH,
@@ -93,11 +74,11 @@ def fuse_rrf(dense: SearchResult, lexical: SearchResult, k: int, *, depth: int =
 
 def rrf_matrix(dense: np.ndarray, lexical: np.ndarray, depth: int = HYBRID_DEPTH,
                exclude: np.ndarray | None = None) -> np.ndarray:
-    """RRF of two (n, m) score matrices over the same m candidates, as :func:`fuse` does for result
-    lists: the top ``depth`` of each row of each matrix contribute 1 / (RRF_K + rank); a lexical
+    """RRF of two (n, m) score matrices over the same m candidates, as :func:`fuse_rrf` does for
+    result lists: the top ``depth`` of each row of each matrix contribute 1 / (RRF_K + rank); a lexical
     score of 0 (no query term matches) is no hit, as in indexer/lexical.py. Candidates in neither
     top ``depth`` score 0; so do those ``exclude`` (n, m) marks (the query itself), which leave both
-    lists before ranking as the query document does in :func:`fuse`. Used by the benchmarks, which
+    lists before ranking as the query document does in :func:`fuse_rrf`. Used by the benchmarks, which
     score every candidate."""
     out = np.zeros(dense.shape, np.float64)
     contribution = 1.0 / (RRF_K + np.arange(1, min(depth, dense.shape[1]) + 1))
@@ -109,10 +90,10 @@ def rrf_matrix(dense: np.ndarray, lexical: np.ndarray, depth: int = HYBRID_DEPTH
 
 def weighted_matrix(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIGHT, depth: int = HYBRID_DEPTH,
                     exclude: np.ndarray | None = None) -> np.ndarray:
-    """Weighted fusion of two (n, m) score matrices, as :func:`fuse` does for result lists: each
-    row's top ``depth`` of each matrix (BM25: scores above 0 only), min-max normalised over
-    themselves, ``weight`` · dense + (1 − ``weight``) · lexical, 0 outside a list; ``exclude`` as
-    in :func:`rrf_matrix`."""
+    """Weighted fusion of two (n, m) score matrices, as the weighted recipe (BM25 share
+    1 − ``weight``, retrieval/recipe.py) scores its pool: each row's top ``depth`` of each matrix
+    (BM25: scores above 0 only), min-max normalised over themselves, ``weight`` · dense +
+    (1 − ``weight``) · lexical, 0 outside a list; ``exclude`` as in :func:`rrf_matrix`."""
     return weighted_pool(dense, lexical, weight, depth, exclude)[0]
 
 
@@ -168,21 +149,3 @@ def _top(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray |
         order = np.argsort(-scores, axis=1, kind="stable")
     top = scores[rows, order].astype(np.float64)
     return rows, order, top > 0 if must_match else top > -np.inf, top
-
-
-def _rrf(result: SearchResult, row: int, exclude: int) -> dict[int, float]:
-    positions = result.positions[row]
-    kept = positions[(positions >= 0) & (positions != exclude)]
-    return {int(p): 1.0 / (RRF_K + rank) for rank, p in enumerate(kept, 1)}
-
-
-def minmax_part(result: SearchResult, row: int, exclude: int, weight: float) -> dict[int, float]:
-    """Row ``row`` of a result list, ``exclude`` left out: position → ``weight`` · its min-max
-    normalised score (weighted fusion's share of that list; retrieval/recipe.py adds bonuses to it)."""
-    valid = (result.positions[row] >= 0) & (result.positions[row] != exclude)
-    positions, scores = result.positions[row][valid], result.scores[row][valid].astype(np.float64)
-    if not len(scores):
-        return {}
-    span = scores.max() - scores.min()
-    normalised = (scores - scores.min()) / span if span > 0 else np.ones_like(scores)
-    return {int(p): weight * float(s) for p, s in zip(positions, normalised)}

@@ -1,6 +1,7 @@
 """Local hybrid search: BM25 lists per segment (indexer/lexical.py) fused with the relational list
-(retrieval/hybrid.py): fusion exact on hand-made lists, and through an index: appended segments,
-deletes, filters, and the refusal on an index without BM25 lists."""
+(rrf: retrieval/hybrid.py; weighted: the plan's recipe, retrieval/plan.py and recipe.py): fusion
+exact on hand-made lists, and through an index: appended segments, deletes, filters, and the
+refusal on an index without BM25 lists."""
 import numpy as np
 import pytest
 
@@ -8,7 +9,7 @@ from relsearch.indexer import lexical, mutations
 from relsearch.indexer.ann import SearchResult
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
-from relsearch.retrieval import hybrid, request
+from relsearch.retrieval import hybrid, plan, recipe, request
 from relsearch.retrieval.search import Query, QueryError, Searcher
 
 from conftest import SHARED_DATA
@@ -29,61 +30,89 @@ def result(rows):
 def test_rrf_is_exact_on_hand_made_lists():
     dense = result([[(7, 0.9), (3, 0.8), (5, 0.1)]])
     lexical = result([[(3, 12.0), (9, 4.0)]])
-    fused = hybrid.fuse("rrf", dense, lexical, 4)
+    fused = hybrid.fuse_rrf(dense, lexical, 4)
     expected = {3: 1 / 62 + 1 / 61, 7: 1 / 61, 9: 1 / 62, 5: 1 / 63}
     assert fused.positions[0].tolist() == [3, 7, 9, 5]
     np.testing.assert_allclose(fused.scores[0], [expected[p] for p in (3, 7, 9, 5)], rtol=1e-6)
     # ties (7 and 9 would tie if both were first in their lists) go to the smaller position
-    tie = hybrid.fuse("rrf", result([[(9, 1.0)]]), result([[(7, 1.0)]]), 2)
+    tie = hybrid.fuse_rrf(result([[(9, 1.0)]]), result([[(7, 1.0)]]), 2)
     assert tie.positions[0].tolist() == [7, 9]
+    # past the pool (each list's top depth) the dense list goes on in its order, with score 0
+    shallow = hybrid.fuse_rrf(dense, lexical, 4, depth=1)
+    assert shallow.positions[0].tolist() == [3, 7, 5, -1]  # 9 was BM25's second: outside its pool
+    np.testing.assert_allclose(shallow.scores[0][:3], [1 / 61, 1 / 61, 0.0], rtol=1e-6)
 
 
-def test_weighted_fusion_normalises_each_list():
+class HandMadeLists:
+    """A backend (retrieval/backend.py) whose candidates are the lists given, over a real index's
+    documents: what the query plan's recipe search fuses, without an ANN or BM25 search in between."""
+
+    def __init__(self, searcher, dense: SearchResult, lexical: SearchResult):
+        self.local, self.dense, self.lexical = searcher, dense, lexical
+
+    def candidates(self, qv, texts, n_dense, n_lexical, filters, *, own):
+        return self.dense, None if texts is None else self.lexical
+
+
+def weighted_hybrid(searcher, dense, lexical, weight, *, k=4, doc_id="d100"):
+    """(ids, scores) of ``hybrid="weighted"`` at ``weight`` over hand-made lists: the plan's recipe
+    (retrieval/plan.py: BM25 share 1 − weight) run by the recipe search, as every caller runs it."""
+    scoring = plan.resolve(searcher.operators, {"identity": 1.0}, hybrid="weighted", hybrid_weight=weight)
+    assert scoring.recipe.bm25 == pytest.approx(1.0 - weight)
+    [hits] = recipe.search(HandMadeLists(searcher, dense, lexical), [Query(doc_id=doc_id)], scoring.recipe, k=k)
+    return [int(h.id[1:]) for h in hits], [h.score for h in hits]
+
+
+def test_weighted_fusion_normalises_each_list(index):
+    searcher = Searcher(str(index))
     dense = result([[(1, 0.9), (2, 0.5), (3, 0.1)]])
     lexical = result([[(3, 10.0), (4, 0.0)]])
-    fused = hybrid.fuse("weighted", dense, lexical, 4, weight=0.25)
+    ids, scores = weighted_hybrid(searcher, dense, lexical, 0.25)
     expected = {1: 0.25, 2: 0.25 * 0.5, 3: 0.75, 4: 0.0}
-    assert fused.positions[0].tolist() == [3, 1, 2, 4]
-    np.testing.assert_allclose(fused.scores[0], [expected[p] for p in (3, 1, 2, 4)], rtol=1e-6)
-    empty = hybrid.fuse("weighted", result([[(1, 0.3)]]), result([[(-1, 0.0)]]), 2)  # no lexical hit
-    assert empty.positions[0].tolist() == [1, -1]
-    # the extremes: the relational order alone, BM25's alone (over the union of both lists)
-    assert hybrid.fuse("weighted", dense, lexical, 2, weight=1.0).positions[0].tolist() == [1, 2]
-    assert hybrid.fuse("weighted", dense, lexical, 1, weight=0.0).positions[0].tolist() == [3]
+    assert ids == [3, 1, 2, 4]
+    np.testing.assert_allclose(scores, [expected[p] for p in ids], rtol=1e-6)
+    assert weighted_hybrid(searcher, result([[(1, 0.3)]]), result([[(-1, 0.0)]]), 0.5, k=2)[0] == [1]  # no BM25 hit
+    # the extremes: the relational order alone (no BM25 share: the plan runs a plain dense search),
+    # BM25's alone (over the union of both lists)
+    assert plan.resolve(searcher.operators, {"identity": 1.0}, hybrid="weighted", hybrid_weight=1.0).mode == "dense"
+    assert weighted_hybrid(searcher, dense, lexical, 0.0, k=1)[0] == [3]
     with pytest.raises(ValueError, match="rrf or weighted"):
-        hybrid.fuse("max", dense, lexical, 2)
+        hybrid.check("max", None)
     for weight in (-0.1, 1.5, float("nan")):
         with pytest.raises(ValueError, match="between 0 and 1"):
-            hybrid.fuse("weighted", dense, lexical, 2, weight=weight)
+            hybrid.check("weighted", weight)
     with pytest.raises(ValueError, match="needs the weighted fusion"):
         hybrid.check("rrf", 0.3)
 
 
-def test_the_query_document_leaves_both_lists_before_fusing():
+def test_the_query_document_leaves_both_lists_before_fusing(index):
     """An --id query's own document neither takes a rank nor sets a list's maximum."""
     dense = result([[(1, 1.0), (2, 0.8), (3, 0.6)]])
     lexical = result([[(1, 30.0), (3, 10.0), (4, 6.0), (2, 2.0)]])
     # without 1: dense 2 → 1, 3 → 0; BM25 3 → 1, 4 → 0.5, 2 → 0 (with 1, BM25's 3 would be 8/28)
-    fused = hybrid.fuse("weighted", dense, lexical, 4, weight=0.4, exclude=np.array([1]))
-    assert fused.positions[0].tolist() == [3, 2, 4, -1]
-    np.testing.assert_allclose(fused.scores[0][:3], [0.6, 0.4, 0.3], rtol=1e-6)
-    fused = hybrid.fuse("rrf", dense, lexical, 3, exclude=np.array([1]))
+    ids, scores = weighted_hybrid(Searcher(str(index)), dense, lexical, 0.4, doc_id="d1")
+    assert ids == [3, 2, 4]
+    np.testing.assert_allclose(scores, [0.6, 0.4, 0.3], rtol=1e-6)
+    fused = hybrid.fuse_rrf(dense, lexical, 3, exclude=np.array([1]))
     assert fused.positions[0].tolist() == [3, 2, 4]
     np.testing.assert_allclose(fused.scores[0], [1 / 62 + 1 / 61, 1 / 61 + 1 / 63, 1 / 62], rtol=1e-6)
 
 
-def test_rrf_over_score_matrices_matches_the_list_fusion():
+def test_fusion_over_score_matrices_matches_the_list_fusion():
     dense = np.array([[0.9, 0.1, 0.5, 0.2]], np.float32)
     lexical = np.array([[0.0, 3.0, 1.0, 0.0]], np.float32)  # 0: no term matches, not a hit
     fused = hybrid.rrf_matrix(dense, lexical, depth=2)
     np.testing.assert_allclose(fused[0], [1 / 61, 1 / 61, 2 / 62, 0.0], rtol=1e-6)
-    lists = hybrid.fuse("rrf", result([[(0, 0.9), (2, 0.5)]]), result([[(1, 3.0), (2, 1.0)]]), 3)
-    np.testing.assert_allclose(sorted(fused[0][lists.positions[0]], reverse=True), lists.scores[0], rtol=1e-6)
+    lists = hybrid.fuse_rrf(result([[(0, 0.9), (2, 0.5)]]), result([[(1, 3.0), (2, 1.0)]]), 3, depth=2)
+    np.testing.assert_allclose(fused[0][lists.positions[0]], lists.scores[0], rtol=1e-6)
     weighted = hybrid.weighted_matrix(dense, lexical, weight=0.25, depth=2)
     # dense top 2: 0 → 1, 2 → 0; BM25 top 2 (scores > 0): 1 → 1, 2 → 0
     np.testing.assert_allclose(weighted[0], [0.25, 0.75, 0.0, 0.0], rtol=1e-6)
-    lists = hybrid.fuse("weighted", result([[(0, 0.9), (2, 0.5)]]), result([[(1, 3.0), (2, 1.0)]]), 3, weight=0.25)
-    np.testing.assert_allclose(weighted[0][lists.positions[0]], lists.scores[0], rtol=1e-6)
+    # the weighted recipe (BM25 share 0.75) scores its pool alike; candidate 3 is past the pool there
+    as_recipe = recipe.score_matrix(recipe.Recipe(mixture={"identity": 1.0}, bm25=0.75, depth=2),
+                                    {"identity": dense}, lexical, {}, np.zeros(dense.shape, bool))
+    np.testing.assert_allclose(as_recipe[0][:3], weighted[0][:3], rtol=1e-6)
+    assert as_recipe[0][3] < 0
     # candidate 2 excluded (the query itself): it leaves both lists and the others move up
     fused = hybrid.rrf_matrix(dense, lexical, depth=2, exclude=np.array([[False, False, True, False]]))
     np.testing.assert_allclose(fused[0], [1 / 61, 1 / 61, 0.0, 1 / 62], rtol=1e-6)
