@@ -36,6 +36,7 @@ from .indexer import snapshots
 from .retrieval import request as search_request
 from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_weights, is_utf8  # noqa: F401  (MAX_*: re-exported)
 from .retrieval.paging import SearchStopped, page
+from .retrieval.recipe import Recipe
 from .retrieval.request import RequestError, SearchOptions, blame
 from .retrieval.search import Example, Hit, Query, Searcher, check_examples
 
@@ -67,12 +68,18 @@ class Hits(list):
     ``warnings``: one line per filter operator that can never match in this index because its value's
     type never occurs in its field (``{"founded": {"gte": 1990}}`` where ``founded`` holds strings;
     negated, it keeps every document), with the quoted form to use (``Searcher.filter_warnings``);
-    and one per part of a named relation that cannot apply to this query (retrieval/plan.py)."""
+    and one per part of a named relation that cannot apply to this query (retrieval/plan.py).
+    ``mode`` and ``recipe``: what the query plan decided for this query's relation mixture
+    (retrieval/plan.py ``Scoring``): ``dense``, ``recipe``, ``rrf`` or ``projection``, whose scale
+    the scores are on, and the combined :class:`~relsearch.retrieval.recipe.Recipe` it ran (its
+    ``mixture`` the dense query vector's operator weights)."""
 
-    def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = (), facets: dict | None = None):
+    def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = (), facets: dict | None = None, *,
+                 mode: str | None = None, recipe: Recipe | None = None):
         super().__init__(hits)
         self.warnings: list[str] = list(warnings)
         self.facets: dict[str, list[list]] = facets or {}  # field → [value, count] over the first facet_depth hits
+        self.mode, self.recipe = mode, recipe
 
 
 @dataclass(frozen=True)
@@ -289,7 +296,8 @@ class Index:
                     warnings += _advice(searcher.no_match_warnings, filters)
                 for i, result in zip(rows, answers):
                     out[i] = result if isinstance(result, Exception) else \
-                        Hits(result, [*warnings, *result.warnings], result.facets)
+                        Hits(result, [*warnings, *result.warnings], result.facets, mode=result.mode,
+                             recipe=result.recipe)
             return BatchAnswer(searcher.files.root.name, out)
 
     def filter_warnings(self, filters: dict | None) -> list[str]:
@@ -475,8 +483,9 @@ def _run(searcher: Searcher, requests: list[SearchRequest], stop=None) -> list[l
         plan = search_request.plan(searcher, [r.query() for r in requests], shared)
         ranked = plan.run(stop=stop)
         facets = plan.facets()
-    return [Hits(r.shape(page(hits, offset=r.offset, k=r.k, min_score=r.min_score)), plan.warnings_for(i), counts)
-            for i, (r, hits, counts) in enumerate(zip(requests, ranked, facets))]
+    return [Hits(r.shape(page(hits, offset=r.offset, k=r.k, min_score=r.min_score)), plan.warnings_for(i), counts,
+                 mode=scoring.mode, recipe=scoring.recipe)
+            for i, (r, hits, counts, scoring) in enumerate(zip(requests, ranked, facets, plan.scorings))]
 
 
 def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits) -> rec.Record:

@@ -39,19 +39,24 @@ class Results(list):
     """The hits of ``Client.search`` (or the per-query answers of ``search_batch``): a ``list``, so code
     that used the plain list keeps working, with the rest of the answer: ``warnings`` (one line per
     filter operator that can never match in this index, as ``relsearch.api.Hits.warnings``),
-    ``generation`` and ``index`` (the generation and index that answered)."""
+    ``generation`` and ``index`` (the generation and index that answered); for ``search``, ``mode``
+    and ``recipe``: what the query plan ran (``dense``, ``recipe``, ``rrf`` or ``projection``, the
+    scale of the scores; the combined recipe as a dict, as ``relsearch.api.Hits``); a batch's
+    entries carry their own."""
 
     def __init__(self, items=(), *, warnings=(), generation: str | None = None, index: str | None = None,
-                 facets: dict | None = None):
+                 facets: dict | None = None, mode: str | None = None, recipe: dict | None = None):
         super().__init__(items)
         self.warnings: list[str] = list(warnings)
         self.generation, self.index = generation, index
         self.facets: dict = facets or {}  # field → [[value, count], ...] when the search asked for facets
+        self.mode, self.recipe = mode, recipe
 
     @classmethod
     def of(cls, answer: dict, key: str) -> Results:
         return cls(answer[key], warnings=answer.get("warnings", ()), generation=answer.get("generation"),
-                   index=answer.get("index"), facets=answer.get("facets"))
+                   index=answer.get("index"), facets=answer.get("facets"), mode=answer.get("mode"),
+                   recipe=answer.get("recipe"))
 
 
 class Client:
@@ -79,7 +84,8 @@ class Client:
 
     def search_batch(self, queries: list[dict], **options) -> Results:
         """``queries``: ``{"text"}`` or ``{"id"}`` (optional ``relations``) each; per query
-        ``{"results": [...]}`` or ``{"error": {...}}``, with the batch's ``warnings`` (:class:`Results`)."""
+        ``{"results": [...], "mode": ..., "recipe": {...}}`` or ``{"error": {...}}``, with the batch's
+        ``warnings`` (:class:`Results`)."""
         answer = self.request("POST", "/search/batch", self._with_index({"queries": queries, **options}))
         return Results.of(answer, "batch")
 

@@ -23,7 +23,7 @@ between collapse rounds), so a timeout stops the work, not only the answer.
 
 The modules, each importing only those above it (tests/cli_api/test_import_direction.py):
 
-- ``models``: ``ServeLimits`` and the request bodies (pydantic)
+- ``models``: ``ServeLimits``, the request bodies and the search answers' schema (pydantic)
 - ``errors``: the error body, its OpenAPI ``responses``, the exception handlers
 - ``metrics``: ``Metrics`` (Prometheus text format)
 - ``batching``: micro-batching (``Batcher``, ``Pending``, ``request_cost``)
@@ -41,17 +41,19 @@ from .app import create_app, listen, serve
 from .batching import Batcher, Pending, request_cost
 from .errors import READ_ERRORS, SEARCH_ERRORS, WRITE_ERRORS, ErrorBody, ErrorDetail, error_response
 from .metrics import BATCH_BUCKETS, LATENCY_BUCKETS, Metrics
-from .models import (ONE_OF_TEXT_OR_ID, BatchBody, BatchQuery, DeleteBody, Document, DocumentsBody, ExampleBody,
-                     Filters, FiniteFloat, QueryOptions, ScoreBody, SearchBody, ServeLimits, Text)
+from .models import (ONE_OF_TEXT_OR_ID, BatchBody, BatchEntry, BatchQuery, BatchSearchAnswer, DeleteBody, Document,
+                     DocumentsBody, ExampleBody, Filters, FiniteFloat, QueryOptions, RecipeParts, ScoreBody, SearchAnswer,
+                     SearchBody, ServeLimits, Text)
 from .security import (API_KEY_ENV, DEFAULT_PORTS, LOOPBACK_NAMES, OPEN_PATHS, OWN_PORT, Guard, Headed, Hosts,
                        page_csp, read_api_key, split_host)
 from .served import Served
 
 __all__ = [
     "API_KEY_ENV", "BATCH_BUCKETS", "DEFAULT_PORTS", "LATENCY_BUCKETS", "LOOPBACK_NAMES", "ONE_OF_TEXT_OR_ID",
-    "OPEN_PATHS", "OWN_PORT", "READ_ERRORS", "SEARCH_ERRORS", "WRITE_ERRORS", "BatchBody", "BatchQuery", "Batcher",
-    "DeleteBody", "Document", "DocumentsBody", "ErrorBody", "ErrorDetail", "ExampleBody", "Filters", "FiniteFloat",
-    "Guard", "Headed", "Hosts", "Metrics", "Pending", "QueryOptions", "ScoreBody", "SearchBody", "ServeLimits",
+    "OPEN_PATHS", "OWN_PORT", "READ_ERRORS", "SEARCH_ERRORS", "WRITE_ERRORS", "BatchBody", "BatchEntry", "BatchQuery",
+    "BatchSearchAnswer", "Batcher", "DeleteBody", "Document", "DocumentsBody", "ErrorBody", "ErrorDetail",
+    "ExampleBody", "Filters", "FiniteFloat", "Guard", "Headed", "Hosts", "Metrics", "Pending", "QueryOptions",
+    "RecipeParts", "ScoreBody", "SearchAnswer", "SearchBody", "ServeLimits",
     "Served", "Text", "create_app", "error_response", "listen", "page_csp", "read_api_key", "request_cost", "serve",
     "split_host",
 ]

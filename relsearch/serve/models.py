@@ -1,4 +1,5 @@
-"""What a request to ``relsearch serve`` may be: the per-request limits and the JSON bodies (pydantic).
+"""What a request to ``relsearch serve`` may be: the per-request limits and the JSON bodies (pydantic);
+and what a search answers (its schema in OpenAPI).
 
 The bodies are strict (JSON types as the Python API checks them) and refuse unknown fields; what
 they leave to the API (the filter grammar, relation and field names) is checked once, there.
@@ -12,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from ..api import MAX_K, MAX_RERANK_DEPTH, SearchRequest
 from ..retrieval.inputs import FACET_DEPTH
+from ..retrieval.plan import SCALES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,3 +158,56 @@ class DocumentsBody(_Body):
 class DeleteBody(_Body):
     index: str | None = None
     ids: list[str] = Field(min_length=1)
+
+
+# ---------------------------------------------------------------- what a search answers
+# The routes write these answers by hand, hit by hit within --max-response-bytes (routers/search.py);
+# the models give them their schema in OpenAPI.
+
+Mode = Literal[tuple(SCALES)]  # retrieval/plan.py's modes
+MODE = ("What the query plan decided for the relation mixture (retrieval/plan.py), and so the scale of the scores: "
+        "dense (the weighted sum of cosines), recipe (fused scores, [0, 1 + bonuses] within the pool, below 0 past "
+        "it), rrf (reciprocal rank fusion) or projection (cosine in the relation's projected space).")
+
+
+class RecipeParts(BaseModel):
+    """The combined recipe a query ran (retrieval/recipe.py ``Recipe.to_json``): its relations'
+    recipes weighted by the mixture (retrieval/plan.py ``combine``), hybrid's BM25 share included."""
+
+    mixture: dict[str, float] = Field(description="Operator → weight of the dense query vector.")
+    bm25: float = Field(description="BM25's share of the min-max normalised scores (recipe mode), in [0, 1].")
+    title: float = Field(description="Weight of the query title's (first line) vector beside the mixture.")
+    same: dict[str, float] = Field(description="Metadata field → bonus for sharing the query document's value.")
+    depth: int = Field(description="Candidates taken from each list: the pool the fusion re-orders.")
+
+
+RESULTS = "The hits, best first: rank, id, score, text, metadata and, as asked, explain and highlights."
+FACETS = "With facets: {field: [[value, count], ...]} over the first facet_depth hits."
+
+
+class SearchAnswer(BaseModel):
+    index: str
+    generation: str = Field(description="The index generation that answered.")
+    results: list[dict[str, Any]] = Field(description=RESULTS)
+    warnings: list[str] = Field(description="Filter operators that can never match, parts of a relation that cannot "
+                                            "apply to this query: each once.")
+    facets: dict[str, list[list[Any]]] | None = Field(None, description=FACETS)
+    mode: Mode = Field(description=MODE)
+    recipe: RecipeParts = Field(description="The combined recipe the query ran (projection: its relations).")
+
+
+class BatchEntry(BaseModel):
+    """One query's answer: its hits and plan, or the error of that query alone."""
+
+    results: list[dict[str, Any]] | None = Field(None, description=RESULTS)
+    facets: dict[str, list[list[Any]]] | None = Field(None, description=FACETS)
+    mode: Mode | None = Field(None, description=MODE)
+    recipe: RecipeParts | None = None
+    error: dict[str, Any] | None = Field(None, description='{"field": "queries[i].FIELD", "message": ...}')
+
+
+class BatchSearchAnswer(BaseModel):
+    index: str
+    generation: str
+    batch: list[BatchEntry] = Field(description="One entry per query, in order.")
+    warnings: list[str]

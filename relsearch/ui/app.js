@@ -3,7 +3,8 @@
 // relations panels.
 import {ApiError, call, get, setKey} from "./api.js";
 import {FILTER_OPS, examplesBody, facetFilter, readState, rowParts, writeFilter, writeState} from "./query.js";
-import {describe, plan} from "./recipe.js";
+import {NO_HIGHLIGHTS} from "./marks.js";
+import {ranWords} from "./recipe.js";
 import {bars, el, hitList, relationRows, trainedOn} from "./view.js";
 
 const $ = (id) => document.getElementById(id);
@@ -270,12 +271,6 @@ function showQuery(state) {
     el("span", {class: "muted"}, " · the examples themselves are left out of the hits"));
 }
 
-// Whether a mixture's search has a BM25 part (plan.py _lexical), so that its hits can carry highlights
-function lexical(mixture, hybrid) {
-  const planned = plan(bundleRelations, mixture, hybrid);
-  return Boolean(planned) && planned.mode !== "projection" && (planned.mode === "rrf" || planned.recipe.bm25 > 0);
-}
-
 // The answer's facet counts, per field, each a button that adds its filter (field = value) and searches again
 function showFacets(counts, state) {
   const active = new Set(state.filters.map((spec) => spec.trim()));
@@ -320,9 +315,11 @@ function addFilter(field, spec) {
 }
 
 // The answers' warnings, each once: filter values that can never match, parts of a relation's recipe
-// that cannot apply to this query (a bonus on a missing field, bonuses on a text query), ...
+// that cannot apply to this query (a bonus on a missing field, bonuses on a text query), ... but not that a
+// search without a BM25 part has no highlights: the page asks every search for them, the user did not
 function showWarnings(answers, box = $("warnings")) {
-  const said = [...new Set(answers.flatMap((a) => (Array.isArray(a.warnings) ? a.warnings : [])))];
+  const said = [...new Set(answers.flatMap((a) => (Array.isArray(a.warnings) ? a.warnings : [])))]
+    .filter((w) => !String(w).startsWith(NO_HIGHLIGHTS));
   box.replaceChildren(...said.map((w) => el("li", {}, String(w))));
 }
 
@@ -380,10 +377,10 @@ async function search({push = true} = {}) {
   $("results").setAttribute("aria-busy", "true");
   $("search").disabled = true;
   $("status").textContent = "searching…";
-  const marked = (relations) => (lexical(relations, state.hybrid) ? {highlight: true} : {});
+  // highlights are asked of both searches: a search with a BM25 part (the server's plan decides) carries them
   const answer = await guarded(() => Promise.all([
-    call("/search", {...base, relations: {identity: 1}, ...marked({identity: 1})}),
-    call("/search", {...base, relations: mixture, ...marked(mixture), ...counted})]), form);
+    call("/search", {...base, relations: {identity: 1}, highlight: true}),
+    call("/search", {...base, relations: mixture, highlight: true, ...counted})]), form);
   $("results").classList.remove("loading");
   $("results").removeAttribute("aria-busy");
   $("search").disabled = false;
@@ -394,28 +391,20 @@ async function search({push = true} = {}) {
   const [plain, mixed] = answer;
   const before = new Map(plain.results.map((hit) => [hit.id, hit.rank]));
   const kept = new Set(mixed.results.map((hit) => hit.id));
-  const identity = plan(bundleRelations, {identity: 1}, state.hybrid) || {mode: "dense"};
-  hitList($("identity-hits"), plain.results, {columns: state.columns, kept, mode: modeOf(identity, plain),
+  // each answer says what its query plan ran (mode: the scale its scores are on; the combined recipe)
+  hitList($("identity-hits"), plain.results, {columns: state.columns, kept, mode: plain.mode,
                                               single: "identity", chosen: new Set(["identity"])});
-  const planned = plan(bundleRelations, mixture, state.hybrid) || {mode: "dense", recipe: null};
   const names = Object.keys(mixture);
-  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, mode: modeOf(planned, mixed),
+  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, mode: mixed.mode,
                                              single: names.length === 1 ? names[0] : "score",
-                                             chosen: new Set([...names, ...Object.keys(planned.recipe?.mixture || {})])});
+                                             chosen: new Set([...names, ...Object.keys(mixed.recipe?.mixture || {})])});
   $("mixture-name").textContent = Object.entries(mixture).map(([name, w]) => `${name} ${w}`).join(" + ");
-  $("mixture-recipe").textContent = planned.recipe && planned.mode !== "projection"
-    ? `runs ${planned.mode === "rrf" ? "rrf(dense, bm25) of " : ""}${describe(planned.recipe)}` : "";
+  $("mixture-recipe").textContent = ranWords(mixed);
   showWarnings([plain, mixed]);
   showFacets(mixed.facets, state);
   const moved = mixed.results.filter((hit) => before.get(hit.id) !== hit.rank).length;
   $("status").textContent = `${mixed.results.length} hits · ${moved} ranked differently from identity · ` +
                             `generation ${mixed.generation}`;
-}
-
-// The mode whose scale labels an answer's scores: the plan's, unless the answer's parts say it ran a recipe
-function modeOf(planned, answer) {
-  const recipeParts = answer.results.some((hit) => hit.explain && Object.keys(hit.explain).some((k) => k.startsWith("recipe:")));
-  return recipeParts && planned.mode !== "rrf" ? "recipe" : planned.mode;
 }
 
 // ---------------------------------------------------------------- completion of stored document ids

@@ -4,6 +4,10 @@
 
 const SURROGATE = /[\uD800-\uDFFF]/;
 
+// How the server's warning for a highlight asked of a search without a BM25 part begins
+// (retrieval/request.py NO_HIGHLIGHTS; tests/cli_api/test_explorer.py keeps the two alike)
+export const NO_HIGHLIGHTS = "highlight marks the BM25 terms a hit matched";
+
 // The ranges as UTF-16 [start, end), sorted, each within the text, none overlapping the one before;
 // anything that is not a pair of integers is left out (an answer is data)
 export function utf16Ranges(text, ranges) {

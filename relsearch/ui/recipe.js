@@ -1,6 +1,7 @@
-// What a search runs and how its score reads, from GET /relations and the answer alone (no DOM here):
-// a relation's recipe in words (retrieval/recipe.py Recipe.describe), a mixture's weighted recipe and
-// its mode (retrieval/plan.py resolve, combine), and the parts of each hit's score (its `explain`).
+// What a search ran and how its score reads, from GET /relations and the answer alone (no DOM here): a
+// recipe in words (retrieval/recipe.py Recipe.describe), what an answer says its query plan ran (its
+// `mode` and combined `recipe`: retrieval/plan.py decides, the page only reads), and the parts of each
+// hit's score (its `explain`).
 
 const isObject = (x) => typeof x === "object" && x !== null && !Array.isArray(x);
 const isNumber = (x) => typeof x === "number" && Number.isFinite(x);
@@ -40,51 +41,12 @@ export function describe(recipe) {
   return parts.join(" + ");
 }
 
-// What `relations: {name: weight}` runs (plan.relation_recipe): the stored recipe, or the operator alone
-function relationRecipe(byName, name) {
-  return readRecipe(byName.get(name) && byName.get(name).recipe) ||
-    {mixture: {[name]: 1}, bm25: 0, title: 0, same: {}, depth: 100};
-}
-
-// plan.combine: the weighted recipe of a mixture
-export function combine(recipes, weights) {
-  const mixture = {};
-  const same = {};
-  let total = 0;
-  for (const w of weights.values()) total += w;
-  for (const [name, recipe] of recipes) {
-    for (const [op, w] of Object.entries(recipe.mixture)) mixture[op] = (mixture[op] || 0) + weights.get(name) * w;
-    for (const [field, w] of Object.entries(recipe.same)) {
-      if (w) same[field] = (same[field] || 0) + weights.get(name) * w / total;
-    }
-  }
-  const used = Object.fromEntries(Object.entries(mixture).filter(([, w]) => w));
-  let bm25 = 0;
-  let title = 0;
-  for (const [name, recipe] of recipes) {
-    bm25 += weights.get(name) * recipe.bm25;
-    title += weights.get(name) * recipe.title;
-  }
-  return {mixture: Object.keys(used).length ? used : mixture, same, bm25: total > 0 ? bm25 / total : 0, title,
-          depth: Math.max(...[...recipes.values()].map((r) => r.depth))};
-}
-
-// plan.resolve, as far as the page needs it: {mode, recipe} of a mixture ({name: weight}) under
-// `hybrid` ("", "weighted", "rrf"); null when a name is not one of `relations` (GET /relations rows).
-// The server decides (and refuses what it refuses); this names the scale the page labels its scores with.
-export function plan(relations, mixture, hybrid = "") {
-  const byName = new Map(relations.filter((r) => isObject(r) && typeof r.name === "string").map((r) => [r.name, r]));
-  const names = Object.keys(mixture);
-  if (!names.length || names.some((n) => !byName.has(n))) return null;
-  if (names.some((n) => byName.get(n).kind === "projection")) {
-    return {mode: "projection", recipe: {mixture: {...mixture}, bm25: 0, title: 0, same: {}, depth: 100}};
-  }
-  const recipes = new Map(names.map((n) => [n, relationRecipe(byName, n)]));
-  let recipe = combine(recipes, new Map(Object.entries(mixture)));
-  if (hybrid === "weighted") recipe = {...recipe, bm25: 0.5};
-  if (hybrid === "rrf") return {mode: "rrf", recipe};
-  const plain = !recipe.bm25 && !recipe.title && !Object.values(recipe.same).some(Boolean);
-  return {mode: plain ? "dense" : "recipe", recipe};
+// What an answer says its query plan ran, in words: "runs " and the combined recipe (an rrf of its dense
+// search with BM25 for mode rrf); "" for a projection (its own space, no recipe) or a recipe this page cannot read
+export function ranWords(answer) {
+  const recipe = isObject(answer) ? readRecipe(answer.recipe) : null;
+  if (!recipe || answer.mode === "projection") return "";
+  return `runs ${answer.mode === "rrf" ? "rrf(dense, bm25) of " : ""}${describe(recipe)}`;
 }
 
 // The score scale of each mode, as the page labels a score (plan.SCALES in words)

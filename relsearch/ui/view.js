@@ -95,7 +95,7 @@ function snippetOf(hit) {
 }
 
 // before: id → rank under identity (the mixture list shows movement); kept: ids the mixture kept (identity list);
-// mode: the plan's mode (recipe.js plan), whose scale labels each score; single: what a score of one part is called
+// mode: the answer's mode (what its query plan ran), whose scale labels each score; single: what a score of one part is called
 export function hitList(list, hits, {columns, mode = "dense", single = "cosine", before = null, kept = null,
                                      chosen = new Set()}) {
   const scale = SCALES[mode] || SCALES.dense;

@@ -325,34 +325,35 @@ MIXTURES = [({"identity": 1.0}, None), ({"similar-company": 1.0}, None), ({"iden
             ({"identity": 1.0}, "rrf"), ({"aspect:sector": 1.0}, "weighted"), ({"aspect:industry": 0.4}, None)]
 
 
-def test_the_page_labels_scores_with_the_plans_mode_and_their_parts_add_up(index, tmp_path):
-    """The page named a recipe score beside an operator's cosine (1.41 by `similar-company 0.508`): its
-    mode and the combined recipe are the plan's (retrieval/plan.py), and the parts it stacks add up to
-    each hit's score, as the HTTP answer gives them."""
-    from relsearch.retrieval.plan import resolve
-
-    operators = index.searcher().bundle.operators
+def test_the_page_labels_scores_with_the_answers_mode_and_their_parts_add_up(index, tmp_path):
+    """The page named a recipe score beside an operator's cosine (1.41 by `similar-company 0.508`): it
+    labels scores with the mode the answer says its plan ran and says the answer's combined recipe in
+    Recipe.describe()'s words, and the parts it stacks add up to each hit's score, as the HTTP answer
+    gives them."""
     wanted, answers = [], []
     for mixture, hybrid in MIXTURES:
-        scoring = resolve(operators, mixture, hybrid=hybrid, metadata_fields=index.searcher().metadata_fields)
-        wanted.append([scoring.mode, scoring.recipe.describe()])
         hits = index.search(id="ADBE", relations=mixture, hybrid=hybrid, k=8, explain=True)
-        answers.append([h.to_json(i + 1) for i, h in enumerate(hits)])
-    said = _node(tmp_path, f"const relations = {json.dumps(index.relations())};\n"
-                           f"const cases = {json.dumps(MIXTURES)};\nconst answers = {json.dumps(answers)};\n"
-                           "console.log(JSON.stringify(cases.map(([m, h], i) => { const p = r.plan(relations, m, h || '');"
-                           " return {plan: [p.mode, r.describe(p.recipe)], parts: answers[i].map((hit) =>"
-                           " r.scoreParts(hit, p.mode, 'score').map((x) => [x.key, x.value]))}; })));")
+        words = "" if hits.mode == "projection" else \
+            f"runs {'rrf(dense, bm25) of ' if hits.mode == 'rrf' else ''}{hits.recipe.describe()}"
+        wanted.append([hits.mode, words])
+        answers.append({"mode": hits.mode, "recipe": hits.recipe.to_json(),
+                        "results": [h.to_json(i + 1) for i, h in enumerate(hits)]})
+    said = _node(tmp_path, f"const answers = {json.dumps(answers)};\n"
+                           "console.log(JSON.stringify(answers.map((a) => ({plan: [a.mode, r.ranWords(a)],"
+                           " parts: a.results.map((hit) => r.scoreParts(hit, a.mode, 'score').map((x) => [x.key, x.value]))}))));")
     assert [s["plan"] for s in said] == wanted
     past = _node(tmp_path, "console.log(JSON.stringify([r.scoreParts({score: -1.2, explain: {'recipe:dense': -0.2,"
                            " 'recipe:past-pool': -1, dense: 0.1}}, 'recipe', 's'), r.scoreParts({score: 0.5, explain:"
-                           " {'recipe:dense': 0.1}}, 'recipe', 's')]));")
+                           " {'recipe:dense': 0.1}}, 'recipe', 's'), r.ranWords({mode: 'recipe', recipe: 'x'}),"
+                           " r.ranWords({mode: 'projection', recipe: {mixture: {view: 1}}})]));")
     assert past == [[{"key": "recipe:dense", "value": -0.2, "label": "dense", "kind": "dense"},  # past the pool
                      {"key": "recipe:past-pool", "value": -1, "label": "past the pool", "kind": "past-pool"}],
-                    [{"key": "score", "value": 0.5, "label": "s", "kind": "score"}]]  # parts that miss: the score alone
+                    [{"key": "score", "value": 0.5, "label": "s", "kind": "score"}],  # parts that miss: the score alone
+                    "", ""]  # a recipe the page cannot read is not put in words; a projection has none
     modes = {tuple(m): s["plan"][0] for (m, _), s in zip(MIXTURES, said)}
     assert modes[("similar-company",)] == "recipe" and modes[("identity", "aspect:sector")] == "dense"
-    for (mixture, hybrid), case, hits in zip(MIXTURES, said, answers):
+    for (mixture, hybrid), case, answer in zip(MIXTURES, said, answers):
+        hits = answer["results"]
         assert len(case["parts"]) == len(hits) > 0
         for parts, hit in zip(case["parts"], hits):
             assert sum(v for _, v in parts) == pytest.approx(hit["score"], abs=1e-5), (mixture, hit["explain"])
@@ -363,6 +364,22 @@ def test_the_page_labels_scores_with_the_plans_mode_and_their_parts_add_up(index
                 assert keys == [f"mixture:{n}" for n in mixture], keys  # weight × cosine each
             else:
                 assert keys == ["score"], keys
+
+
+def test_the_page_reads_the_plan_from_the_answer_and_keeps_no_copy_of_it(tmp_path):
+    """The page worked out each search's mode and combined recipe in JavaScript (a copy of
+    retrieval/plan.py's resolve and combine, already apart from it: hybrid weighted gave BM25 0.5
+    whatever the weight); it now reads the answer's `mode` and `recipe` and decides nothing itself."""
+    from relsearch.retrieval.request import NO_HIGHLIGHTS
+
+    source = {name: (explorer.UI_DIR / name).read_text(encoding="utf-8") for name in ASSETS if name.endswith(".js")}
+    copies = {name: re.findall(r"function\s+(plan|combine|relationRecipe|modeOf|lexical)\b", text)
+              for name, text in source.items()}
+    assert not any(copies.values()), copies
+    assert "mode: plain.mode" in source["app.js"] and "mode: mixed.mode" in source["app.js"]
+    # the page asks every search for highlights and leaves out the server's word that one has none
+    said = _node(tmp_path, "console.log(JSON.stringify(m.NO_HIGHLIGHTS));")
+    assert len(said) > 20 and NO_HIGHLIGHTS.startswith(said)
 
 
 def test_relation_sources_say_what_each_relation_was_trained_on(index):

@@ -1062,3 +1062,58 @@ def test_examples_as_a_query_over_http_answer_as_the_python_api(server, index):
     assert [h["id"] for h in batch[0]["results"]] == [h.id for h in want]
     status, payload = _post(server, "/search", json.dumps({"like": [{"id": "NOPE"}]}))
     assert (status, payload["error"]["field"]) == (404, "like")
+
+
+def test_search_answers_say_what_the_plan_ran_in_every_mode(index, index_dir, tmp_path):
+    """The explorer page worked out each answer's mode and combined recipe itself, mirroring
+    retrieval/plan.py, because answers did not say; now /search, /search/batch, the client and
+    Index.search carry the plan's own: mode (the scale of the scores) and the combined recipe."""
+    import numpy as np
+
+    from relsearch.encoder.bundle import Bundle
+    from relsearch.encoder.relations import Operator
+    from relsearch.retrieval.plan import SCALES, resolve
+
+    shipped = index.searcher().bundle
+    d = shipped.encoder["dim"]
+    view = Operator(name="view", kind="projection",  # a both-sides projection: searched in its own projected space
+                    params={"P": np.random.default_rng(5).normal(0, 1, (16, d)).astype(np.float32)})
+    path = Bundle(encoder=dict(shipped.encoder), operators={**shipped.operators, "view": view}).save(tmp_path / "b")
+    projecting = Index(index_dir, model=str(path))
+    url, srv = _start(create_app({"companies": projecting}))
+    try:
+        cases = [("dense", {"identity": 1.0}, {}), ("dense", {"identity": 0.5, "aspect:sector": 0.5}, {}),
+                 ("recipe", {"similar-company": 1.0}, {}),
+                 ("recipe", {"contradiction": 1.0}, {"hybrid": "weighted", "hybrid_weight": 0.8}),
+                 ("rrf", {"contradiction": 1.0}, {"hybrid": "rrf"}), ("projection", {"view": 1.0}, {})]
+        assert {mode for mode, _, _ in cases} == set(SCALES)
+        searcher = projecting.searcher()
+        for mode, relations, options in cases:
+            scoring = resolve(searcher.operators, relations, hybrid=options.get("hybrid"),
+                              hybrid_weight=options.get("hybrid_weight"), metadata_fields=searcher.metadata_fields)
+            assert scoring.mode == mode
+            status, payload = _post(url, "/search", json.dumps({"id": "MMM", "relations": relations, "k": 3, **options}))
+            assert status == 200 and len(payload["results"]) == 3, payload
+            assert (payload["mode"], payload["recipe"]) == (mode, scoring.recipe.to_json()), relations
+            hits = Client(url).search(id="MMM", relations=relations, k=3, **options)
+            assert (hits.mode, hits.recipe) == (mode, scoring.recipe.to_json())
+            local = projecting.search(id="MMM", relations=relations, k=3, **options)
+            assert (local.mode, local.recipe) == (mode, scoring.recipe)
+        # each query of a batch says its own; a refused one carries its error alone
+        status, payload = _post(url, "/search/batch", json.dumps({"k": 2, "queries": [
+            {"id": "MMM"}, {"text": "banks", "relations": {"similar-company": 1}}, {"id": "MMM", "relations": {"nope": 1}}]}))
+        assert status == 200
+        assert [entry.get("mode") for entry in payload["batch"]] == ["dense", "recipe", None]
+        assert payload["batch"][1]["recipe"]["mixture"] == {"similar-company": 1.0} and "error" in payload["batch"][2]
+        # the schema: additive (the request bodies unchanged), the answers' mode and recipe documented
+        schema = Client(url).request("GET", "/openapi.json")
+        answer = schema["paths"]["/search"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert answer == {"$ref": "#/components/schemas/SearchAnswer"}
+        properties = schema["components"]["schemas"]["SearchAnswer"]["properties"]
+        assert set(properties["mode"]["enum"]) == set(SCALES)
+        assert set(schema["components"]["schemas"]["RecipeParts"]["properties"]) == {"mixture", "bm25", "title", "same",
+                                                                                    "depth"}
+        batch = schema["paths"]["/search/batch"]["post"]["responses"]["200"]["content"]["application/json"]["schema"]
+        assert batch == {"$ref": "#/components/schemas/BatchSearchAnswer"}
+    finally:
+        srv.should_exit = True

@@ -17,7 +17,7 @@ from ...api import RequestError, SearchRequest
 from ...retrieval.paging import SearchStopped, collapse_depth
 from ..batching import request_cost
 from ..errors import READ_ERRORS, SEARCH_ERRORS
-from ..models import BatchBody, ScoreBody, SearchBody
+from ..models import BatchBody, BatchSearchAnswer, ScoreBody, SearchAnswer, SearchBody
 from ..served import Served
 
 
@@ -36,6 +36,13 @@ def facets_json(result) -> str:
     """``,"facets":{...}`` when the request asked for facets (api.Hits.facets), else nothing."""
     facets = getattr(result, "facets", None)
     return ',"facets":' + json.dumps(facets, ensure_ascii=False, allow_nan=False) if facets else ""
+
+
+def plan_json(result) -> str:
+    """``,"mode":...,"recipe":{...}``: what the query plan decided (api.Hits.mode, api.Hits.recipe),
+    so a client reads the score scale and the combined recipe instead of working them out."""
+    return (',"mode":' + json.dumps(result.mode) + ',"recipe":'
+            + json.dumps(result.recipe.to_json(), ensure_ascii=False, allow_nan=False))
 
 
 def add_routes(router: APIRouter, served: Served) -> None:
@@ -77,7 +84,8 @@ def add_routes(router: APIRouter, served: Served) -> None:
         return result
 
     @router.post("/search", summary="Top-k documents standing in a relation to a text or an indexed document",
-                 responses=SEARCH_ERRORS)
+                 responses={200: {"model": SearchAnswer, "description": "The hits and what the query plan ran"},
+                            **SEARCH_ERRORS})
     async def search(body: SearchBody):
         requests = costed([body.request(body.text, body.id, like=body.like, unlike=body.unlike)], "k")
         name, generation, [result] = await searched(body.index, requests)
@@ -85,11 +93,12 @@ def add_routes(router: APIRouter, served: Served) -> None:
             raise failed(result)
         # written here, hit by hit, within max_response_bytes (FastAPI's generic encoder is not needed)
         content = (head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes])
-                   + ',"warnings":' + warnings_json([result]) + facets_json(result) + "}")
+                   + ',"warnings":' + warnings_json([result]) + facets_json(result) + plan_json(result) + "}")
         return Response(content, media_type="application/json")
 
     @router.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query",
-                 responses=SEARCH_ERRORS)
+                 responses={200: {"model": BatchSearchAnswer, "description": "Per query its hits and plan, or its error"},
+                            **SEARCH_ERRORS})
     async def search_batch(body: BatchBody):
         if len(body.queries) > limits.max_batch:
             raise RequestError("queries", f"at most {limits.max_batch} queries per batch, got {len(body.queries)}")
@@ -105,7 +114,8 @@ def add_routes(router: APIRouter, served: Served) -> None:
                 error = {"field": f"queries[{i}]", "message": f"internal error ({type(result).__name__}); "
                                                                "see the server log"}
             else:
-                out.append('{"results":' + hits_json(result, body.offset, budget) + facets_json(result) + "}")
+                out.append('{"results":' + hits_json(result, body.offset, budget) + facets_json(result)
+                           + plan_json(result) + "}")
                 continue
             out.append(json.dumps({"error": error}, ensure_ascii=False))
         return Response(head(name, generation) + ',"batch":[' + ",".join(out) + '],"warnings":' + warnings_json(results)
