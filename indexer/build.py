@@ -30,7 +30,8 @@ class Block:
     """Documents in position order and their raw pooled vectors h (m, d) float32."""
 
     docs: list[dict]  # {"id", "text", "metadata"}
-    vectors: np.ndarray
+    vectors: np.ndarray  # the first text field's; zero rows for documents without it (several text fields)
+    fields: tuple[np.ndarray, ...] = ()  # raw vectors (m, d) of text fields 1… (indexer/text_fields.py), zero rows where absent
 
 
 def unit_rows(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -41,11 +42,12 @@ def unit_rows(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write_rows(vectors_out, docstore: DocStore, blocks: Iterable[Block],
-               first_position: int = 0) -> tuple[int, set]:
+               first_position: int = 0, field_rows=None) -> tuple[int, set]:
     """Write blocks into rows 0… of ``vectors_out`` (an (n, d) array or memory map, or a
     :class:`~relsearch.indexer.rowfile.NpyWriter`) and into ``docstore`` at positions
     ``first_position``… (a segment's rows are local, its docstore positions global); returns
-    (rows written, metadata field names seen)."""
+    (rows written, metadata field names seen). ``field_rows``: a
+    :class:`~relsearch.indexer.text_fields.FieldRows` taking the blocks' other text fields."""
     row, fields = 0, set()
     for block in blocks:
         if not block.docs:
@@ -54,6 +56,8 @@ def write_rows(vectors_out, docstore: DocStore, blocks: Iterable[Block],
         if row + len(unit) > len(vectors_out):
             raise RuntimeError(f"expected {len(vectors_out)} documents, the blocks held more")
         vectors_out[row:row + len(unit)] = unit
+        if field_rows is not None:
+            field_rows.add(row, norms, block.fields)
         docstore.add((first_position + row + i, d["id"], d["text"], d["metadata"], n)
                      for i, (d, n) in enumerate(zip(block.docs, norms)))
         for d in block.docs:
@@ -85,14 +89,16 @@ def save_faiss(index, path: Path) -> None:
         faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
 
 
-def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts | None = None) -> dict:
-    """Build, tune and write ``index.faiss`` from ``vectors`` (and, for IVF types, its trained empty
-    form ``trained.faiss``); returns the manifest's faiss section."""
+def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts | None = None,
+                prefix: str = "") -> dict:
+    """Build, tune and write ``{prefix}index.faiss`` from ``vectors`` (and, for IVF types, its trained
+    empty form ``{prefix}trained.faiss``); returns the manifest's faiss section. ``prefix``: a text
+    field's tag (indexer/text_fields.py)."""
     index, info = build_index(vectors, spec, facts=facts)
-    save_faiss(index, gen / store.FAISS_FILE)
+    save_faiss(index, gen / f"{prefix}{store.FAISS_FILE}")
     empty = trained_empty(index)
     if empty is not None:  # what appended segments fill, without training again (indexer/segments.py)
-        save_faiss(empty, gen / TRAINED_FILE)
+        save_faiss(empty, gen / f"{prefix}{TRAINED_FILE}")
     faults.point("build.faiss-written")
     return info
 
@@ -140,27 +146,42 @@ class Written:
     faiss: dict  # the manifest's faiss section
     metadata_fields: tuple[str, ...]
     dim: int
+    field_faiss: dict | None = None  # text field name → its faiss section (fields 1… of several)
 
 
 def write_generation(gen: Path, blocks: Iterable[Block], *, n: int, d: int, spec: FaissSpec = FaissSpec(),
-                     facts: GpuFacts | None = None, bm25: bool = True) -> Written:
+                     facts: GpuFacts | None = None, bm25: bool = True, text_fields: tuple[str, ...] = ()) -> Written:
     """``vectors.npy`` + ``docstore.sqlite`` + ``index.faiss`` (+ ``bm25.npz`` unless ``bm25`` is
-    False) for exactly ``n`` documents."""
+    False) for exactly ``n`` documents; with two or more ``text_fields`` (names, in order) each
+    field's files too (indexer/text_fields.py)."""
+    from . import text_fields as tf
+    from .segments import SegmentSpec
+
+    first = SegmentSpec("", 0, n)
     out = rowfile.NpyWriter(gen / store.VECTORS_FILE, n, d)
+    field_rows = tf.FieldRows(gen, first, len(text_fields), d) if len(text_fields) > 1 else None
     docstore = DocStore(str(gen / store.DOCSTORE_FILE), create=True)
     try:
-        written, fields = write_rows(out, docstore, blocks)
+        written, fields = write_rows(out, docstore, blocks, field_rows=field_rows)
     finally:
         docstore.close()
         out.close()
+        if field_rows is not None:
+            field_rows.close()
     if written != n:
         raise RuntimeError(f"expected {n} documents, the blocks held {written}")
     faults.point("build.rows-written")
     vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
     info = write_faiss(gen, vectors, spec, facts)
-    if bm25:
+    field_faiss = None
+    if field_rows is not None:
+        built = tf.write_indexes(gen, first, len(text_fields), tuned=spec, facts=facts)
+        field_faiss = {text_fields[i]: section for i, section in built.items()}
+    if bm25 and field_rows is not None:
+        tf.write_lexical(gen, first, tuple(text_fields))
+    elif bm25:
         write_lexical(gen)
-    return Written(Counts(n, n), info, tuple(sorted(fields)), d)
+    return Written(Counts(n, n), info, tuple(sorted(fields)), d, field_faiss)
 
 
 def build_published(target: str, blocks: Iterable[Block], *, n: int, d: int, encoder: dict,

@@ -48,6 +48,8 @@ class Fields:
     id: str = "id"
     text: str = "text"
     metadata: tuple[str, ...] = ()  # metadata fields seen in the documents, sorted
+    # two or more named text fields, in order (indexer/text_fields.py; texts[0] == text); () for one
+    texts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,9 @@ class Manifest:
     max_segments: int | None = None
     projections: dict[str, Any] = field(default_factory=dict)
     backends: dict[str, Any] = field(default_factory=dict)
+    field_faiss: dict[str, Any] = field(default_factory=dict)  # text field 1… name → its faiss section
+    # a metadata field whose equal values are one issuer (share classes): queries collapse on it by default
+    collapse: str | None = None
     files: dict[str, dict] = field(default_factory=dict)  # name → {"size", "sha256"}, stamped by store.commit
     format: str = FORMAT
     version: str = __version__
@@ -92,9 +97,11 @@ class Manifest:
         out = {"format": self.format, "version": self.version, "created_at": self.created_at,
                "encoder": self.encoder, "bundle": self.bundle, "counts": dataclasses.asdict(self.counts),
                "runs": list(self.runs), "faiss": self.faiss,
-               "fields": {"id": self.fields.id, "text": self.fields.text, "metadata": list(self.fields.metadata)},
+               "fields": {"id": self.fields.id, "text": self.fields.text, "metadata": list(self.fields.metadata),
+                          **({"texts": list(self.fields.texts)} if self.fields.texts else {})},
                "dim": self.dim, "backends": self.backends}
         optional = {"input": self.input, "projections": self.projections or None, "max_segments": self.max_segments,
+                    "field_faiss": self.field_faiss or None, "collapse": self.collapse,
                     "segments": None if self.segments is None else [s.as_json() for s in self.segments]}
         out.update({k: v for k, v in optional.items() if v is not None})
         out["files"] = self.files
@@ -130,18 +137,24 @@ class Manifest:
             raise IndexCorruptError(f"{path}: malformed counts or segments ({e.__class__.__name__}); "
                                     "the index is damaged") from None
         f = data["fields"]
+        texts = f.get("texts", [])
+        if not (isinstance(texts, list) and all(isinstance(t, str) and t for t in texts)
+                and (not texts or (len(texts) > 1 and texts[0] == f["text"] and len(set(texts)) == len(texts)))):
+            raise IndexCorruptError(f"{path}: 'fields.texts' is {texts!r:.80}, not two or more distinct names "
+                                    "starting with fields.text; the index is damaged")
         return cls(encoder=data["encoder"], dim=data["dim"], counts=counts,
-                   fields=Fields(f["id"], f["text"], tuple(f["metadata"])), faiss=data["faiss"],
+                   fields=Fields(f["id"], f["text"], tuple(f["metadata"]), tuple(texts)), faiss=data["faiss"],
                    bundle=data.get("bundle", dict(NO_BUNDLE)), runs=tuple(data.get("runs", ())),
                    input=data.get("input"), segments=segments, max_segments=data.get("max_segments"),
                    projections=data.get("projections", {}), backends=data.get("backends", {}),
+                   field_faiss=data.get("field_faiss", {}), collapse=data.get("collapse"),
                    files=data["files"], format=data["format"], version=data.get("version", ""),
                    created_at=data.get("created_at", ""))
 
 
 REQUIRED = {"format": str, "encoder": dict, "dim": int, "counts": dict, "fields": dict, "faiss": dict, "files": dict}
 OPTIONAL = {"bundle": dict, "projections": dict, "runs": list, "input": dict, "backends": dict, "segments": list,
-            "max_segments": int}
+            "max_segments": int, "field_faiss": dict, "collapse": str}
 NESTED = {("encoder", "model"): str, ("fields", "id"): str, ("fields", "text"): str, ("fields", "metadata"): list}
 _JSON_KIND = {str: "string", dict: "object", int: "integer", list: "array"}
 

@@ -30,6 +30,7 @@ import numpy as np
 from .. import faults
 from . import segments as seg
 from . import store
+from . import text_fields as tf
 from .build import Block, open_memmap, open_vectors, save_faiss, write_faiss, write_lexical, write_rows
 from .docstore import DocStore
 from .faiss_index import FaissSpec
@@ -178,6 +179,7 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, encoder: 
             check_encoder(target, src.manifest.encoder, encoder)
         limit = max_segments or src.manifest.max_segments or seg.MAX_SEGMENTS
         specs, d = src.manifest.segment_specs, src.vectors.shape[1]
+        names = tf.names_of(src.manifest)
         _link_unchanged(src, gen)
         replaced: list[int] = []
         fields: set = set()
@@ -185,23 +187,27 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, encoder: 
             new = seg.SegmentSpec(seg.next_prefix(specs), src.positions, n)
             out = open_memmap(gen / new.file(seg.VECTORS), n, d)
             docstore = DocStore(str(gen / new.file(seg.DOCSTORE)), create=True)
+            field_rows = tf.FieldRows(gen, new, len(names), d) if len(names) > 1 else None
             try:
                 new_blocks = _noting_replaced(blocks, src.docstore, d, replaced)
-                written, fields = write_rows(out, docstore, new_blocks, new.start)
+                written, fields = write_rows(out, docstore, new_blocks, new.start, field_rows=field_rows)
             finally:
                 docstore.close()
+                if field_rows is not None:
+                    field_rows.close()
             if written != n:
                 raise RuntimeError(f"expected {n} new documents, the blocks held {written}")
             out.flush()
             _write_segment_faiss(gen, new, out)
             del out
+            tf.write_indexes(gen, new, len(names))
             if _has_lexical(src):
-                write_lexical(gen, new.prefix)
+                _write_segment_lexical(gen, new, names)
             specs = specs + [new]
         faults.point("append.faiss-written")
         deleted = np.unique(np.concatenate([src.deleted, np.asarray(replaced, np.int64)]))
         _write_deleted(gen, deleted)
-        specs = _merge(gen, specs, deleted, limit, d, lexical=_has_lexical(src))
+        specs = _merge(gen, specs, deleted, limit, d, lexical=_has_lexical(src), names=names)
         _write_rejected(src, gen, "append", rejected)
         documents = src.manifest.counts.documents + n - len(replaced)
         tombstones = src.manifest.counts.tombstones + len(replaced)
@@ -216,8 +222,16 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, encoder: 
     return _mutate(target, work, mirrors)
 
 
+def _write_segment_lexical(gen: Path, spec: seg.SegmentSpec, names: tuple[str, ...]) -> None:
+    """The BM25 lists of a new segment: of its one text, or of each of its text fields."""
+    if len(names) > 1:
+        tf.write_lexical(gen, spec, names)
+    else:
+        write_lexical(gen, spec.prefix)
+
+
 def _merge(gen: Path, specs: list[seg.SegmentSpec], deleted: np.ndarray, limit: int, d: int, *,
-           lexical: bool) -> list[seg.SegmentSpec]:
+           lexical: bool, names: tuple[str, ...] = ("text",)) -> list[seg.SegmentSpec]:
     """Merge neighbouring appended segments (segments.merge_plan) into one new segment of ``gen``:
     their rows stay at their positions; deleted documents' docstore rows are dropped. Returns the
     new segment list."""
@@ -245,10 +259,18 @@ def _merge(gen: Path, specs: list[seg.SegmentSpec], deleted: np.ndarray, limit: 
     out.flush()
     _write_segment_faiss(gen, merged, out)
     del out
+    if len(names) > 1:  # each text field's rows keep their positions too
+        tf.copy_rows(gen, merged, len(names), d, (
+            (part.start - merged.start,
+             [np.load(gen / tf.field_spec(part, i).file(seg.VECTORS), mmap_mode="r", allow_pickle=False)
+              for i in range(1, len(names))],
+             np.load(gen / part.file(tf.NORMS_FILE), allow_pickle=False)) for part in parts))
+        tf.write_indexes(gen, merged, len(names))
     if lexical:
-        write_lexical(gen, merged.prefix)
+        _write_segment_lexical(gen, merged, names)
     for part in parts:  # this generation's links only: older generations keep theirs
-        for name in part.files() + ((part.file(LEXICAL_FILE),) if lexical else ()):
+        for name in (part.files() + ((part.file(LEXICAL_FILE),) if lexical else ())
+                     + tf.segment_files(part, len(names), bm25=lexical)):
             (gen / name).unlink(missing_ok=True)
     faults.point("append.segments-merged")
     return specs[:i] + [merged] + specs[j:]
@@ -300,12 +322,14 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
                                 recall_target=recorded.get("spec", {}).get("recall_target", 0.95),
                                 k=recorded.get("spec", {}).get("k", 10), policy=AutoPolicy())
         n, d = src.docstore.count(), src.vectors.shape[1]
+        names = tf.names_of(src.manifest)
         out = open_vectors(gen, n, d)
         docstore = DocStore(str(gen / store.DOCSTORE_FILE), create=True)
-        new = 0
+        new, kept = 0, []
         try:
             for rows in src.docstore.rows():
                 old = np.asarray([r[0] for r in rows], np.int64)
+                kept.append(old)
                 out[new:new + len(rows)] = src.vectors[old]
                 docstore.add((new + i, doc_id, text, meta, norm) for i, (_, doc_id, text, meta, norm) in enumerate(rows))
                 new += len(rows)
@@ -315,12 +339,23 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
         del out
         faults.point("compact.rows-copied")
         info = write_faiss(gen, np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False), use, facts)
-        write_lexical(gen)
+        whole = seg.SegmentSpec("", 0, n)
+        field_faiss = src.manifest.field_faiss
+        if len(names) > 1:  # each text field's live rows, renumbered as the documents are
+            from .field_view import all_norms, vectors_of
+
+            at = np.cumsum([0] + [len(o) for o in kept])
+            tf.copy_rows(gen, whole, len(names), d, ((int(a), [vectors_of(src, i)[o] for i in range(1, len(names))],
+                                                      all_norms(src)[o]) for a, o in zip(at, kept)))
+            built = tf.write_indexes(gen, whole, len(names), tuned=use, facts=facts)
+            field_faiss = {names[i]: section for i, section in built.items()}
+        _write_segment_lexical(gen, whole, names)
         _write_rejected(src, gen, "compact", [])
         counts = Counts(n, n)
         run = {"op": "compact", "kept": n, "dropped_positions": src.positions - n}
         report = MutationReport("compact", str(target), documents=n, positions=n, deleted=src.positions - n)
-        return _manifest(src, counts=counts, run=run, segments=[seg.SegmentSpec("", 0, n)], faiss_info=info), report
+        manifest = _manifest(src, counts=counts, run=run, segments=[whole], faiss_info=info)
+        return manifest.replace(field_faiss=field_faiss), report
 
     return _mutate(target, work, mirrors)
 

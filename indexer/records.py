@@ -29,6 +29,7 @@ LINE_TOO_LONG = "line-too-long"
 TEXT_TOO_LONG = "text-too-long"
 METADATA_TOO_LARGE = "metadata-too-large"
 INVALID_UNICODE = "invalid-unicode"  # valid UTF-8 bytes, but JSON escapes of lone surrogates (\ud800)
+NO_TEXT = "no-text"  # several named text fields (--text-field A --text-field B), none of them holding a text
 
 MiB = 1 << 20
 BOM = b"\xef\xbb\xbf"
@@ -63,8 +64,11 @@ DEFAULT_LIMITS = Limits()
 class Record:
     line: int  # 1-based line number in the input
     id: str
-    text: str
+    text: str  # the text field's; with several named text fields, the first of them the line has
     metadata: dict = field(default_factory=dict)
+    # several named text fields (indexer/text_fields.py): name → text, for those the line has, in
+    # the order named; empty for an index of one text field
+    texts: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,13 +195,46 @@ def _utf8_size(s: str) -> int | None:
 
 
 def parse_line(line_no: int, raw: bytes, *, id_field: str = "id", text_field: str = "text",
-               limits: Limits = DEFAULT_LIMITS) -> Record | Rejection:
-    """One input line (bytes, without newline) → Record or Rejection; never raises."""
+               limits: Limits = DEFAULT_LIMITS, text_fields: tuple[str, ...] = ()) -> Record | Rejection:
+    """One input line (bytes, without newline) → Record or Rejection; never raises.
+
+    ``text_fields``: two or more named text fields (indexer/text_fields.py); then ``text_field``
+    is ignored and a line is a Record when at least one of them holds a text."""
     obj = decode_line(line_no, raw, limits)
     if isinstance(obj, Rejection):
         return obj
-    checked = _record(line_no, obj, id_field, text_field, limits)
+    if len(text_fields) > 1:
+        checked = _named_texts_record(line_no, obj, id_field, tuple(text_fields), limits)
+    else:
+        checked = _record(line_no, obj, id_field, text_field, limits)
     return checked if isinstance(checked, Record) else Rejection(line_no, *checked, _preview(raw))
+
+
+def _named_texts_record(line_no: int, obj: dict, id_field: str, names: tuple[str, ...],
+                        limits: Limits) -> Record | tuple[str, str]:
+    """A line of several named texts: each named field absent, null or blank is a text the document
+    lacks; one holding something else than a string (or a text too long) rejects the line, as the
+    one text field would. The first text present is the Record's ``text`` (the docstore's), the
+    first named field is not metadata (as the one text field is not), the others stay metadata:
+    a hit on them shows that text (retrieval/fields.py)."""
+    texts = {}
+    for name in names:
+        value = obj.get(name)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        checked = _record(line_no, {id_field: obj.get(id_field), name: value}, id_field, name, limits)
+        if not isinstance(checked, Record):
+            return checked
+        texts[name] = value
+    if not texts:
+        if id_field not in obj or obj[id_field] is None:
+            return MISSING_ID, f"no {id_field!r} field"
+        return NO_TEXT, f"no text in any of {', '.join(names)}"
+    first = next(iter(texts.values()))
+    checked = _record(line_no, {**obj, names[0]: first}, id_field, names[0], limits)
+    if not isinstance(checked, Record):
+        return checked
+    return Record(line_no, checked.id, first, checked.metadata, texts)
 
 
 def _record(line_no: int, obj: dict, id_field: str, text_field: str, limits: Limits) -> Record | tuple[str, str]:

@@ -62,6 +62,7 @@ from .. import __version__
 from .. import faults
 from ..files import replaced_atomically
 from . import integrity, lexical, spool
+from . import text_fields as tf
 from . import segments as seg
 from .docstore import DocStore
 from .integrity import IndexCorruptError  # noqa: F401  (re-exported: callers catch it from here)
@@ -656,6 +657,10 @@ class Segment:
         self._faiss_fd: int | None = faiss_fd
         self._faiss = None
         self._bm25_fd, self._bm25 = bm25_fd, None
+        # several text fields (indexer/text_fields.py): this segment as each field's files (fields[0]
+        # is itself) and each document's norm per field, 0 where it lacks that text
+        self.fields: list[Segment] = [self]
+        self.text_norms: np.ndarray | None = None
 
     @property
     def bm25(self) -> lexical.LexicalSegment | None:
@@ -692,11 +697,12 @@ class Segment:
         return self._faiss
 
     def close_faiss_fd(self) -> None:
-        """Close the descriptors still held for lazy loading (the FAISS and BM25 files)."""
-        for name in ("_faiss_fd", "_bm25_fd"):
-            if getattr(self, name) is not None:
-                os.close(getattr(self, name))
-                setattr(self, name, None)
+        """Close the descriptors still held for lazy loading (the FAISS and BM25 files), every text field's."""
+        for part in self.fields:
+            for name in ("_faiss_fd", "_bm25_fd"):
+                if getattr(part, name) is not None:
+                    os.close(getattr(part, name))
+                    setattr(part, name, None)
 
 
 @dataclass
@@ -729,6 +735,17 @@ class IndexFiles:
     def positions(self) -> int:
         """Rows of vectors.npy (live and deleted)."""
         return int(sum(len(s.vectors) for s in self.segments))
+
+    @property
+    def text_fields(self) -> tuple[str, ...]:
+        """The index's named text fields, in order (one for an index of one text)."""
+        return tf.names_of(self.manifest)
+
+    def raw_rows(self, positions: np.ndarray) -> np.ndarray:
+        """(m, d) raw vectors h = t̂·‖h‖ of the documents at ``positions``: what an ``--id`` query starts from."""
+        rows = np.asarray(self.vectors[positions], np.float32)  # indexing by an array copies: scaled in place
+        rows *= self.docstore.norms(positions).astype(np.float32)[:, None]
+        return rows
 
     def live(self):
         """An :class:`~relsearch.indexer.ann.Selection` of live positions, or None when all are live."""
@@ -805,7 +822,10 @@ def verify_generation(root: Path, manifest: Manifest) -> None:
     """Check every file of generation ``root`` against ``manifest`` (IndexCorruptError naming the first
     that is damaged, missing or not the generation's own)."""
     specs = _segment_specs(root, manifest)
-    integrity.verify(root, manifest.files, required=tuple(name for s in specs for name in s.files()))
+    count = len(tf.names_of(manifest))
+    bm25 = lexical.FILE in manifest.files
+    integrity.verify(root, manifest.files, required=tuple(name for s in specs
+                                                          for name in s.files() + tf.segment_files(s, count, bm25=bm25)))
     # verify() checked every listed file; any other a reader opens must be listed too, so that none is
     # read through a symlink or from outside the generation
     for name in manifest.projection_files + ([DELETED_FILE] if os.path.lexists(root / DELETED_FILE) else []):
@@ -827,7 +847,8 @@ def open_generation(root: Path, manifest: Manifest) -> IndexFiles:
     opened: list[Segment] = []
     try:
         for spec in specs:
-            opened.append(_open_segment(root, spec, manifest.dim, spec.file(lexical.FILE) in manifest.files))
+            opened.append(_open_segment(root, spec, manifest.dim, spec.file(lexical.FILE) in manifest.files,
+                                        len(tf.names_of(manifest))))
     except BaseException:
         for s in opened:
             s.docstore.close()
@@ -836,19 +857,42 @@ def open_generation(root: Path, manifest: Manifest) -> IndexFiles:
     return IndexFiles(root, manifest, opened, deleted)
 
 
-def _open_segment(root: Path, spec: seg.SegmentSpec, dim: int, bm25: bool) -> Segment:
+def _open_segment(root: Path, spec: seg.SegmentSpec, dim: int, bm25: bool, text_fields: int = 1) -> Segment:
     vectors_name, docstore_name, faiss_name = spec.files()
-    vectors = _load_npy(root / vectors_name, mmap_mode="r")
-    if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape != (spec.positions, dim or vectors.shape[1]):
-        raise IndexCorruptError(f"{root / vectors_name} holds {vectors.dtype} {vectors.shape}, the manifest says "
-                                f"float32 ({spec.positions}, {dim})")
+    vectors = _segment_vectors(root / vectors_name, spec, dim)
     try:
         docstore = DocStore(str(root / docstore_name))
         docstore.conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # binds the file now, and checks it
     except sqlite3.DatabaseError as e:
         raise IndexCorruptError(f"{root / docstore_name} cannot be read as SQLite ({e})") from None
-    return Segment(spec, root, vectors, docstore, integrity.open_regular(root / faiss_name),
-                   integrity.open_regular(root / spec.file(lexical.FILE)) if bm25 else None)
+    segment = Segment(spec, root, vectors, docstore, integrity.open_regular(root / faiss_name),
+                      integrity.open_regular(root / spec.file(lexical.FILE)) if bm25 else None)
+    if text_fields > 1:  # indexer/text_fields.py: each further field's files, under its tag
+        try:
+            norms = _load_npy(root / spec.file(tf.NORMS_FILE), mmap_mode="r")
+            if norms.dtype != np.float32 or norms.shape != (spec.positions, text_fields):
+                raise IndexCorruptError(f"{root / spec.file(tf.NORMS_FILE)} holds {norms.dtype} {norms.shape}, the "
+                                        f"manifest says float32 ({spec.positions}, {text_fields})")
+            segment.text_norms = norms
+            for i in range(1, text_fields):
+                fs = tf.field_spec(spec, i)
+                segment.fields.append(Segment(
+                    fs, root, _segment_vectors(root / fs.file(seg.VECTORS), spec, dim), docstore,
+                    integrity.open_regular(root / fs.file(FAISS_FILE)),
+                    integrity.open_regular(root / fs.file(lexical.FILE)) if bm25 else None))
+        except BaseException:
+            segment.close_faiss_fd()
+            docstore.close()
+            raise
+    return segment
+
+
+def _segment_vectors(path: Path, spec: seg.SegmentSpec, dim: int) -> np.ndarray:
+    vectors = _load_npy(path, mmap_mode="r")
+    if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape != (spec.positions, dim or vectors.shape[1]):
+        raise IndexCorruptError(f"{path} holds {vectors.dtype} {vectors.shape}, the manifest says "
+                                f"float32 ({spec.positions}, {dim})")
+    return vectors
 
 
 def _load_npy(path: Path, **kw) -> np.ndarray:

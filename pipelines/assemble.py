@@ -80,16 +80,25 @@ def kept_vectors(build: str, number: int, keep: np.ndarray) -> np.ndarray:
         return data["vectors"][keep]
 
 
+def kept_field_vectors(build: str, number: int, keep: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The raw vectors of text fields 1… of chunk ``number``'s kept records (``vectors_1``, … of a
+    build of several named texts: pipelines/index.py ``encode_fields``); () for one text field."""
+    with _vectors_npz(build, number) as data:
+        extra = sorted((k for k in data.files if k.startswith("vectors_")), key=lambda k: int(k.split("_")[1]))
+        return tuple(data[k][keep] for k in extra)
+
+
 def shard_blocks(build: str, chunks, plan: ShardPlan):
     """Pass 2: one :class:`~relsearch.indexer.build.Block` of kept documents per shard, in input order."""
     for chunk, keep in zip(chunks, plan.keep):
         if not keep.any():
             continue
         vectors = kept_vectors(build, chunk.number, keep)
+        fields = kept_field_vectors(build, chunk.number, keep)
         docs = [{"id": r["id"], "text": r["text"], "metadata": r["metadata"]}
                 for r, k in zip((r for r in _rows(build, chunk.number) if "rejected" not in r and "duplicate" not in r),
                                 keep) if k]
-        yield Block(docs, vectors)
+        yield Block(docs, vectors, fields)
 
 
 def check_same_encoder(index: str, encoder: dict) -> None:
@@ -101,6 +110,17 @@ def check_same_encoder(index: str, encoder: dict) -> None:
         check_encoder(index, store.read_manifest(store.current_generation(index)).encoder, encoder)
     except EncoderMismatchError as e:
         raise IndexInputError(f"--append: {e}") from None
+
+
+def check_same_text_fields(index: str, names: tuple[str, ...]) -> None:
+    """Refuse to append documents of other named text fields than the index's (indexer/text_fields.py):
+    each field's vectors live in its own files, so the fields and their order are the index's."""
+    from ..indexer import text_fields as tf
+
+    have = tf.names_of(store.read_manifest(store.current_generation(index)))
+    if (len(have) > 1 or len(names) > 1) and tuple(names) != have:
+        raise IndexInputError(f"--append: {index} has the text fields {', '.join(have)}; these documents were read "
+                              f"with {', '.join(names)}: give the same --text-field options, in that order")
 
 
 def keep_rejections(rejected: list[dict], target: str) -> str:

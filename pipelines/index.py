@@ -40,7 +40,8 @@ from ..indexer.es_mirror import EsTarget, mirrors_for
 from ..indexer.faiss_index import DEFAULT_FACTORY, FaissSpec
 from ..indexer.manifest import Fields, Manifest
 from ..indexer.tuning import AutoPolicy
-from .assemble import IndexInputError, check_same_encoder, keep_rejections, plan_shards, shard_blocks
+from .assemble import (IndexInputError, check_same_encoder, check_same_text_fields, keep_rejections, plan_shards,
+                       shard_blocks)
 from . import faiss_add, shardfs
 from .runners import freeze_long_lived, local_workers, new_pipeline, one_local_worker, pipeline_options, run_to_end
 
@@ -55,6 +56,10 @@ class IndexJob:
     model: str | None = None  # bundle folder or encoder id/path; None = default relation pack
     id_field: str = "id"
     text_field: str = "text"
+    # two or more named text fields (``--text-field A --text-field B``; indexer/text_fields.py), each
+    # with its own vectors and BM25; text_field is then the first. () : the one text_field
+    text_fields: tuple[str, ...] = ()
+    collapse_field: str | None = None  # recorded in the manifest: queries collapse on it by default
     faiss_factory: str = DEFAULT_FACTORY  # "auto" or a FAISS index-factory string
     recall_target: float = 0.95  # recall@10 against exact search that the tuned parameters must reach
     faiss_device: str = "auto"  # "auto": GPU for FAISS when present; "cpu"
@@ -176,7 +181,8 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
     done = shardfs.join(shard_dir, f"{chunk.number:06d}.npz")  # shard_dir: str (or a local Path)
     if shardfs.exists(done):
         return
-    parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field, limits=job.limits)
+    parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field, limits=job.limits,
+                             text_fields=job.text_fields)
               for n, raw in read_numbered_lines(path, chunk.start, chunk.end, chunk.first_line,
                                                 job.limits.max_line_bytes, opener=shardfs.open_binary)]
     # an id repeated within the chunk is rejected before encoding (the first line wins): a corpus of
@@ -199,16 +205,45 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
         shardfs.write(progress_file, str(lines).encode())
 
     progress(0)
-    vectors, truncated = encode_texts(encoder, [r.text for r in records], progress=progress)
+    fields: dict[str, np.ndarray] = {}
+    if len(job.text_fields) > 1:
+        vectors, extra, truncated = encode_fields(encoder, records, job.text_fields, progress)
+        fields = {f"vectors_{i}": v for i, v in enumerate(extra, 1)}
+    else:
+        vectors, truncated = encode_texts(encoder, [r.text for r in records], progress=progress)
     rows = [{"line": r.line, "id": r.id, "text": r.text[:200], "duplicate": True} if r.line in repeats
             else {"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata}
             for r in parsed if isinstance(r, rec.Record)]
     rows += [{"rejected": r.to_json()} for r in parsed if isinstance(r, rec.Rejection)]
     shardfs.write(shardfs.join(shard_dir, f"{chunk.number:06d}.jsonl"),
                   "".join(rec.json_text(row) + "\n" for row in rows).encode("utf-8"))
-    _save_npz(done, vectors=vectors, truncated=np.int64(truncated), lines=np.int64(chunk.lines))
+    _save_npz(done, vectors=vectors, truncated=np.int64(truncated), lines=np.int64(chunk.lines), **fields)
     shardfs.remove([progress_file])
     faults.point("index.shard-written")
+
+
+def encode_fields(encoder: Encoder, records: list, names: tuple[str, ...],
+                  progress=None) -> tuple[np.ndarray, list[np.ndarray], int]:
+    """Raw vectors of each record's named texts, all texts encoded as one batch (token-sorted
+    together): (field 0's (n, d), [fields 1…'s (n, d)], texts truncated); a zero row where a record
+    lacks a text. ``progress(records)`` moves in proportion to the texts encoded."""
+    flat = [(row, f, r.texts[name]) for row, r in enumerate(records) for f, name in enumerate(names) if name in r.texts]
+    done = reported = 0
+
+    def texts_done(n: int) -> None:
+        nonlocal done, reported
+        done += n
+        now = done * len(records) // max(len(flat), 1)
+        if progress is not None and now > reported:
+            progress(now - reported)
+            reported = now
+
+    vectors, truncated = encode_texts(encoder, [t for _, _, t in flat], progress=texts_done)
+    d = vectors.shape[1] if vectors.ndim == 2 else 0
+    out = [np.zeros((len(records), d), np.float32) for _ in names]
+    for (row, f, _), v in zip(flat, vectors):
+        out[f][row] = v
+    return out[0], out[1:], truncated
 
 
 def _save_npz(path: str, **arrays) -> None:
@@ -274,7 +309,8 @@ def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: Encode
 def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> Path:
     """Where shards of this exact job live: same input and settings → same folder → resumable."""
     encoder = {**asdict(encoder_config), "threads": None}  # thread count does not change the vectors
-    key = hashlib.sha256(json.dumps({"input": input_sha, "encoder": encoder, "id": job.id_field, "text": job.text_field,
+    text = list(job.text_fields) if len(job.text_fields) > 1 else job.text_field  # one field: the key of before
+    key = hashlib.sha256(json.dumps({"input": input_sha, "encoder": encoder, "id": job.id_field, "text": text,
                                      "chunk_lines": job.chunk_lines, "chunk_bytes": job.chunk_bytes,
                                      "limits": asdict(job.limits)}, sort_keys=True).encode()).hexdigest()[:16]
     target = Path(job.index).absolute()
@@ -458,6 +494,7 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
     with store.writer_lock(job.index):
         if job.append and store.is_published(job.index):
             check_same_encoder(job.index, encoder)
+            check_same_text_fields(job.index, job.text_fields or (job.text_field,))
             recorded = store.read_manifest(store.current_generation(job.index)).precision
             if encoder.get("precision", recorded) != recorded:  # the index was rebuilt meanwhile
                 raise IndexInputError(f"--append: {job.index} is now encoded in {recorded}, these documents in "
@@ -474,11 +511,16 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
             units = faiss_add.units_for(plan.kept, job.faiss_add_units)
             fill = faiss_add.WorkerAdd(build, scratch, tuple(faiss_add.plan_units(chunks, plan.keep, units)), options,
                                        threads=_threads_per_worker(options)) if units > 1 else None
+            texts = tuple(job.text_fields) if len(job.text_fields) > 1 else ()
             parts = write_generation(gen, shard_blocks(build, chunks, plan), n=plan.kept, d=plan.dim,
-                                     spec=job.faiss_spec(fill))
+                                     spec=job.faiss_spec(fill), text_fields=texts)
+            if job.collapse_field is not None and job.collapse_field not in parts.metadata_fields:
+                raise IndexInputError(f"--collapse-field {job.collapse_field!r} is not a metadata field of the "
+                                      f"documents; fields: {', '.join(parts.metadata_fields) or '(none)'}")
             manifest = Manifest(
                 encoder=encoder, dim=parts.dim, counts=parts.counts, faiss=parts.faiss,
-                fields=Fields(job.id_field, job.text_field, parts.metadata_fields),
+                field_faiss=parts.field_faiss or {}, collapse=job.collapse_field,
+                fields=Fields(job.id_field, texts[0] if texts else job.text_field, parts.metadata_fields, texts),
                 bundle={"path": os.path.abspath(bundle.path) if bundle.path else None, "ref": bundle.ref,
                         "fingerprint": bundle.fingerprint, "operators": sorted(bundle.operators)},
                 runs=({"op": "build", **run, "at": store.utc_now()},), input=run["input"])

@@ -69,7 +69,9 @@ class LookupJob:
     k: int = 20
     filters: Mapping[str, FilterValue] = field(default_factory=dict)  # typed as retrieval/inputs.filter_value
     same: tuple[str, ...] = ()
-    collapse: str | None = None
+    collapse: str | None = None  # None: the index's recorded collapse field (manifest ``collapse``), if any
+    no_collapse: bool = False  # collapse on nothing, not even the recorded field
+    field: str | None = None  # one named text field of an index of several (None: all, fused: retrieval/fields.py)
     model: str | None = None  # None: the bundle recorded in the index manifest
     with_text: bool = False
     fields: tuple[str, ...] = ()  # metadata fields each result keeps
@@ -93,6 +95,8 @@ class LookupJob:
             raise LookupInputError(f"--filter and --same both name {', '.join(both)}; use one of them per field")
         if self.collapse is not None and (not isinstance(self.collapse, str) or not self.collapse):
             raise LookupInputError(f"collapse must be a metadata field name, got {self.collapse!r}")
+        if self.no_collapse and self.collapse is not None:
+            raise LookupInputError("give --collapse FIELD or --no-collapse, not both")
         if self.collapse in self.same:  # every result would share the query's value, which collapse drops
             raise LookupInputError(f"--same and --collapse both name {self.collapse}: every result would share "
                                    "the query's value, and --collapse drops that value; use one of them")
@@ -259,7 +263,7 @@ def peers(searcher, inputs: list[LookupInput], queries: list, job: LookupJob, fi
     from ..retrieval.paging import search_collapsed
     from ..retrieval.request import SearchOptions, plan
 
-    found = plan(searcher, queries, SearchOptions(k=job.k, filters=filters))
+    found = plan(searcher, queries, SearchOptions(k=job.k, filters=filters, field=job.field, collapse=False))
     own_id = any(x.text is not None for x in inputs)  # one extra hit fetched, in case it is the input's own
 
     def fetch(n: int) -> list[list]:
@@ -394,6 +398,11 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
         searcher = opener()
         freeze_long_lived()  # the index and its libraries are loaded: what the job allocates from now on is its own
         searcher.check(dict(job.relations), dict(job.filters))
+        if job.field is not None:
+            searcher.for_field(job.field)  # QueryError listing the index's text fields for another name
+        recorded = searcher.files.manifest.collapse  # share classes of one issuer (relsearch index --collapse-field)
+        if job.collapse is None and not job.no_collapse and recorded and recorded not in job.same:
+            job = replace(job, collapse=recorded)
         warnings = searcher.filter_warnings(dict(job.filters))
         collapse = (job.collapse,) if job.collapse is not None else ()
         for option, names in (("--same", job.same), ("--fields", job.fields), ("--collapse", collapse)):

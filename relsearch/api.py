@@ -241,19 +241,22 @@ class Index:
                hybrid_weight: float | None = None, fields: Sequence[str] | None = None,
                metadata: bool = True, like: Sequence[dict] = (), unlike: Sequence[dict] = (),
                facets: Sequence[str] = (), facet_depth: int = search_request.FACET_DEPTH,
-               highlight: bool = False) -> Hits:
+               highlight: bool = False, field: str | None = None) -> Hits:
         """Hits for one query (see :class:`SearchRequest`), a list with ``warnings`` (:class:`Hits`:
         filter operators that can never match); raises :class:`RequestError`. ``fields``: the
         metadata fields each hit keeps (default all); ``metadata=False``: none. ``like`` /
         ``unlike`` instead of text or id: examples ``{"id": ...}`` or ``{"text": ...}`` with an
         optional ``"weight"`` (docs/how-a-query-runs.md, "Examples as a query"). ``facets``: metadata
         fields whose values are counted over the first ``facet_depth`` hits (``Hits.facets``);
-        ``highlight``: each hit's ``highlights``, the offsets of the query's BM25 terms in its text."""
+        ``highlight``: each hit's ``highlights``, the offsets of the query's BM25 terms in its text.
+        ``field``: one named text field of an index of several (default: all, fused by each
+        document's best score; each hit's ``field`` says which gave it). ``collapse``: None
+        collapses on the index's recorded ``--collapse-field`` (share classes), False on nothing."""
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
                             min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
                             rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight,
                             fields=fields, metadata=metadata, like=like, unlike=unlike, facets=tuple(facets),
-                            facet_depth=facet_depth, highlight=highlight)
+                            facet_depth=facet_depth, highlight=highlight, field=field)
         out = self.search_batch([req]).results[0]
         if isinstance(out, Exception):
             raise out
@@ -369,26 +372,34 @@ class Index:
         from .indexer.build import Block
         from .encoder.model import encode_texts
 
-        docs, seen = [], set()
+        # an index of several named texts (indexer/text_fields.py) reads each of them, as `relsearch index` did
+        names = self.searcher().text_fields
+        docs, parsed_docs, seen = [], [], set()
         for i, record in enumerate(records):
-            parsed = _parse_record(i, record, id_field, text_field, limits)
+            parsed = _parse_record(i, record, id_field, text_field, limits, names if len(names) > 1 else ())
             if parsed.id in seen:
                 raise RequestError(f"documents[{i}]", f"{rec.DUPLICATE_ID}: id {parsed.id[:80]!r} appears twice")
             seen.add(parsed.id)
             docs.append({"id": parsed.id, "text": parsed.text, "metadata": parsed.metadata})
+            parsed_docs.append(parsed)
         if not docs:
             raise RequestError("documents", "no documents given")
         def encoded():  # with this process's model, on its thread; the writer lock serialises the publish
             with self._lock:
                 encoder = self.searcher().encoder
-                return encoder, *encode_texts(encoder, [d["text"] for d in docs])
+                if len(names) > 1:
+                    from .pipelines.index import encode_fields
 
-        encoder, vectors, truncated = on_model_thread(encoded)
+                    first, extra, truncated = encode_fields(encoder, parsed_docs, names)
+                    return encoder, Block(docs, first, tuple(extra)), truncated
+                vectors, truncated = encode_texts(encoder, [d["text"] for d in docs])
+                return encoder, Block(docs, vectors), truncated
+
+        encoder, block, truncated = on_model_thread(encoded)
         run = {"read": len(docs), "indexed": len(docs), "rejected": 0, "truncated": truncated,
                "input": {"path": "relsearch API"}}
         try:  # the encoder is checked under the writer lock, against the generation appended to
-            return mutations.append(self.path, [Block(docs, vectors)], n=len(docs), run=run,
-                                    encoder=encoder.identity)
+            return mutations.append(self.path, [block], n=len(docs), run=run, encoder=encoder.identity)
         except mutations.EncoderMismatchError as e:
             raise RequestError("documents", str(e), 409) from None
 
@@ -448,7 +459,7 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
     # JSON text keeps each value's type: True == 1 in Python, but the filters differ
     typed_filters = json.dumps(req.filters, sort_keys=True)
     return (req.k + req.offset, req.collapse, typed_filters, req.explain, req.rerank, req.rerank_depth,
-            projection, req.hybrid, req.hybrid_weight, tuple(req.facets), req.facet_depth, req.highlight)
+            projection, req.hybrid, req.hybrid_weight, tuple(req.facets), req.facet_depth, req.highlight, req.field)
 
 
 def _filter_warnings(searcher: Searcher, filters) -> list[str]:
@@ -488,7 +499,8 @@ def _run(searcher: Searcher, requests: list[SearchRequest], stop=None) -> list[l
             for i, (r, hits, counts, scoring) in enumerate(zip(requests, ranked, facets, plan.scorings))]
 
 
-def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits) -> rec.Record:
+def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits,
+                  text_fields: tuple[str, ...] = ()) -> rec.Record:
     """A request's document → Record through the corpus parser, so the API accepts what `relsearch index` does."""
     if not isinstance(record, dict):
         raise RequestError(f"documents[{i}]", f"{rec.NOT_OBJECT}: a document is a JSON object")
@@ -496,7 +508,7 @@ def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Li
         raw = json.dumps(record, ensure_ascii=False, allow_nan=False).encode("utf-8")
     except (ValueError, UnicodeEncodeError) as e:
         raise RequestError(f"documents[{i}]", f"{rec.INVALID_JSON}: {e}") from None
-    parsed = rec.parse_line(i + 1, raw, id_field=id_field, text_field=text_field, limits=limits)
+    parsed = rec.parse_line(i + 1, raw, id_field=id_field, text_field=text_field, limits=limits, text_fields=text_fields)
     if isinstance(parsed, rec.Rejection):
         raise RequestError(f"documents[{i}]", f"{parsed.reason}: {parsed.detail}")
     return parsed

@@ -60,7 +60,12 @@ def _echo_backends(backends: dict) -> None:
 @click.option("--model", default=None, help="Relation bundle folder, or any Hugging Face model id/path (identity "
               "only). Default: the shipped relation pack (with --append: the index's own bundle or model).")
 @click.option("--id-field", default="id", show_default=True)
-@click.option("--text-field", default="text", show_default=True)
+@click.option("--text-field", "text_fields", multiple=True, default=["text"], show_default=True,
+              help="The field holding the text. Repeat it to index several named texts per document "
+                   "(--text-field text --text-field text_wikipedia): each gets its own vectors and BM25, a record "
+                   "with any of them is indexed, and queries search them fused or one with --field.")
+@click.option("--collapse-field", default=None, help="A metadata field whose equal values are one issuer (share "
+              "classes, e.g. name): recorded in the index, and queries collapse on it unless told --no-collapse.")
 @click.option("--faiss-index", "faiss_factory", default="auto", show_default=True,
               help="auto (by corpus size: Flat, IVF, IVF-PQ + re-rank) or a FAISS index-factory string, "
                    "e.g. Flat, HNSW32, IVF1024,Flat.")
@@ -96,7 +101,7 @@ def _echo_backends(backends: dict) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @es_options
 @click.pass_context
-def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, recall_target, faiss_device,
+def index(ctx, corpus, index_dir, model, id_field, text_fields, collapse_field, faiss_factory, recall_target, faiss_device,
           faiss_add_units, append, max_segments, chunk_lines, max_length, precision, workers, strict, max_line_bytes,
           max_text_bytes, max_metadata_bytes, quiet, **es):
     """Encode CORPUS (JSONL; - reads standard input) with a Beam pipeline into a FAISS index + docstore at --index.
@@ -113,7 +118,12 @@ def index(ctx, corpus, index_dir, model, id_field, text_field, faiss_factory, re
     beam_args = list(ctx.args)
     if workers and workers > 1:
         beam_args += [f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"]
-    job = IndexJob(input=corpus, index=index_dir, model=model, id_field=id_field, text_field=text_field,
+    text_fields = tuple(text_fields)
+    if len(set(text_fields)) != len(text_fields) or id_field in text_fields:
+        raise click.BadParameter(f"{', '.join(text_fields)}: name each text field once, and not the id field",
+                                 param_hint="--text-field")
+    job = IndexJob(input=corpus, index=index_dir, model=model, id_field=id_field, text_field=text_fields[0],
+                   text_fields=text_fields if len(text_fields) > 1 else (), collapse_field=collapse_field,
                    faiss_factory=faiss_factory, recall_target=recall_target, faiss_device=faiss_device,
                    faiss_add_units=faiss_add_units, append=append, max_segments=max_segments, es=es_target(**es), chunk_lines=chunk_lines,
                    max_length=max_length, precision=precision, strict=strict, progress=not quiet,

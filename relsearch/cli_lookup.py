@@ -23,6 +23,10 @@ from relsearch.retrieval.inputs import MAX_K
 @click.option("--collapse", "collapse_field", default=None, metavar="FIELD",
               help="At most one result per value of metadata FIELD (its best), none sharing the query's own "
                    "value: a company's other share class is not its peer. As `query --collapse`.")
+@click.option("--no-collapse", "no_collapse", is_flag=True,
+              help="Collapse on nothing, not even the index's recorded --collapse-field (share classes).")
+@click.option("--field", "text_field", default=None, metavar="NAME",
+              help="Search one named text field of an index of several (default: all, each document by its best).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSONL (written atomically).")
 @click.option("--with-text", is_flag=True, help="Include each result's text.")
 @click.option("--fields", "fields", multiple=True, callback=field_names, metavar="F1,F2",
@@ -33,8 +37,8 @@ from relsearch.retrieval.inputs import MAX_K
               help="Queries per search call.")
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
 @click.pass_context
-def lookup(ctx, input_file, index_dir, relations, k, filters, same, collapse_field, out, with_text, fields,
-           with_metadata, model, batch_size, workers):
+def lookup(ctx, input_file, index_dir, relations, k, filters, same, collapse_field, no_collapse, text_field, out,
+           with_text, fields, with_metadata, model, batch_size, workers):
     """Answer every line of INPUT.jsonl with a Beam job: its top-k documents in --relation.
 
     A line is {"id": ...} (an indexed document) or {"id": ..., "text": ...} (new text; with --same it
@@ -54,6 +58,7 @@ def lookup(ctx, input_file, index_dir, relations, k, filters, same, collapse_fie
     try:
         job = LookupJob(input=input_file, index=index_dir, out=out, relations=parse_relation_args(relations), k=k,
                         filters=filters, same=tuple(dict.fromkeys(same)), collapse=collapse_field, model=model,
+                        no_collapse=no_collapse, field=text_field,
                         with_text=with_text, fields=tuple(fields or ()), with_metadata=with_metadata,
                         batch_size=batch_size)
         report = run_lookup(job, beam_args)

@@ -91,6 +91,11 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--min-score", type=float, default=None, help="Drop hits scoring below this.")
 @click.option("--collapse", "collapse_field", default=None, metavar="FIELD",
               help="Keep only the best hit per value of metadata FIELD (e.g. one share class per company).")
+@click.option("--no-collapse", "no_collapse", is_flag=True,
+              help="Collapse on nothing, not even the index's recorded --collapse-field (share classes).")
+@click.option("--field", "text_field", default=None, metavar="NAME",
+              help="Search one named text field of an index of several (default: all of them, each document by "
+                   "its best field; the table's field column and --json's \"field\" say which).")
 @click.option("--json", "as_json", is_flag=True,
               help='JSON lines: {"rank", "id", "score", "text", "metadata": {...}} per hit.')
 @click.option("--fields", "fields", multiple=True, callback=field_names, metavar="F1,F2",
@@ -132,7 +137,8 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json,
           fields, no_metadata, explain, model, ef_search, nprobe,
           rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion,
-          hybrid_weight, likes, unlikes, like_texts, unlike_texts, facets, facet_depth, highlight):
+          hybrid_weight, likes, unlikes, like_texts, unlike_texts, facets, facet_depth, highlight, no_collapse,
+          text_field):
     """Find documents standing in --relation to TEXT (or to --id, to --like examples, or to each line of --queries)."""
     from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval import request
@@ -146,7 +152,10 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
     head, rerank = _parse_rerank(rerank)
     if backend == "es" and not (es_url and es_index):
         _fail("--backend es needs --es-url and --es-index")
-    options = request.SearchOptions(k=k, offset=offset, min_score=min_score, collapse=collapse_field, filters=filters,
+    if no_collapse and collapse_field:
+        _fail("give --collapse FIELD or --no-collapse, not both")
+    options = request.SearchOptions(k=k, offset=offset, min_score=min_score, filters=filters, field=text_field,
+                                    collapse=False if no_collapse else collapse_field,
                                     explain=explain, rerank=head, rerank_depth=rerank_depth,
                                     hybrid=hybrid, hybrid_weight=hybrid_weight,
                                     fields=fields, metadata=not no_metadata, facets=facets, facet_depth=facet_depth,
@@ -217,7 +226,8 @@ def _facet_lines(facets: dict) -> str:
 # the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
 OPTION_FLAGS = {"text": "TEXT", "id": "--id", "like": "--like", "facets": "--facet", "facet_depth": "--facet-depth", "relations": "--relation", "k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
                 "filters": "--filter", "rerank": "--rerank", "rerank_depth": "--rerank-depth", "hybrid": "--hybrid",
-                "hybrid_weight": "--hybrid-weight", "fields": "--fields", "metadata": "--no-metadata"}
+                "hybrid_weight": "--hybrid-weight", "fields": "--fields", "metadata": "--no-metadata",
+                "field": "--field"}
 
 
 def _example(value: str) -> dict:
@@ -275,6 +285,10 @@ def _table(hits, title: str | None = None, first: int = 1, fields: list[str] | N
     lines = [title] if title else []
     reranked = bool(hits) and hits[0].reranker is not None
     columns = [(f, max([len(f)] + [len(_cell(h.metadata.get(f))) for h in hits])) for f in fields or ()]
+    matched = any(h.field is not None for h in hits)  # several text fields, fused: which text gave each score
+    if matched:
+        width = max(len("field"), *(len(_cell(h.field)) for h in hits))
+        columns = [("field", width)] + columns
     extra = "".join(f"{f[:24]:<{w}}  " for f, w in columns)
     if reranked:  # --rerank HEAD: the head's P(positive), then the ANN score and rank it came with
         lines.append(f"{'rank':>4}  {hits[0].reranker[:7]:>7}  {'ann':>7}  {'ann#':>4}  {'id':<16}  {extra}text")
@@ -285,7 +299,8 @@ def _table(hits, title: str | None = None, first: int = 1, fields: list[str] | N
         snippet = " ".join(_marked(h).split())
         snippet = snippet[:width] + ("…" if len(snippet) > width else "")
         scores = f"{h.score:7.4f}  {h.ann_score:7.4f}  {h.ann_rank:>4}" if reranked else f"{h.score:7.4f}"
-        cells = "".join(f"{_cell(h.metadata.get(f)):<{w}}  " for f, w in columns)
+        cells = "".join(f"{_cell(h.field if matched and i == 0 else h.metadata.get(f)):<{w}}  "
+                        for i, (f, w) in enumerate(columns))
         lines.append(f"{rank:>4}  {scores}  {str(h.id)[:16]:<16}  {cells}{snippet}")
         if h.explain:
             parts = {n: v for n, v in h.explain.items() if n.startswith(PARTS)}

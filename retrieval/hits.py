@@ -36,6 +36,7 @@ class Hit:
     ann_score: float | None = None
     ann_rank: int | None = None
     highlights: list[list[int]] | None = None  # [start, end) of each query term in text (retrieval/highlight.py)
+    field: str | None = None  # the text field whose score this is, in a search over several (retrieval/fields.py)
 
     def shaped(self, fields: Sequence[str] | None = None, metadata: bool = True) -> Hit:
         """This hit with only the metadata the caller asked for (Elasticsearch's ``_source``
@@ -50,7 +51,7 @@ class Hit:
 
     def to_json(self, rank: int | None = None) -> dict:
         """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?, "ann_score"?, "ann_rank"?,
-        "reranker"?, "highlights"?}``: the document's own fields stay nested under "metadata", so none of them (an
+        "reranker"?, "highlights"?, "field"?}``: the document's own fields stay nested under "metadata", so none of them (an
         "id", a "score") can pose as the hit's."""
         out = {} if rank is None else {"rank": rank}
         out.update({"id": self.id, "score": round(float(self.score), 6), "text": self.text, "metadata": self.metadata})
@@ -60,6 +61,8 @@ class Hit:
             out.update(ann_score=round(float(self.ann_score), 6), ann_rank=self.ann_rank, reranker=self.reranker)
         if self.highlights is not None:
             out["highlights"] = self.highlights
+        if self.field is not None:
+            out["field"] = self.field
         return out
 
 

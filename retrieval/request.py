@@ -79,6 +79,9 @@ class SearchOptions:
     facets: list[str] | tuple[str, ...] = ()
     facet_depth: int = FACET_DEPTH
     highlight: bool = False
+    # one named text field of an index of several (indexer/text_fields.py); None: all of them, fused
+    # by each document's best score (retrieval/fields.py)
+    field: str | None = None
 
     def check(self) -> None:
         """The checks that need no index; a :class:`RequestError` naming the option."""
@@ -121,7 +124,8 @@ class SearchOptions:
                   "min_score": ("a number", lambda v: v is None or number(v)),
                   "hybrid_weight": ("a number", lambda v: v is None or number(v)),
                   "explain": ("true or false", lambda v: isinstance(v, bool)),
-                  "collapse": ("a field name", lambda v: v is None or isinstance(v, str) and v != ""),
+                  "collapse": ("a field name or false", lambda v: v is None or v is False or isinstance(v, str) and v != ""),
+                  "field": ("a text field name", lambda v: v is None or isinstance(v, str) and v != ""),
                   "rerank": ("a head name", lambda v: v is None or isinstance(v, str) and v != ""),
                   "hybrid": ("rrf or weighted", lambda v: v is None or isinstance(v, str)),
                   "filters": ("an object {field: value}", lambda v: isinstance(v, Mapping)),
@@ -144,7 +148,10 @@ class SearchOptions:
 
         with blame("filters"):
             searcher.check({}, self.filters)
-        if self.collapse is not None and self.collapse not in searcher.metadata_fields:
+        if self.field is not None and self.field not in searcher.text_fields:
+            raise RequestError("field", f"unknown text field {self.field[:80]!r}; this index's text fields: "
+                                        f"{', '.join(searcher.text_fields)}")
+        if isinstance(self.collapse, str) and self.collapse not in searcher.metadata_fields:
             raise RequestError("collapse", f"unknown collapse field {self.collapse!r}; metadata fields: "
                                            f"{', '.join(searcher.metadata_fields) or '(none)'}")
         if self.rerank is not None:
@@ -172,6 +179,8 @@ class Plan:
     queries: list[Query]
     options: SearchOptions
     scorings: list[Scoring]
+    # an index of several text fields searched fused: each field's backend (retrieval/fields.py)
+    fields: tuple = ()
 
     @property
     def warnings(self) -> list[str]:
@@ -257,8 +266,15 @@ class Plan:
                       fetch)
 
     def ranked(self, fetch: int) -> list[list[Hit]]:
-        """Each query's first ``fetch`` hits under its scoring: queries sharing one run as one batch."""
+        """Each query's first ``fetch`` hits under its scoring: queries sharing one run as one batch;
+        over several text fields, each field's, fused by each document's best (retrieval/fields.py)."""
         from .recipe import search as recipe_search
+
+        if self.fields:
+            from .fields import fuse_max
+
+            per_field = [dataclasses.replace(self, backend=b, fields=()).ranked(fetch) for b in self.fields]
+            return fuse_max(per_field, [b.field for b in self.fields], fetch)
 
         groups: dict[int, tuple[Scoring, list[int]]] = {}  # queries sharing a mixture share its Scoring object
         for i, scoring in enumerate(self.scorings):
@@ -317,7 +333,33 @@ def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
         scorings.append(resolved[key])
     if options.rerank is not None and any(s.mode == "rrf" for s in scorings):
         raise RequestError("hybrid", "hybrid and rerank do not combine")
-    return Plan(backend, list(queries), options, scorings)
+    options, backend, fields = _text_fields(backend, options)
+    return Plan(backend, list(queries), options, scorings, fields)
+
+
+def _text_fields(backend, options: SearchOptions) -> tuple[SearchOptions, object, tuple]:
+    """The index's recorded collapse field applied (``collapse`` None: the manifest's ``collapse``,
+    share classes of one issuer; False: none), and which text fields the plan searches: ``field``
+    alone (its backend), or, on an index of several, every one fused (their backends)."""
+    searcher = backend.local
+    recorded = searcher.files.manifest.collapse
+    if options.collapse is None and recorded and recorded in searcher.metadata_fields:
+        options = dataclasses.replace(options, collapse=recorded)
+    elif options.collapse is False:
+        options = dataclasses.replace(options, collapse=None)
+    names = searcher.text_fields
+    if len(names) == 1:
+        if options.field is not None:
+            with blame("field"):
+                searcher.for_field(options.field)  # another name: the error lists the index's one
+        return options, backend, ()
+    if backend is not searcher:
+        raise RequestError("field", "the Elasticsearch backend searches an index of one text field; this index "
+                                    f"has {', '.join(names)}: query it with the local backend")
+    if options.field is not None:
+        with blame("field"):
+            return options, searcher.for_field(options.field), ()
+    return options, backend, tuple(searcher.for_field(name) for name in names)
 
 
 def run(backend, queries: list[Query], options: SearchOptions, *,

@@ -8,6 +8,7 @@ excluded by an id selector and never come back.
 """
 from __future__ import annotations
 
+import copy
 import json
 import math
 import re
@@ -153,9 +154,16 @@ class Searcher:
         self._gpu = None
         self._projected: dict[str, np.ndarray] = {}  # projection operator → its projected document vectors
         self._shared_quantizer: bool | None = None  # segments share one coarse assignment (ann.shares_quantizer)
+        # several text fields: each field's Searcher (for_field) refers to this one, the index's
+        self._owner: Searcher | None = None
+        self._field: str | None = None
+        self._field_searchers: dict[str, Searcher] = {}
+        self._last_encoded: tuple[list[str], np.ndarray] | None = None
 
     @property
     def encoder(self) -> Encoder:
+        if self._owner is not None:  # one transformer for every field's searches
+            return self._owner.encoder
         if self._encoder is None:  # only text queries need the transformer
             enc = self.files.manifest.encoder  # as the index was encoded (the bundle's weights: checked above)
             # in the dtype the index records, on any machine (another precision asked for: used, with a warning)
@@ -214,18 +222,57 @@ class Searcher:
                 named = ", ".join(str(queries[i].doc_id) for i in missing[:5])
                 raise QueryError(f"document id(s) not in the index: {named}")
             # one gather of the rows and one read of their norms, not a docstore row per query
-            wanted = own[by_id]
-            rows = np.asarray(self.files.vectors[wanted], np.float32)  # indexing by an array copies: scaled in place
-            rows *= self.files.docstore.norms(wanted).astype(np.float32)[:, None]
+            rows = self.files.raw_rows(own[by_id])
             if len(by_id) == len(queries):
                 return rows
             out[by_id] = rows
         by_text = [i for i, q in enumerate(queries) if q.doc_id is None]
         if by_text:
-            from ..encoder.model import encode_texts  # cuts huge texts before tokenizing, as indexing does
-
-            out[by_text] = encode_texts(self.encoder, [queries[i].text for i in by_text])[0]
+            out[by_text] = self._encoded([queries[i].text for i in by_text])
         return out
+
+    def _encoded(self, texts: list[str]) -> np.ndarray:
+        """Raw vectors of ``texts``; the last batch's kept by the index's Searcher, so the field
+        searches of one fused query (retrieval/fields.py) encode its text once."""
+        from ..encoder.model import encode_texts  # cuts huge texts before tokenizing, as indexing does
+
+        owner = self._owner or self
+        if owner._last_encoded is None or owner._last_encoded[0] != texts:
+            owner._last_encoded = (list(texts), encode_texts(self.encoder, texts)[0])
+        return owner._last_encoded[1]
+
+    @property
+    def text_fields(self) -> tuple[str, ...]:
+        """The index's named text fields, in order (one for an index of one text)."""
+        return (self._owner or self).files.text_fields
+
+    @property
+    def field(self) -> str | None:
+        """The text field this Searcher searches alone (:meth:`for_field`); None: the index as built."""
+        return self._field
+
+    def for_field(self, name: str) -> Searcher:
+        """This Searcher on text field ``name`` alone (indexer/field_view.py): its vectors, FAISS, BM25
+        and texts, documents lacking it excluded; itself for an index of one text. QueryError naming
+        the index's text fields for an unknown name."""
+        from ..indexer.field_view import field_view
+
+        owner = self._owner or self
+        try:
+            files = field_view(owner.files, name)
+        except KeyError as e:
+            raise QueryError(e.args[0]) from None
+        if files is owner.files:
+            return owner
+        if name not in owner._field_searchers:
+            view = copy.copy(owner)
+            view.files, view._owner, view._field = files, owner, name
+            view._gpu, view._projected, view._shared_quantizer, view._field_searchers = None, {}, None, {}
+            i = owner.text_fields.index(name)
+            if i:  # fields 1… were tuned on their own vectors at build (manifest field_faiss)
+                view.tuned_params = dict(owner.files.manifest.field_faiss.get(name, {}).get("search_params", {}))
+            owner._field_searchers[name] = view
+        return owner._field_searchers[name]
 
     def query_vectors(self, queries: list[Query], filters: dict[str, str] | None = None) -> QueryVectors:
         """Validate ``queries``; return their raw vectors h, relational query vectors q and own
@@ -571,7 +618,8 @@ def score_pair(bundle: Bundle, encoder: Encoder, text_a: str, text_b: str) -> Pa
         if recipe.title:
             q = q + recipe.title * title_vectors(lambda texts: encoder.encode(texts).vectors, [text_a], h[:1])
         scores[name] = float(q[0] @ t)
-        if recipe.bm25 or any(recipe.same.values()):
-            warnings.append(f"{name}: the score is its recipe's dense part ({recipe.describe()}); its BM25 share and "
-                            "bonuses rank an index's candidates: `relsearch query --explain` shows the whole score")
+        if recipe.bm25 or recipe.adds:
+            warnings.append(f"{name}: the score is its recipe's dense part ({recipe.describe()}); its BM25 share, "
+                            "bonuses and priors rank an index's candidates: `relsearch query --explain` shows the "
+                            "whole score")
     return PairScores(scores, warnings)

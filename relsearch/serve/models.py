@@ -89,7 +89,11 @@ class QueryOptions(_Body):
     k: int = Field(10, ge=1, le=MAX_K)
     offset: int = Field(0, ge=0, le=MAX_K - 1)
     min_score: FiniteFloat | None = Field(None, description="Drop hits scoring below this.")
-    collapse: str | None = Field(None, min_length=1, description="Keep the best hit per value of this metadata field.")
+    collapse: Literal[False] | Annotated[str, Field(min_length=1)] | None = Field(
+        None, description="Keep the best hit per value of this metadata field (default: the index's recorded "
+        "collapse field, if any; false: none).")
+    field: str | None = Field(None, min_length=1, description="One named text field of an index of several (default: "
+                              "all, each document by its best field; each hit's \"field\" says which).")
     # typed here only as an object: its grammar ($any / $all lists, operator objects, "in" lists) is
     # checked once, by the API's validation (indexer/filters.py), as for relsearch query and Index.search
     filters: Filters = Field(default_factory=dict)
@@ -120,7 +124,7 @@ class QueryOptions(_Body):
                              filters=self.filters, explain=self.explain, rerank=self.rerank,
                              rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight,
                              fields=self.fields, metadata=self.metadata, facets=tuple(self.facets),
-                             facet_depth=self.facet_depth, highlight=self.highlight)
+                             facet_depth=self.facet_depth, highlight=self.highlight, field=self.field)
 
 
 class SearchBody(QueryOptions):
