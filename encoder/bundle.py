@@ -207,7 +207,7 @@ def _check_manifest(manifest: dict, where: Path) -> None:
 
 
 # What describes an operator or head and nothing else reads: its description, its test ``metrics`` (a head's
-# under ``info``) and an operator's ``whole_corpus`` (recipe fitting). The explorer page, ``relsearch
+# under ``info``), an operator's ``whole_corpus`` (recipe fitting) and ``transfer`` (bench transfer). The explorer page, ``relsearch
 # relations`` and model cards show them; no search uses them. One of the wrong type, a NaN or infinite
 # number (JSON cannot carry it: GET /relations failed), or nesting deeper than MAX_DESCRIBED_DEPTH is
 # dropped at load with one warning naming the file, the relation and the field: refusing the bundle
@@ -217,6 +217,10 @@ METRIC_NUMBERS = ("queries", "candidates", "pairs", "accuracy", "macro_f1")
 SCORE_TABLES = ("trained", "identity", "bm25", "hybrid")  # {metric name: number}
 CORPUS_SPLITS = ("dev", "test")
 CORPUS_NUMBERS = ("recipe", "operator", "identity", "bm25", "hybrid", "queries", "candidates")
+# an operator's ``transfer``: its figure on a second dataset (relsearch bench transfer, bench/transfer.py)
+TRANSFER_TEXTS = ("dataset", "folder", "metric", "protocol", "date", "commit", "command")
+TRANSFER_NUMBERS = ("relation", "identity", "bm25", "hybrid", "queries", "pairs", "candidates")
+TRANSFER_TABLES = ("hits@10", "first_hit")  # {method: number}
 MAX_DESCRIBED_DEPTH = 8
 _DROP = object()
 _DROPPED_SAID: set[str] = set()
@@ -290,6 +294,8 @@ def _described(entry: dict, label: str, where: Path, *, metrics_in_info: bool = 
 
     metric_rules = {**dict.fromkeys(METRIC_TEXTS, text), **dict.fromkeys(METRIC_NUMBERS, number),
                     **dict.fromkeys(SCORE_TABLES, numbers)}
+    transfer_rules = {**dict.fromkeys(TRANSFER_TEXTS, text), **dict.fromkeys(TRANSFER_NUMBERS, number),
+                      **dict.fromkeys(TRANSFER_TABLES, numbers)}
     entry = dict(entry)
     if "description" in entry and text(entry["description"], "description") is _DROP:
         del entry["description"]
@@ -297,8 +303,9 @@ def _described(entry: dict, label: str, where: Path, *, metrics_in_info: bool = 
     if metrics_in_info and isinstance(entry.get("info"), dict):
         holder = entry["info"] = dict(entry["info"])
     for key, rules, shown in (("metrics", metric_rules, "info.metrics" if metrics_in_info else "metrics"),
-                              ("whole_corpus", dict.fromkeys(CORPUS_SPLITS, corpus_split), "whole_corpus")):
-        if key in holder and not (metrics_in_info and key == "whole_corpus"):
+                              ("whole_corpus", dict.fromkeys(CORPUS_SPLITS, corpus_split), "whole_corpus"),
+                              ("transfer", transfer_rules, "transfer")):
+        if key in holder and not (metrics_in_info and key in ("whole_corpus", "transfer")):
             value = typed(holder[key], shown, rules)
             if value is _DROP:
                 del holder[key]

@@ -336,11 +336,13 @@ class Index:
     def relations(self) -> list[dict]:
         """The bundle's relation operators and re-ranking heads: name, kind, description, metrics; an
         operator with a stored recipe (retrieval/recipe.py) also its ``recipe`` and ``whole_corpus``
-        (dev/test MRR of the recipe, identity, BM25, hybrid and the operator alone)."""
+        (dev/test MRR of the recipe, identity, BM25, hybrid and the operator alone), its ``transfer``
+        figure when measured (bench/transfer.py) and ``losses``: where it scores below identity, BM25
+        or the hybrid (retrieval/verdicts.py)."""
+        from .retrieval.verdicts import relation_row
+
         bundle = self.searcher().bundle
-        rows = [{"name": n, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {}),
-                 **{k: op.info[k] for k in ("recipe", "whole_corpus") if k in op.info}}
-                for n, op in sorted(bundle.operators.items())]
+        rows = [relation_row(n, op) for n, op in sorted(bundle.operators.items())]
         rows += [{"name": n, "kind": h.kind, "description": h.description, "metrics": h.info.get("metrics", {}),
                   "labels": list(h.labels), "positive": h.positive} for n, h in sorted(bundle.heads.items())]
         return rows

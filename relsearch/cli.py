@@ -65,10 +65,9 @@ def relations(index_dir, model, as_json):
         check_recipes(bundle.operators)
     except ValueError as e:
         raise click.ClickException(f"model {bundle.path or bundle.encoder.get('model')!r}: {e}") from None
-    rows = []
-    for name, op in sorted(bundle.operators.items()):
-        rows.append({"name": name, "kind": op.kind, "description": op.description, "metrics": op.info.get("metrics", {}),
-                     **{k: op.info[k] for k in ("recipe", "whole_corpus") if k in op.info}})
+    from relsearch.retrieval.verdicts import describe_transfer, relation_row
+
+    rows = [relation_row(name, op) for name, op in sorted(bundle.operators.items())]
     for name, head in sorted(bundle.heads.items()):  # re-rankers (relsearch query --rerank NAME)
         rows.append({"name": name, "kind": head.kind, "description": head.description,
                      "metrics": head.info.get("metrics", {}), "labels": list(head.labels), "positive": head.positive})
@@ -82,6 +81,10 @@ def relations(index_dir, model, as_json):
         click.echo(f"  {row['name']:<20} {row['kind']:<12} {row['description']}" + (f"\n  {'':<20} {metrics}" if metrics else ""))
         if "recipe" in row:
             click.echo(f"  {'':<20} {_format_recipe(row['recipe'], row.get('whole_corpus', {}))}")
+        if describe_transfer(row.get("transfer")):
+            click.echo(f"  {'':<20} {describe_transfer(row['transfer'])}")
+        for line in row.get("losses", ()):  # where it scores below identity, BM25 or the hybrid
+            click.echo(f"  {'':<20} ! {line}")
 
 
 def _format_recipe(recipe: dict, whole_corpus: dict) -> str:

@@ -364,3 +364,31 @@ def serve_bench(index_dir, requests, seconds, concurrency, k, no_txtai, threads,
     except (ValueError, OSError) as e:
         raise click.ClickException(str(e)) from None
     _report(result, serve_bench_mod.format_table(result), json_out)
+
+
+@bench.command()
+@click.option("--data", "data_dirs", multiple=True, type=click.Path(exists=True, file_okay=False),
+              help="A folder holding dataset folders; repeat to search several in order (default $RELSEARCH_DATA, "
+                   "else ../shared/data).")
+@model_option
+@relation_option
+@click.option("--work", "work_dir", type=click.Path(file_okay=False), default=None,
+              help="Where the transfer sets are indexed, reused when their documents have not changed "
+                   "(default: a temporary folder).")
+@click.option("--write-pack", "write_pack", type=click.Path(exists=True, file_okay=False), default=None,
+              help="Store each relation's figure as its `transfer` entry in this bundle folder (bundle.json and "
+                   "MODEL_CARD.md).")
+@precision_option
+@json_option
+@quiet_option
+def transfer(data_dirs, model, relations, work_dir, write_pack, precision, json_out, quiet):
+    """Each relation on a second dataset of its kind that its recipe never saw: whole-corpus MRR
+    and hits@10 of --relation NAME (its recipe, through the query plan), identity, BM25 and the
+    hybrid, over an index of the set (bench/transfer.py lists the sets)."""
+    from relsearch.bench.transfer import TransferJob, run_transfer
+
+    job = TransferJob(data=tuple(data_dirs), model=model, relations=tuple(relations), work=work_dir,
+                      write_pack=write_pack, precision=precision, progress=not quiet)
+    _run(run_transfer, job, json_out, None)
+    if write_pack:
+        click.echo(f"transfer figures written to {write_pack}")

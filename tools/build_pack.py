@@ -42,6 +42,11 @@ test (relsearch/retrieval/recipe_fit.py); a relation ships only when its recipe 
 test by ``SHIP_MARGIN``. ``--relation R --reuse relsearch/pack`` retrains R only and keeps the
 other operators, choosing all recipes again.
 
+A build measures each relation on its own splits only; whether it carries over to a dataset its
+recipe never saw is measured afterwards, on the built pack, by ``relsearch bench transfer
+--write-pack relsearch/pack`` (bench/transfer.py), which adds each relation's ``transfer`` entry
+and the model card's transfer section (a rebuild drops both: they judged the old recipes).
+
 Training: ``linear`` operators, default hyperparameters of ``TrainConfig`` except
 ``max_candidates=4096`` (sampled softmax above 4,096 texts: same-caption, paraphrase and
 similar-company) and one torch thread (much faster than two when the 2 cores are shared).
@@ -380,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  or name.startswith("aspect:")):
                 op.info.pop("recipe", None)
                 op.info.pop("whole_corpus", None)
+                op.info.pop("transfer", None)  # measured on the recipe chosen again below: stale
                 bundle.operators[name] = op
     for name in wanted & set(RECIPE_ONLY):  # a recipe over plain cosine: nothing in it is a trained operator
         bundle.operators[name] = Operator(name=name, kind="identity", description=SOURCES[name]["description"])

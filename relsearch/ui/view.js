@@ -151,6 +151,29 @@ function wholeCorpusCells(info) {
   }));
 }
 
+// Where the relation scores below identity, BM25 or the hybrid (GET /relations' "losses", written by the
+// server: retrieval/verdicts.py), each line a mark under its description
+const lossLines = (info) => (Array.isArray(own(info, "losses")) ? info.losses.filter((x) => typeof x === "string") : []);
+
+function lossMarks(info) {
+  const lines = lossLines(info);
+  return lines.length ? el("ul", {class: "losses"}, ...lines.map((line) => el("li", {}, line))) : null;
+}
+
+// The relation's figure on a dataset its recipe never saw (relsearch bench transfer), beside identity, BM25, hybrid
+function transferCells(info) {
+  const transfer = own(info, "transfer");
+  if (!isObject(transfer)) return "";
+  const rows = ["relation", "identity", "bm25", "hybrid"].filter((k) => isNumber(own(transfer, k)))
+    .map((k) => [k, transfer[k]]);
+  if (!rows.length) return "";
+  const dataset = typeof own(transfer, "dataset") === "string" ? transfer.dataset : "transfer set";
+  const metric = typeof own(transfer, "metric") === "string" ? transfer.metric : "mrr";
+  const when = typeof own(transfer, "date") === "string" ? `, ${transfer.date}` : "";
+  return el("div", {}, el("div", {class: "muted"}, `${dataset}: ${metric}${when}`),
+    bars(rows, {signed: false, highlight: new Set(["relation"])}));
+}
+
 // What `relation NAME` runs, in words (Recipe.describe); a recipe this page cannot read stays its JSON
 function recipeWords(info) {
   if (own(info, "recipe") === undefined) return null;
@@ -167,8 +190,8 @@ export function trainedOn(source) {
 }
 
 export function relationRows(tbody, relations, sources = {}) {
-  tbody.replaceChildren(...relations.map((r) => el("tr", {"data-name": r.name},
+  tbody.replaceChildren(...relations.map((r) => el("tr", {"data-name": r.name, class: lossLines(r).length ? "loses" : ""},
     el("td", {}, el("strong", {}, String(r.name)), trainedOn(own(sources, r.name))), el("td", {}, String(r.kind ?? "")),
-    el("td", {}, typeof r.description === "string" ? r.description : "", recipeWords(r)),
-    el("td", {}, metricCells(r.metrics)), el("td", {}, wholeCorpusCells(r)))));
+    el("td", {}, typeof r.description === "string" ? r.description : "", recipeWords(r), lossMarks(r)),
+    el("td", {}, metricCells(r.metrics)), el("td", {}, wholeCorpusCells(r)), el("td", {}, transferCells(r)))));
 }

@@ -283,6 +283,31 @@ def test_a_bundle_field_of_the_wrong_type_does_not_close_the_explorer(crafted_se
     assert not errors, errors
 
 
+def test_the_relations_panel_marks_a_relation_that_loses(served, browser_page, artifacts):
+    """Each relation that GET /relations says loses (own test or transfer set: retrieval/verdicts.py)
+    is marked in the relations panel with its lines; the others are not; transfer figures get a column."""
+    from relsearch.api import open_index
+
+    url, index = served
+    rows = open_index(index).relations()
+    page = browser_page
+    _open_with_key(page, url)
+    page.goto(f"{url}/?text=oil+and+gas+producers&k=5")
+    page.wait_for_selector("#relation-table tbody tr")
+    shown = dict(page.eval_on_selector_all("#relation-table tbody tr", "rows => rows.map(r => [r.dataset.name, "
+                                           "[...r.querySelectorAll('ul.losses li')].map(li => li.textContent)])"))
+    assert shown == {r["name"]: r.get("losses", []) for r in rows}
+    marked = page.eval_on_selector_all("#relation-table tbody tr.loses", "rows => rows.map(r => r.dataset.name)")
+    assert marked == [r["name"] for r in rows if r.get("losses")]
+    transfer = dict(page.eval_on_selector_all("#relation-table tbody tr", "rows => rows.map(r => [r.dataset.name, "
+                                              "r.lastElementChild.textContent])"))
+    for r in rows:
+        if isinstance(r.get("transfer"), dict):
+            assert r["transfer"]["dataset"] in transfer[r["name"]], r["name"]
+    page.screenshot(path=str(artifacts / "explorer-relations-panel.png"), full_page=True)
+    assert not page.console_errors, page.console_errors
+
+
 # ------------------------------------------------------------------------------ the score the page shows, explained
 SCORES_JS = """items => items.map(li => {
   const stack = li.querySelector('.stack'), track = li.querySelector('.stack-track').getBoundingClientRect().width;
