@@ -23,9 +23,10 @@ and so are other copies of the gold text (a duplicated document is not a competi
 
 Head prediction (``both_directions``) asks (?, r, t) with the operator named ``<r>^-1`` when the
 bundle has one (``relsearch train --inverse`` trains it on reversed triples, for every regime);
-otherwise translation operators use normalize(h_t − r) and other kinds report the direction as
-unavailable. ``both_directions=None`` (the default) predicts heads too when the bundle has ``<r>^-1``
-for every relation scored (it was trained with ``--inverse``): knowledge-graph papers report the
+otherwise the operator's kind gives its inverse where it has one (encoder/kinds.py ``Kind.inverse``:
+translation operators use normalize(h_t − r)) and other kinds report the direction as unavailable.
+``both_directions=None`` (the default) predicts heads too when the bundle has ``<r>^-1`` for every
+relation scored (it was trained with ``--inverse``): knowledge-graph papers report the
 mean of both directions. Rows ``mean`` average the two; ``summary`` holds, per method, the overall
 filtered figures with uniform keys: ``mrr_tail``, ``mrr_head`` and ``mrr`` (their mean; the tail's
 alone when only tails are predicted), likewise ``mr`` and ``hits@1/3/10``.
@@ -42,6 +43,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..encoder.bundle import Bundle, load_bundle
+from ..encoder.kinds import INVERTIBLE, kind_of
 from ..encoder.relations import Operator, lookup, normalize
 from ..retrieval.hybrid import check as check_fusion
 from ..retrieval.hybrid import rrf_matrix, weighted_matrix
@@ -134,14 +136,16 @@ def read_triples(path: str) -> list[dict]:
 
 
 def operator_for(operators: dict[str, Operator], name: str, direction: str) -> Operator | None:
-    """The operator answering ``name`` in ``direction`` ("tail" or "head"), None when there is none."""
+    """The operator answering ``name`` in ``direction`` ("tail" or "head"), None when there is none:
+    for heads, the bundle's ``<name>^-1``, else the inverse its kind gives (encoder/kinds.py)."""
     op = lookup(operators, name)
-    if direction == "tail" or op.kind == "identity":
+    kind = kind_of(op.kind)
+    if direction == "tail" or kind.plain:  # plain cosine is symmetric: heads are asked as tails are
         return op
     if f"{name}^-1" in operators:  # trained on reversed triples (relsearch train --inverse)
         return operators[f"{name}^-1"]
-    if op.kind == "translation":  # (?, r, t): q = normalize(h_t − r)
-        return Operator(name=f"{name}^-1", kind="translation", params={"r": -op.params["r"]})
+    if kind.inverse is not None:
+        return Operator(name=f"{name}^-1", kind=op.kind, params=kind.inverse(op.params))
     return None
 
 
@@ -335,8 +339,10 @@ def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: li
                        "operator": None if method == "bm25" else op_name,
                        "queries": len(group), "missing": missing[direction][rel]}
                 if method != "bm25" and op is None:
-                    rows.append(dict(row, available=False, reason=f"no inverse of {op_name!r}: not a translation and "
-                                     f"the bundle has no operator {op_name + '^-1'!r}"))
+                    kind = lookup(cands.bundle.operators, op_name).kind
+                    rows.append(dict(row, available=False, reason=f"no inverse of {op_name!r}: its kind {kind} has none "
+                                     f"(kinds with one: {', '.join(INVERTIBLE)}) and the bundle has no operator "
+                                     f"{op_name + '^-1'!r}"))
                     collected = None
                     continue
                 pair = _rank(method, group, cands, bm25, op, columns, chunk)

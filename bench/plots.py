@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..encoder.kinds import kind_of
 from ..encoder.relations import Operator, normalize
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#edc948", "#b07aa1", "#ff9da7", "#9c755f",
@@ -33,7 +34,8 @@ def save(fig, path: str) -> str:
 
 def operator_similarity(operators: dict[str, Operator], h: np.ndarray) -> tuple[list[str], np.ndarray]:
     """(names, (m, m) cosine) between the shifts op(h) − ĥ of the non-identity operators over rows of ``h``."""
-    names = sorted(n for n, op in operators.items() if op.kind != "identity" and not op.needs_text)  # a tower reads text
+    names = sorted(n for n, op in operators.items()  # plain cosine has no shift; a tower reads text
+                   if not kind_of(op.kind).plain and not op.needs_text)
     base = normalize(h)
     shifts = np.stack([(operators[n].apply(h) - base).ravel() for n in names]) if names else np.zeros((0, 1))
     unit = shifts / np.maximum(np.linalg.norm(shifts, axis=1, keepdims=True), 1e-12)

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..encoder.kinds import kind_of
 from .report import machine_info
 
 DEFAULT_DATA = Path(os.environ.get("RELSEARCH_DATA", "../shared/data"))
@@ -222,7 +223,7 @@ def _trainer_tower(sub, devs, *, batch_size: int, max_length: int, cache: str) -
     from ..encoder.training.tower import train_tower
 
     bundle = train_tower([str(sub)], dev_files=devs, config=_tower_config(batch_size, max_length, cache))
-    return _timings(next(op for op in bundle.operators.values() if op.kind == "encoder").info["training"])
+    return _timings(next(op for op in bundle.operators.values() if op.needs_text).info["training"])  # the tower
 
 
 def _trainer_joint(sub, devs, *, batch_size: int, max_length: int, cache: str) -> dict:
@@ -230,7 +231,7 @@ def _trainer_joint(sub, devs, *, batch_size: int, max_length: int, cache: str) -
 
     config = JointConfig(epochs=1, batch_size=batch_size, max_length=max_length, progress=False, cache_dir=cache)
     bundle, _ = train_joint([str(sub)], dev_files=devs, config=config)
-    return _timings(next(op for op in bundle.operators.values() if op.kind != "identity").info["training"])
+    return _timings(next(op for op in bundle.operators.values() if not kind_of(op.kind).plain).info["training"])
 
 
 def _timings(training: dict) -> dict:

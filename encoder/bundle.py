@@ -120,7 +120,7 @@ TOWER_PREFIX = "tower:"
 
 def _tensor_prefix(op: Operator) -> str:
     """Where an operator's tensors live: its name, or its tower's (shared by the operators trained with it)."""
-    return TOWER_PREFIX + op.info["tower"]["name"] if op.kind == "encoder" else op.name
+    return TOWER_PREFIX + op.info["tower"]["name"] if op.needs_text else op.name  # a query tower reads text
 
 
 # What a bundle may hold: bundle.json is read whole, operators.safetensors is loaded whole.

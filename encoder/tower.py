@@ -111,7 +111,7 @@ def attach_towers(operators: dict[str, Operator], encoder) -> None:
     """
     built: dict[str, _LazyTower] = {}
     for op in operators.values():
-        if op.kind != "encoder" or op.query_tower is not None:
+        if not op.needs_text or op.query_tower is not None:  # a query tower reads the text (encoder/kinds.py)
             continue
         tower = op.info["tower"]
         base = encoder.identity["weights_sha256"]

@@ -16,6 +16,7 @@ import shlex
 
 import click
 
+from .encoder.kinds import TRAINABLE
 from .encoder.training.card import CARD, summary_lines
 
 OBJECTIVES = ("rse", "aspect", "transition", "pu", "distill")
@@ -88,7 +89,7 @@ def _description_map(specs) -> dict[str, str]:
               help="adapter: frozen encoder, operators only (default); joint: fine-tune the encoder too "
                    "(the corpus must then be re-indexed with the bundle); encoder: a relation-conditioned query "
                    "encoder (LoRA) over frozen documents: any index of the base encoder serves it")
-@click.option("--operator", type=click.Choice(["linear", "translation"]), default=None, help="rse operator kind")
+@click.option("--operator", type=click.Choice(sorted(TRAINABLE)), default=None, help="rse operator kind")
 @click.option("--negatives", type=click.Choice(["all", "batch", "table"]), default=None,
               help="rse adapter: all training texts of the relation (all), or in-batch tails + one hard negative "
                    "(batch); rse encoder: the whole text table (table, default) or in-batch tails and heads (batch)")

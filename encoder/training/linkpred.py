@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..metrics import Ranks, rank_gold, ranking_metrics
-from ..kinds import TRAINABLE, kind_of
+from ..kinds import TRAINABLE, kind_of, trained_kind
 from ..relations import normalize
 from .splits import RelationSplit
 
@@ -34,7 +34,7 @@ def forward(params: dict, h):
     the kind's ``forward`` (encoder/kinds.py), normalised."""
     import torch.nn.functional as F
 
-    return F.normalize(kind_of("translation" if "r" in params else "linear").forward(params, h), dim=-1)
+    return F.normalize(trained_kind(params).forward(params, h), dim=-1)
 
 
 def numpy_apply(params: dict):

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..bundle import Bundle
-from ..kinds import TRAINABLE
+from ..kinds import TRAINABLE, kind_of
 from ..relations import Operator
 from .cache import _tqdm, encode_cached
 from .card import hyperparameters
@@ -82,7 +82,7 @@ class TrainConfig:
 
     @property
     def learning_rate(self) -> float:
-        return self.lr if self.lr is not None else (1e-2 if self.operator == "translation" else 3e-3)
+        return self.lr if self.lr is not None else kind_of(self.operator).lr
 
 
 # ---------------------------------------------------------------------------------------- loss

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..bundle import Bundle, load_bundle
+from ..kinds import TRAINABLE, kind_of
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
 from .card import hyperparameters
@@ -59,8 +60,8 @@ class JointConfig:
     def __post_init__(self):
         if self.until_budget and self.time_budget is None:
             raise ValueError("until_budget needs a time_budget: without one, only epochs can end the run")
-        if self.operator not in ("translation", "linear"):
-            raise ValueError(f"unknown operator {self.operator!r}; choose translation or linear")
+        if self.operator not in TRAINABLE:
+            raise ValueError(f"unknown operator {self.operator!r}; choose {' or '.join(TRAINABLE)}")
         if self.epochs < 1 or self.batch_size < 2 or self.patience < 1:
             raise ValueError("epochs ≥ 1, batch_size ≥ 2 and patience ≥ 1 are needed")
 
@@ -70,7 +71,7 @@ class JointConfig:
 
     @property
     def operator_lr(self) -> float:
-        return self.relation_lr if self.relation_lr is not None else (1e-2 if self.operator == "translation" else 3e-3)
+        return self.relation_lr if self.relation_lr is not None else kind_of(self.operator).lr
 
 
 def group_aware_batches(keys: list[set], batch_size: int, rng: random.Random) -> list[list[int]]:

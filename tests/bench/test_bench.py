@@ -138,7 +138,33 @@ def test_linkpred_head_prediction_uses_minus_r_or_an_inverse_operator():
     rows = {(r["direction"], r["relation"]): r for r in evaluate(test, [], cands, ["relation"],
                                                                   directions=("tail", "head"))["rows"]}
     assert not rows[("head", "lin")]["available"] and "lin^-1" in rows[("head", "lin")]["reason"]
+    assert "its kind linear has none (kinds with one: identity, translation)" in rows[("head", "lin")]["reason"]
     assert not rows[("mean", "lin")]["available"] and rows[("tail", "lin")]["available"]
+
+
+def test_linkpred_head_prediction_asks_the_kind_registry_for_an_inverse(monkeypatch):
+    """bench linkpred inverted an operator by branching on the kind name "translation"; it asks the
+    operator-kind registry (encoder/kinds.py) now, so a kind registered with an inverse is predicted
+    both ways with no change to the benchmark."""
+    from dataclasses import replace
+
+    from relsearch.encoder import kinds
+
+    swap = np.array([[0, 1], [1, 0]], np.float32)  # maps "h" = (1, 0) onto "t" = (0, 1)
+    ops = {"lin": Operator(name="lin", kind="linear", params={"W": swap, "b": np.zeros(2, np.float32)})}
+    cands = _candidates(["h", "t", "decoy"], [[1, 0], [0, 1], [0.6, 0.8]], {"h": [1, 0], "t": [0, 1]},
+                        Bundle(encoder={"model": "toy", "dim": 2}, operators=ops))
+    test = [{"head": "h", "relation": "lin", "tail": "t"}]
+
+    def head_row():
+        rows = evaluate(test, [], cands, ["relation"], directions=("tail", "head"))["rows"]
+        return next(r for r in rows if (r["direction"], r["relation"]) == ("head", "lin"))
+
+    assert not head_row()["available"]
+    inverse = lambda p: {"W": np.linalg.inv(p["W"]), "b": -np.linalg.inv(p["W"]) @ p["b"]}  # noqa: E731
+    monkeypatch.setitem(kinds.REGISTRY, "linear", replace(kinds.REGISTRY["linear"], inverse=inverse))
+    row = head_row()
+    assert row["available"] and row["raw"]["mrr"] == 1.0  # W⁻¹ t = (1, 0) finds "h" first
 
 
 def test_linkpred_head_prediction_prefers_a_trained_inverse_for_every_kind():

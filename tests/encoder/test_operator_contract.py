@@ -11,6 +11,7 @@ import pytest
 
 from relsearch.encoder.bundle import Bundle, load_bundle
 from relsearch.encoder.heads import HEAD_KINDS, PairHead
+from relsearch.encoder.kinds import INVERTIBLE, TRAINABLE, kind_of, trained_kind
 from relsearch.encoder.relations import KINDS, Operator, normalize
 
 D, N = 8, 5
@@ -69,6 +70,39 @@ def test_apply_maps_n_queries_to_n_unit_vectors(kind):
     assert q.shape == (N, D) and q.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(q, axis=1), 1.0, atol=1e-5)
     assert op.dim in (None, D)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_inverse_undoes_the_map_and_plain_changes_nothing(kind):
+    """What bench linkpred's head prediction asks of a kind (encoder/kinds.py): ``plain`` maps h to h
+    (its own inverse); ``inverse`` gives the params whose map takes q back to h, before normalising."""
+    entry, op = kind_of(kind), _operator(kind)
+    h, _ = _inputs()
+    if entry.plain:
+        np.testing.assert_array_equal(entry.map(op.params, h), h)
+    if entry.inverse is not None:
+        back = entry.map(entry.inverse(op.params), entry.map(op.params, h))
+        np.testing.assert_allclose(back, h, atol=1e-5)
+        assert set(entry.inverse(op.params)) == set(entry.params)
+    assert (kind in INVERTIBLE) == (entry.plain or entry.inverse is not None)
+
+
+def test_a_trained_operators_parameters_name_its_kind():
+    for kind in TRAINABLE:
+        assert trained_kind(_operator(kind).params) is kind_of(kind)
+    with pytest.raises(ValueError, match="no trainable operator kind has parameters \\['P'\\]; translation: r"):
+        trained_kind(_operator("projection").params)
+
+
+def test_the_trainers_take_each_kinds_default_learning_rate_and_choices_from_the_registry():
+    from relsearch.encoder.training.rse import TrainConfig
+    from relsearch.encoder.training.rse_joint import JointConfig
+
+    for kind in TRAINABLE:
+        assert TrainConfig(operator=kind).learning_rate == JointConfig(operator=kind).operator_lr == kind_of(kind).lr
+    assert (kind_of("translation").lr, kind_of("linear").lr) == (1e-2, 3e-3)
+    with pytest.raises(ValueError, match="choose translation or linear"):
+        JointConfig(operator="projection")
 
 
 @pytest.mark.parametrize("kind", KINDS)
