@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 RELSEARCH := HF_HUB_OFFLINE=1 $(VENV)/bin/relsearch
 DEMO_INDEX ?= demo-index
-# the prepared public datasets (README "Datasets"): $RELSEARCH_DATA, else this workspace's copy
+# the prepared public datasets (docs/datasets.md): $RELSEARCH_DATA, else this workspace's copy
 DATA ?= $(or $(RELSEARCH_DATA),../shared/data)
 
 .PHONY: demo test test-slow test-kill test-dask test-browser docs test-docs pack company-bundle bench-speed gpu-report-data gpu-report clean
@@ -66,7 +66,7 @@ test-docs: $(VENV)/.docs-installed
 pack: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) tools/build_pack.py --data $(DATA) --out relsearch/pack
 
-# Company-tuned encoder + similar-company / aspect operators (about 15 min on 2 cores; README "Similar companies")
+# Company-tuned encoder + similar-company / aspect operators (about 15 min on 2 cores; docs/companies.md)
 company-bundle: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) tools/build_company_bundle.py --data $(DATA) --out company-bundle
 

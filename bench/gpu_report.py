@@ -5,7 +5,7 @@ in its own process so that one failing step still leaves the others' figures:
 
 1. ``relsearch bench speed --device DEVICE`` — encoding vs sentence-transformers and vs the model
    alone, the cosine floor to fp32, ``relsearch index`` vs pure encoding, queries vs raw FAISS;
-2. a short query-tower run on a text knowledge graph — the README's command
+2. a short query-tower run on a text knowledge graph — the documented command (docs/query-towers.md)
    ``relsearch train TRAIN --regime encoder --dev DEV --candidates ENTITIES --inverse
    --time-budget MINUTES`` with the trainer's defaults, and its test metrics;
 

@@ -191,8 +191,8 @@ def companies(corpus, models, split, depth, cache_dir, precision, json_out, plot
 
     CORPUS defaults to russell3000_companies/corpus.jsonl in the datasets folder $RELSEARCH_DATA: the
     public Russell 3000 descriptions (Yahoo, Wikipedia, Bloomberg) with GICS codes, one company a line
-    with fields text, text_wikipedia, text_bloomberg, gics_industry, gics_sector, split (README,
-    "Datasets").
+    with fields text, text_wikipedia, text_bloomberg, gics_industry, gics_sector, split
+    (docs/datasets.md).
     """
     import os
 
@@ -203,7 +203,7 @@ def companies(corpus, models, split, depth, cache_dir, precision, json_out, plot
         corpus = os.path.join(data, "russell3000_companies", "corpus.jsonl")
         if not os.path.isfile(corpus):
             raise click.UsageError(f"no CORPUS given and {corpus} does not exist; give CORPUS or set "
-                                   "RELSEARCH_DATA to the prepared datasets folder (README, \"Datasets\")")
+                                   "RELSEARCH_DATA to the prepared datasets folder (docs/datasets.md)")
     job = CompaniesJob(corpus=corpus, models=tuple(models) or (None,), split=split, depth=depth, cache_dir=cache_dir,
                        precision=precision, progress=not quiet)
     _run(run_companies, job, json_out, plot_out)
@@ -212,7 +212,7 @@ def companies(corpus, models, split, depth, cache_dir, precision, json_out, plot
 @bench.command(name="all")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False), help="Folder for the report.")
 @click.option("--data", "data_dir", default=None, type=click.Path(file_okay=False),
-              help="Prepared datasets folder (default: $RELSEARCH_DATA; README, \"Datasets\").")
+              help="Prepared datasets folder (default: $RELSEARCH_DATA; docs/datasets.md).")
 @model_option
 @cache_option
 @precision_option
@@ -296,7 +296,7 @@ def gpu_report_data(out_dir, data_dir, kg_dir):
     data = Path(data_dir) if data_dir else DEFAULT_DATA
     kg = Path(kg_dir) if kg_dir else data / "codex_m"
     if not (kg / "entities.jsonl").is_file():
-        raise click.ClickException(f"no knowledge graph at {kg}: run tools/data/codex.py (README, Datasets) or "
+        raise click.ClickException(f"no knowledge graph at {kg}: run tools/data/codex.py (docs/datasets.md) or "
                                    "pass --kg")
     counts = pack_data(data, kg, Path(out_dir))
     size = sum(f.stat().st_size for f in Path(out_dir).rglob("*") if f.is_file())
@@ -323,7 +323,7 @@ def train_speed(train, dev, regime, triples, dev_triples, batch_size, max_length
     dtype, in one process: triples/s of both and their ratio (design target >= 0.70).
 
     TRAIN defaults to msrp/triples/train.jsonl (with its dev split) in the datasets folder
-    $RELSEARCH_DATA (README, "Datasets")."""
+    $RELSEARCH_DATA (docs/datasets.md)."""
     from relsearch.bench import train_speed as mod
 
     try:

@@ -71,7 +71,7 @@ def _loopback(host: str) -> bool:
 @click.option("--threads", type=click.IntRange(min=1), default=None,
               help="torch intra-op threads (default: torch's, one per core). On 2 quiet cores the default "
                    "serves 32 clients faster; where other jobs hold a core, 1 served about 2x more at 1 and 32 "
-                   "clients (README, Serving under load).")
+                   "clients (docs/performance.md, \"Serving under load\").")
 @click.option("--access-log/--no-access-log", default=True, show_default=True,
               help="One line per request on stderr: time, method, path, status, latency (never bodies or keys).")
 def serve(index_specs, host, port, allowed_hosts, model, api_key_file, max_body_bytes, max_batch, max_hits,

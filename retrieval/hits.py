@@ -5,7 +5,7 @@ caller reads them.
 
 Why columns: a batch of 1,000 queries × 10 hits used to build 10,000 row dicts and 10,000 ``Hit``
 objects inside the search call, which cost more than the FAISS search itself on a 20k index
-(README "Performance"). Now the search call holds arrays and three lists of strings; a caller
+(docs/performance.md). Now the search call holds arrays and three lists of strings; a caller
 that shows one page builds the ``Hit`` objects of that page alone.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
-# the prepared public datasets (README, "Datasets"): $RELSEARCH_DATA, as the bench commands read it
+# the prepared public datasets (docs/datasets.md): $RELSEARCH_DATA, as the bench commands read it
 SHARED_DATA = Path(os.environ.get("RELSEARCH_DATA") or REPO.parent / "shared" / "data")
 DEMO_CORPUS = REPO / "relsearch" / "data" / "sp500_2017.jsonl"
 

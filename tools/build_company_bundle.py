@@ -1,8 +1,8 @@
 """Build the company bundle: a company-tuned encoder plus similar-company / aspect operators on top.
 
 The default pack keeps all-MiniLM-L6-v2 unchanged (one index serves every relation), and on it
-query-side operators reach only about +0.05 same-industry P@10 over plain cosine (README, "Similar
-companies"). This bundle goes further in two steps, both plain ``relsearch train`` runs:
+query-side operators reach only about +0.05 same-industry P@10 over plain cosine
+(docs/companies.md). This bundle goes further in two steps, both plain ``relsearch train`` runs:
 
 1. ``--objective aspect --aspect gics_industry --regime joint``: AspectCSE fine-tuning of the
    encoder on the Russell 3000 training companies (1 epoch, 64 tokens; about 13 min on 2 cores);

@@ -18,7 +18,7 @@ Relations and their preparation (splits are always the datasets' own):
                           questions of meta_se_dupq/corpus.jsonl, measured on the test duplicates
                           over the same corpus. The linear operator trained on those pairs gained
                           on meta.stackexchange but not on another forum (Qatar Living: −0.004
-                          MRR; README "Transfer to other datasets"), so none is used.
+                          MRR; docs/results.md, "Transfer to other datasets"), so none is used.
 - ``qa-entailment``       trecqa/triples; hard negative = a non-answer candidate (label 0) of the
                           same question from trecqa/pairs, spread round-robin over its answers;
                           every training candidate sentence joins its softmax (``candidates``).

@@ -4,7 +4,7 @@
 grid (the operator's share of the dense vector against identity × BM25's share, here in steps of
 0.1, finer than the dev search's), so that one
 can see how far the best BM25 share moves between the splits of a dataset and across datasets
-(README "Transfer to other datasets")::
+(docs/results.md, "Transfer to other datasets")::
 
     HF_HUB_OFFLINE=1 python tools/recipe_grid.py --bundle relsearch/pack --relation duplicate-question \\
         --triples $RELSEARCH_DATA/qatarliving_dupq/triples/test.jsonl --candidates $RELSEARCH_DATA/qatarliving_dupq/corpus.jsonl

@@ -1,6 +1,6 @@
 """Training data readers: every problem is a ValueError naming ``file:line``.
 
-Formats (README "Training data"): triples ``{"head", "relation", "tail"[, "negative"][, "group"]}``;
+Formats (docs/training.md, "Data formats"): triples ``{"head", "relation", "tail"[, "negative"][, "group"]}``;
 pairs ``{"a", "b"[, "label"]}`` (no label = unlabelled, for PU learning); labelled corpora
 ``{"text", FIELD: label or [labels], ...}`` for aspects.
 """

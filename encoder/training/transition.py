@@ -60,7 +60,7 @@ class TransitionConfig:
     symmetric: bool = False  # --symmetric: also train every pair reversed (tail → head)
     bias: bool = True  # --no-bias: keep b = 0 (train W only)
     # --off-temperature: a soft-max over each row's off-diagonal cosines (None: their plain mean, the paper's term).
-    # The default 0.02 because with the plain mean the flickr8k operator never left identity (README).
+    # The default 0.02 because with the plain mean the flickr8k operator never left identity (docs/training.md).
     off_temperature: float | None = 0.02
     epochs: int = 20  # --epochs: maximum; early stopping on dev MRR
     patience: int = 3  # --patience

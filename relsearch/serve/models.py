@@ -18,7 +18,7 @@ from ..retrieval.plan import SCALES
 
 @dataclass(frozen=True, kw_only=True)
 class ServeLimits:
-    """Per-request limits; the defaults are documented in README ("Serve")."""
+    """Per-request limits; the defaults are documented in docs/http-api.md ("Limits")."""
 
     max_body_bytes: int = 4 << 20  # request body (413 beyond)
     max_batch: int = 256  # queries in one /search/batch request

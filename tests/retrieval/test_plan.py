@@ -39,7 +39,8 @@ def test_score_is_what_query_runs(searcher, relation):
     assert any(w.startswith(f"{relation}:") for w in scores.warnings) == bool(recipe.bm25 or any(recipe.same.values()))
 
 
-def test_the_readme_mixture_is_not_plain_cosine_and_explains_its_parts(searcher):
+def test_the_cli_docs_mixture_is_not_plain_cosine_and_explains_its_parts(searcher):
+    """The mixture docs/cli.md shows first (similar-company 0.7, identity 0.3)."""
     query = [Query(doc_id="BAC", relations={"similar-company": 0.7, "identity": 0.3})]
     mixed = run(searcher, query, SearchOptions(k=5, explain=True))[0]
     plain = run(searcher, [Query(doc_id="BAC")], SearchOptions(k=5))[0]

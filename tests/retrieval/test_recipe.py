@@ -100,7 +100,7 @@ def test_a_mixture_with_a_recipe_relation_runs_the_weighted_recipe_never_plain_c
     want = recipes.search(searcher, heads, weighted, k=8)
     assert _ids(got) == _ids(want)
     plain = searcher.search(heads, k=8)
-    assert _ids(got) != _ids(plain)  # the README's mixture is not silently plain cosine
+    assert _ids(got) != _ids(plain)  # a mixture as docs/cli.md shows one is not silently plain cosine
     for hit in got[0]:
         assert sum(v for k, v in hit.explain.items() if k.startswith("recipe:")) == pytest.approx(hit.score, abs=1e-5)
     # weights keep their ratio: doubling every weight ranks alike
