@@ -94,16 +94,9 @@ def weighted_matrix(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIG
     1 − ``weight``, retrieval/recipe.py) scores its pool: each row's top ``depth`` of each matrix
     (BM25: scores above 0 only), min-max normalised over themselves, ``weight`` · dense +
     (1 − ``weight``) · lexical, 0 outside a list; ``exclude`` as in :func:`rrf_matrix`."""
-    return weighted_pool(dense, lexical, weight, depth, exclude)[0]
-
-
-def weighted_pool(dense: np.ndarray, lexical: np.ndarray, weight: float = WEIGHT, depth: int = HYBRID_DEPTH,
-                  exclude: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(:func:`weighted_matrix`, pool): the pool (n, m) bool marks the candidates of either top
-    ``depth`` list, which retrieval/recipe.py's bonuses re-order."""
     check("weighted", weight)
     return fuse_lists([(minmax_list(dense, depth, False, exclude), weight),
-                       (minmax_list(lexical, depth, True, exclude), 1.0 - weight)], dense.shape)
+                       (minmax_list(lexical, depth, True, exclude), 1.0 - weight)], dense.shape)[0]
 
 
 def minmax_list(scores: np.ndarray, depth: int, must_match: bool, exclude: np.ndarray | None):
