@@ -4,7 +4,8 @@ minimum score. Shared by ``relsearch query`` and the API (relsearch/api.py), so 
 Collapsing keeps the best-scoring hit of each value of the field (GOOG and GOOGL share a
 ``company`` value: one slot, not two). Values compare with their JSON type (``true`` is not ``1``,
 ``1`` is ``1.0``);
-a hit without the field is a group of its own. Because collapsing removes hits, the search is
+a hit without the field, or whose value is null or a blank string, is a group of its own (the
+Russell corpus's companies with an empty name are not one company). Because collapsing removes hits, the search is
 repeated with a deeper candidate list (×4 each round) until the page is full, the index is exhausted
 or the candidates reach :func:`collapse_depth` (``COLLAPSE_FACTOR`` × the hits asked for, at most
 ``MAX_COLLAPSE_CANDIDATES``): a field with fewer values than the page has slots gives a short page
@@ -36,15 +37,20 @@ def collapse_depth(need: int) -> int:
 def collapse(hits: Sequence[H], field: str, taken: Sequence = ()) -> list[H]:
     """``hits`` (best first) keeping the first hit of each value of ``metadata[field]``, and none
     whose value is among ``taken`` (the query document's own: GOOG's peers list no GOOGL)."""
-    seen, out = {_key(v) for v in taken}, []
+    seen, out = {_key(v) for v in taken if has_value(v)}, []
     for hit in hits:
-        if field in hit.metadata:
+        if has_value(hit.metadata.get(field)):
             key = _key(hit.metadata[field])
             if key in seen:
                 continue
             seen.add(key)
         out.append(hit)
     return out
+
+
+def has_value(value) -> bool:
+    """Whether a collapse value groups hits: not null, not a blank string (those are no value)."""
+    return value is not None and not (isinstance(value, str) and not value.strip())
 
 
 def _key(value) -> str:

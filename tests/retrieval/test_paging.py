@@ -28,6 +28,14 @@ def test_collapse_keeps_the_best_hit_per_typed_value():
     assert [h.id for h in collapse(hits, "g")] == ["a", "b", "d", "e", "f"]
 
 
+def test_null_and_blank_collapse_values_are_groups_of_their_own():
+    """The Russell corpus has companies whose name is "": they are not one issuer (--collapse-field name)."""
+    hits = [FakeHit("a", 0.9, {"g": ""}), FakeHit("b", 0.8, {"g": " "}), FakeHit("c", 0.7, {"g": None}),
+            FakeHit("d", 0.6, {"g": None}), FakeHit("e", 0.5, {"g": "x"}), FakeHit("f", 0.4, {"g": "x"})]
+    assert [h.id for h in collapse(hits, "g")] == ["a", "b", "c", "d", "e"]
+    assert [h.id for h in collapse(hits, "g", taken=["", None])] == ["a", "b", "c", "d", "e"]
+
+
 def test_search_collapsed_widens_until_the_page_is_full():
     calls = []
 
