@@ -28,6 +28,7 @@ from .report import BenchInputError, BenchResult, Table, file_fingerprint, finis
 
 ASPECTS = (("industry", "gics_industry"), ("sector", "gics_sector"))
 OTHER_SOURCES = (("wikipedia", "text_wikipedia"), ("bloomberg", "text_bloomberg"))
+COMPANY_FIELDS = ("gics_sub_industry_code", "gics_industry_code")  # bonuses a fold's recipe may choose
 K = 10
 
 
@@ -40,6 +41,7 @@ class CompaniesJob:
     cache_dir: str | None = None
     precision: str = "auto"
     progress: bool = False
+    folds: int = 5  # cross-validation of similar-company's recipe over companies (0: none)
 
 
 def _pool(rows: list[dict], split: str) -> list[dict]:
@@ -84,6 +86,8 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
         h = raw_vectors(bundle, texts, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
         unit = normalize(h)
         for name, op in sorted(bundle.operators.items(), key=lambda kv: (kv[0] != "identity", kv[0])):
+            if op.needs_text:  # a query tower reads the query's text: the competitor tables measure it
+                continue
             q = op.apply(h)
             methods.append((prefix + name, q @ op.documents(unit).T))
             views[prefix + name] = q
@@ -100,9 +104,15 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
     cross = [dict(c, method=(f"{ref or 'pack'}:" if len(bundles) > 1 and c["method"] != "bm25" else "") + c["method"])
              for ref, bundle in zip(job.models, bundles)
              for c in _cross_source(rows, bundle, bm25, job, with_bm25=bundle is bundles[0])]
+    # a trained similar-company operator (a query tower) has seen the training companies' competitors:
+    # then every bundle's recipe is cross-validated over the other companies only, so the rows compare
+    trained = any(b.operators.get("similar-company") is not None and b.operators["similar-company"].kind != "identity"
+                  for b in bundles)
     peers = [dict(p, method=(f"{ref or 'pack'}:" if len(bundles) > 1 else "") + p["method"])
              for ref, bundle in zip(job.models, bundles) for competitors in (True, False)
-             for p in _peers(job, bundle, competitors=competitors)]
+             for p in _peers(job, bundle, competitors=competitors, cv_splits=("dev", "test") if trained else None)]
+    held_out = [p for p in peers if "folds" not in p]
+    folded = [p for p in peers if "folds" in p]
     ident = next(r for r in results if r["method"].endswith("identity"))
     table_rows = [[r["method"]] + [r[a][key] for a, _ in ASPECTS for key in (f"p@{K}", f"r@{K}", f"mrr@{K}")]
                   + [r["industry"][f"p@{K}"] - ident["industry"][f"p@{K}"]] for r in results]
@@ -117,15 +127,29 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
                              "industry P@10 (others)"],
                             [[c["source"], c["method"], c["queries"], c["self_mrr@10"], c["self_hits@1"],
                               c["industry_p@10"]] for c in cross]))
-    if peers:
+    if held_out:
         tables.append(Table(f"competitors: {job.split} companies whose own texts name others of the corpus, as --id "
-                            f"queries over every company (MRR, filtered)",
-                            ["gold", "method", "MRR", "queries", "candidates"],
-                            [[p["gold"], p["method"], p["mrr"], p["queries"], p["candidates"]] for p in peers],
-                            note="competitors: named in a sentence about competition; named peers: any mention "
-                                 "(relsearch/bench/peers.py); recipe = what --relation NAME runs"))
+                            f"queries over every company (filtered; MRR@10 and hits@10 as -k 10 shows them)",
+                            ["gold", "method", "MRR", f"MRR@{K}", f"hits@{K}", "queries", "pairs", "candidates"],
+                            [[p["gold"], p["method"], p["mrr"], p.get(f"mrr@{K}"), p.get(f"hits@{K}"), p["queries"],
+                              p.get("pairs"), p["candidates"]] for p in held_out],
+                            note="competitors: named in a sentence about competition, a ranking or a shared market; "
+                                 "named peers: any mention (relsearch/bench/peers.py); recipe = what --relation NAME "
+                                 "runs, its weights chosen on train and dev companies"))
+    if folded:
+        tables.append(Table(f"competitors, cross-validated over companies: each fold's similar-company recipe chosen on "
+                            f"the other folds' companies, measured on its own (MRR@{K} and hits@{K}: mean ± spread "
+                            f"over folds, and every held-out pair pooled)",
+                            ["method", "companies of", "folds", "queries", f"MRR@{K} mean", f"MRR@{K} sd",
+                             f"MRR@{K} pooled", f"hits@{K} mean", f"hits@{K} sd", f"hits@{K} pooled"],
+                            [[p["method"], p["companies"], p["folds"], p["queries"]]
+                             + [p[key][stat] for key in (f"mrr@{K}", f"hits@{K}") for stat in ("mean", "std", "pooled")]
+                             for p in folded],
+                            note="folds: connected groups of companies (a company and those it names, or that name it, "
+                                 "stay in one fold: retrieval/recipe_fit.py query_folds); sd = sample standard "
+                                 "deviation over folds"))
     payload = {"protocol": __doc__.split("\n\n")[1], "split": job.split, "companies": len(rows), "k": K,
-               "rows": results, "cross_source": cross, "competitors": peers}
+               "rows": results, "cross_source": cross, "competitors": held_out, "competitors_cv": folded}
     res = finish("companies", payload, tables, inputs={"corpus": file_fingerprint(job.corpus)}, bundle=bundles[0],
                  command=command, started=started, clock=clock, json_out=json_out, precision=job.precision)
     if plot_out:
@@ -146,7 +170,8 @@ def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob, *, wi
     h_docs = raw_vectors(bundle, texts, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
     unit = normalize(h_docs)
     ops = {"identity": bundle.operators["identity"]}
-    ops.update({n: op for n, op in bundle.operators.items() if n in ("similar-company",) or n.startswith("aspect:")})
+    ops.update({n: op for n, op in bundle.operators.items()
+                if (n in ("similar-company",) or n.startswith("aspect:")) and not op.needs_text})
     out = []
     for source, field in OTHER_SOURCES:
         idx = [i for i, r in enumerate(rows) if isinstance(r.get(field), str) and r[field].strip()]
@@ -170,42 +195,100 @@ def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob, *, wi
     return out
 
 
-def _peers(job: CompaniesJob, bundle, *, competitors: bool) -> list[dict]:
+def _peers(job: CompaniesJob, bundle, *, competitors: bool, cv_splits: tuple[str, ...] | None = None) -> list[dict]:
     """Competitor retrieval: each ``job.split`` company whose own texts name companies of the corpus
     (bench/peers.py; ``competitors``: in a sentence about competition) queries the whole corpus;
-    identity, BM25, hybrid, and every company operator alone and as its recipe."""
-    from ..retrieval.recipe import recipe_of
-    from ..retrieval.recipe_fit import Corpus, baselines, measure, tables
-    from .peers import mine_peers
+    identity, BM25, hybrid, and every company operator alone and as its recipe: whole-corpus MRR
+    and, at ``-k 10``, MRR@10 and hits@10. With ``competitors``, also the recipe choice cross-validated
+    over companies (:func:`_cross_validated`), rows with ``"folds"``."""
+    from ..retrieval.recipe import Recipe, recipe_of
+    from ..retrieval.recipe_fit import measure
 
-    rows = list({r["text"]: r for r in read_jsonl(job.corpus) if isinstance(r.get("text"), str) and r["text"].strip()
-                 }.values())
-    position = {r["id"]: i for i, r in enumerate(rows)}
-    gold: dict[int, set[int]] = {}
-    for a, b in mine_peers(rows, competitors=competitors):
-        if rows[position[a]].get("split") == job.split:
-            gold.setdefault(position[a], set()).add(position[b])
-    if not gold:
-        return []
+    rows = _distinct(read_jsonl(job.corpus))
     ops = [op for name, op in sorted(bundle.operators.items())
            if name == "similar-company" or name.startswith("aspect:") and not op.both_sides]
-    fields = {f for op in ops if recipe_of(op) for f in recipe_of(op).same}  # the metadata bonuses need
-    heads = sorted(gold)
-    corpus = Corpus([r["text"] for r in rows], heads, [gold[h] for h in heads],
-                    {f: [r.get(f) for r in rows] for f in sorted(fields)})
-
-    def encode(texts):
-        return raw_vectors(bundle, texts, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
-
+    corpus = _competitor_corpus(rows, ops, competitors=competitors, splits=(job.split,))
+    if not corpus.heads:
+        return []
+    encode = _encoder(job, bundle, ops)
     out = []
     for op in ops:
         recipe = recipe_of(op)
-        scores = measure(recipe, op, corpus, encode) if recipe else baselines(tables(corpus, op, encode), op.name)
+        # an operator without a recipe is measured as the recipe of itself alone (its "operator" row)
+        scores = measure(recipe or Recipe(mixture={op.name: 1.0}), op, corpus, encode, k=K)
+        at = scores["at_k"]
         if not out:
-            out += [{"method": m, "mrr": scores[m]} for m in ("identity", "bm25", "hybrid")]
-        out.append({"method": f"{op.name} (operator alone)", "mrr": scores["operator"]})
+            out += [{"method": m, "mrr": scores[m], **at.get(m, {})} for m in ("identity", "bm25", "hybrid")]
+        out.append({"method": f"{op.name} (operator alone)", "mrr": scores["operator"], **at.get("operator", {})})
         if recipe:
-            out.append({"method": f"{op.name} (recipe: {recipe.describe()})", "mrr": scores["recipe"]})
+            out.append({"method": f"{op.name} (recipe: {recipe.describe()})", "mrr": scores["recipe"],
+                        **at.get("recipe", {})})
+    if competitors:
+        out += _cross_validated(job, bundle, rows, encode, cv_splits)
     for row in out:
-        row.update(gold="competitors" if competitors else "named peers", queries=len(heads), candidates=len(rows))
+        row.update(gold="competitors" if competitors else "named peers", candidates=len(rows))
+        row.setdefault("queries", len(corpus.heads))
     return out
+
+
+def _distinct(rows: list[dict]) -> list[dict]:
+    """One company per distinct description (what an index of the corpus holds)."""
+    return list({r["text"]: r for r in rows if isinstance(r.get("text"), str) and r["text"].strip()}.values())
+
+
+def _competitor_corpus(rows: list[dict], ops, *, competitors: bool, splits: tuple[str, ...] | None):
+    """The whole corpus as queries of the companies of ``splits`` (None: every split) whose own texts
+    name others (bench/peers.py), those others their gold; the metadata fields the recipes' bonuses read."""
+    from ..retrieval.recipe import recipe_of
+    from ..retrieval.recipe_fit import Corpus
+    from .peers import mine_peers
+
+    position = {r["id"]: i for i, r in enumerate(rows)}
+    gold: dict[int, set[int]] = {}
+    for a, b in mine_peers(rows, competitors=competitors):
+        if splits is None or rows[position[a]].get("split") in splits:
+            gold.setdefault(position[a], set()).add(position[b])
+    fields = {f for op in ops if recipe_of(op) for f in recipe_of(op).same}  # the metadata bonuses need
+    heads = sorted(gold)
+    return Corpus([r["text"] for r in rows], heads, [gold[h] for h in heads],
+                  {f: [r.get(f) for r in rows] for f in sorted(fields | set(COMPANY_FIELDS))})
+
+
+def _encoder(job: CompaniesJob, bundle, ops):
+    """texts → raw vectors of ``bundle``'s encoder; query towers among ``ops`` attached to it."""
+    if any(op.needs_text for op in ops):
+        from ..encoder.model import Encoder
+        from ..encoder.tower import attach_towers
+
+        attach_towers({op.name: op for op in ops}, Encoder(bundle.encoder_config()))
+
+    def encode(texts):
+        return raw_vectors(bundle, texts, cache_dir=job.cache_dir, progress=job.progress, precision=job.precision)
+    return encode
+
+
+def _cross_validated(job: CompaniesJob, bundle, rows: list[dict], encode, cv_splits) -> list[dict]:
+    """similar-company's recipe choice cross-validated over companies: the companies of ``cv_splits``
+    (None: every split) with competitors their texts name, in ``job.folds`` folds of linked companies
+    (:func:`~relsearch.retrieval.recipe_fit.query_folds`); each fold's recipe chosen on the other
+    folds (as tools/build_pack.py chooses the shipped one on train and dev), measured on the fold,
+    beside identity, BM25 and hybrid: MRR@10 and hits@10, mean and spread over folds, and pooled."""
+    from ..retrieval.recipe_fit import cross_validate, query_folds
+
+    op = bundle.operators.get("similar-company")
+    if op is None or not job.folds:
+        return []
+    corpus = _competitor_corpus(rows, [op], competitors=True, splits=cv_splits)
+    try:
+        folds = query_folds(corpus, job.folds)
+    except ValueError:  # fewer groups of linked companies than folds (a small corpus): nothing to cross-validate
+        return []
+    cv = cross_validate(op, corpus, folds, encode, k=K)
+    methods = ["identity", "bm25", "hybrid"] + (["operator"] if op.kind != "identity" else []) + ["recipe"]
+    names = {"operator": "similar-company (operator alone)",
+             "recipe": "similar-company (recipe chosen on the other folds)"}
+    where = "every split" if cv_splits is None else "/".join(cv_splits)
+    return [{"method": names.get(m, m), "folds": job.folds, "companies": where, "queries": len(corpus.heads),
+             **{key: cv["summary"][m][key] for key in (f"mrr@{K}", f"hits@{K}")},
+             "per_fold": [f[m][f"mrr@{K}"] for f in cv["folds"]],
+             **({"fold_recipes": [f["chosen"] for f in cv["folds"]]} if m == "recipe" else {})} for m in methods]

@@ -30,7 +30,11 @@ from collections import defaultdict
 MAX_SECTORS = 3
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _CUE = re.compile(r"\b(compet\w*|rivals?|peers?|alongside|along with|Big (Three|Four|Five|Six)|"
-                  r"one of the (largest|biggest|leading)|(second|third)?.?largest)\b", re.I)
+                  r"one of the (largest|biggest|leading)|(second|third)?.?largest|"
+                  # a ranking or a market shared with the named company: "ahead of Regal and Cinemark", "challenging Cisco's
+                  # market share", "similar to tools developed by Microsoft and Okta"
+                  r"market share|duopoly|oligopoly|ahead of|fell behind|second only to|challeng(er|ers|ing)|"
+                  r"similar to|other (major|large|leading))\b", re.I)
 MENTIONING = ("text_wikipedia", "text_bloomberg")
 ALL_TEXTS = ("text",) + MENTIONING
 _SUFFIX = re.compile(r"(,?\s+(inc\.?|incorporated|corporation|corp\.?|company|co\.?|holdings?|group|plc|ltd\.?|"

@@ -28,7 +28,9 @@ import numpy as np
 from ..encoder.relations import normalize
 from ..indexer.lexical import BM25
 from . import hybrid
-from .recipe import MIXES, TITLE, Choice, Recipe, choose, first_hit_mrr, first_line, mrr, score_matrix, title_vectors
+from . import prior as answer_prior
+from .recipe import (MIXES, TITLE, Choice, Recipe, choose, first_hit_mrr, first_line, mrr, pair_reciprocal_ranks,
+                     score_matrix, title_vectors)
 
 BASELINES = ("identity", "bm25", "hybrid", "operator")
 
@@ -112,6 +114,11 @@ class Tables:
     same: dict[str, np.ndarray]
     exclude: np.ndarray
     gold: list[set[int]]
+    prior: np.ndarray | None = None  # (m,) the operator's answer prior of each text (retrieval/prior.py)
+
+    def priors(self, name: str) -> dict[str, np.ndarray] | None:
+        """What :func:`~.recipe.score_matrix` reads as ``prior`` for operator ``name``."""
+        return None if self.prior is None else {name: self.prior}
 
 
 class Split:
@@ -148,7 +155,8 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray]) 
              operator.name: operator.apply(heads_h, head_texts) @ operator.documents(e.unit).T}
     if any(first_line(t) is not None for t in head_texts):
         dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ e.unit.T
-    return Tables(dense, e.bm25.scores(head_texts), corpus.same(), corpus.exclude(), corpus.gold)
+    prior = answer_prior.scores(operator, corpus.texts) if answer_prior.weights_of(operator) is not None else None
+    return Tables(dense, e.bm25.scores(head_texts), corpus.same(), corpus.exclude(), corpus.gold, prior)
 
 
 def _baseline_scores(t: Tables, name: str) -> dict[str, np.ndarray]:
@@ -168,6 +176,7 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
     is chosen: the recipe is the operator alone, still judged on ``test`` against the baselines."""
     if dev is None or not dev.heads:  # no dev query with a gold other than itself: nothing to choose on
         recipe = Recipe(mixture={operator.name: 1.0})
+        operator.info.pop("answer_prior", None)
         report = {"recipe": recipe.to_json()}
         if test is not None and test.heads:
             report["test"] = measure(recipe, operator, test, encode)
@@ -178,7 +187,7 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
     # an identity-kind relation (a recipe over plain cosine) has no operator share to choose
     mixes = (1.0,) if operator.kind == "identity" else MIXES
     choice: Choice = choose(operator.name, dev_t.dense, dev_t.lexical, dev_t.same, dev_t.exclude, dev_t.gold,
-                            mixes=mixes)
+                            mixes=mixes, prior=dev_t.prior)
     report = {"recipe": choice.recipe.to_json(), "dev": {**baselines(dev_t, operator.name), "recipe": choice.dev_mrr,
                                                           "queries": len(dev.heads), "candidates": dev.candidates,
                                                           "recipes_tried": choice.tried,
@@ -186,6 +195,8 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
                                                           else None}}
     if choice.within_noise:  # the best recipe tried, turned down: its gain over the simplest was within noise
         report["dev"]["within_noise"] = {"recipe": choice.within_noise[0].to_json(), "mrr": choice.within_noise[1]}
+    if not choice.recipe.prior:  # dev chose no prior: the bundle keeps no table
+        operator.info.pop("answer_prior", None)
     if test is not None:
         report["test"] = measure(choice.recipe, operator, test, encode)
     operator.info["recipe"] = choice.recipe.to_json()
@@ -193,15 +204,105 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
     return report
 
 
-def measure(recipe: Recipe, operator, corpus: Corpus, encode) -> dict:
+def measure(recipe: Recipe, operator, corpus: Corpus, encode, *, k: int | None = None) -> dict:
     """Whole-corpus MRR of ``recipe`` and of every baseline on ``corpus``: over every (query, gold)
-    pair, and in ``first_hit`` over queries by their first relevant hit (answer selection's MRR)."""
+    pair, and in ``first_hit`` over queries by their first relevant hit (answer selection's MRR);
+    with ``k``, also ``at_k``: method → :func:`at_k`."""
     t = tables(corpus, operator, encode)
     scores = {**_baseline_scores(t, operator.name),
-              "recipe": score_matrix(recipe, t.dense, t.lexical, t.same, t.exclude)}
-    return {**{k: mrr(v, t.gold, t.exclude) for k, v in scores.items()},
-            "first_hit": {k: first_hit_mrr(v, t.gold, t.exclude) for k, v in scores.items()},
-            "queries": len(corpus.heads), "candidates": corpus.candidates}
+              "recipe": score_matrix(recipe, t.dense, t.lexical, t.same, t.exclude, t.priors(operator.name))}
+    out = {**{m: mrr(v, t.gold, t.exclude) for m, v in scores.items()},
+           "first_hit": {m: first_hit_mrr(v, t.gold, t.exclude) for m, v in scores.items()},
+           "queries": len(corpus.heads), "candidates": corpus.candidates}
+    if k is not None:
+        out["at_k"] = {m: at_k(v, t.gold, t.exclude, k) for m, v in scores.items()}
+    return out
+
+
+def at_k(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray, k: int) -> dict[str, float]:
+    """MRR@k and hits@k over every (query, gold) pair, as a user reading ``-k k`` hits sees them: a
+    gold ranked past k counts 0 (filtered, realistic ranks, the query itself excluded)."""
+    reciprocal = pair_reciprocal_ranks(scores, gold, exclude)
+    inside = reciprocal >= 1.0 / k - 1e-12
+    return {f"mrr@{k}": float(np.where(inside, reciprocal, 0.0).mean()), f"hits@{k}": float(inside.mean()),
+            "pairs": len(reciprocal)}
+
+
+def query_folds(corpus: Corpus, k: int) -> list[list[int]]:
+    """``k`` folds of ``corpus``'s queries (positions in ``corpus.heads``) for cross-validation, so
+    that no text is on both sides of a fold: queries joined by a gold pair (A names B, or both name
+    C) form one connected component, and a component stays in one fold — the fitting side of a fold
+    then never holds a held-out query or one of its golds. Components are dealt largest first to the
+    fold with the fewest queries so far (ties: the lowest fold), as scikit-learn's GroupKFold does:
+    the same corpus gives the same folds."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    if k < 2:
+        raise ValueError(f"cross-validation needs at least 2 folds, not {k}")
+    edges = [(q, g) for q, golds in zip(corpus.heads, corpus.gold) for g in golds]
+    m = len(corpus.texts)
+    graph = coo_matrix((np.ones(len(edges)), ([a for a, _ in edges], [b for _, b in edges])), shape=(m, m))
+    _, component = connected_components(graph, directed=False)
+    members: dict[int, list[int]] = {}
+    for i, head in enumerate(corpus.heads):
+        members.setdefault(int(component[head]), []).append(i)
+    if len(members) < k:
+        raise ValueError(f"{len(members)} groups of linked queries cannot fill {k} folds")
+    folds: list[list[int]] = [[] for _ in range(k)]
+    for group in sorted(members.values(), key=lambda g: (-len(g), g[0])):
+        min(folds, key=len).extend(group)
+    return [sorted(f) for f in folds]
+
+
+def _rows(t: Tables, rows: list[int]) -> Tables:
+    return Tables({k: v[rows] for k, v in t.dense.items()}, t.lexical[rows], {f: v[rows] for f, v in t.same.items()},
+                  t.exclude[rows], [t.gold[i] for i in rows], t.prior)
+
+
+def cross_validate(operator, corpus: Corpus, folds: list[list[int]], encode: Callable[[list[str]], np.ndarray], *,
+                   k: int = 10, mixes: tuple | None = None) -> dict:
+    """The recipe choice judged on queries that chose nothing: for each fold, the recipe is chosen
+    (:func:`~.recipe.choose`, as :func:`fit` chooses it) on the other folds' queries and measured on
+    the fold's, beside identity, BM25, hybrid and the operator alone. ``folds``: positions in
+    ``corpus.heads`` (:func:`query_folds`); a fold whose queries or golds are queries or golds of
+    another fold is refused (what was measured would have chosen). Returns ``{"folds": [{"chosen" (the
+    fold's recipe), "queries", METHOD: {"mrr@k", "hits@k", "pairs"}}...], "summary": {METHOD: {"mrr@k": {"mean",
+    "std", "pooled"}, ...}}}``: the mean and spread (sample standard deviation) over folds, and every
+    held-out pair pooled."""
+    texts = [{corpus.heads[i], *corpus.gold[i]} for i in range(len(corpus.heads))]
+    seen: dict[int, int] = {}
+    for f, fold in enumerate(folds):
+        for i in fold:
+            for text in texts[i]:
+                if seen.setdefault(text, f) != f:
+                    raise ValueError(f"company text {text} is in folds {seen[text]} and {f}: a fold's fitting side "
+                                     "would hold what it measures")
+    t = tables(corpus, operator, encode)
+    mixes = mixes or ((1.0,) if operator.kind == "identity" else MIXES)
+    out, pooled = [], {}
+    for held in folds:
+        held_set = set(held)
+        fitting, measured = _rows(t, [i for i in range(len(corpus.heads)) if i not in held_set]), _rows(t, held)
+        choice = choose(operator.name, fitting.dense, fitting.lexical, fitting.same, fitting.exclude, fitting.gold,
+                        mixes=mixes)
+        scores = {**_baseline_scores(measured, operator.name),
+                  "recipe": score_matrix(choice.recipe, measured.dense, measured.lexical, measured.same,
+                                         measured.exclude)}
+        row = {"chosen": choice.recipe.to_json(), "queries": len(held)}
+        for method, s in scores.items():
+            row[method] = at_k(s, measured.gold, measured.exclude, k)
+            pooled.setdefault(method, []).append(pair_reciprocal_ranks(s, measured.gold, measured.exclude))
+        out.append(row)
+    summary = {}
+    for method, parts in pooled.items():
+        reciprocal = np.concatenate(parts)
+        inside = reciprocal >= 1.0 / k - 1e-12
+        whole = {f"mrr@{k}": float(np.where(inside, reciprocal, 0.0).mean()), f"hits@{k}": float(inside.mean())}
+        summary[method] = {key: {"mean": float(np.mean([r[method][key] for r in out])),
+                                 "std": float(np.std([r[method][key] for r in out], ddof=1)), "pooled": whole[key]}
+                           for key in whole}
+    return {"folds": out, "summary": summary, "k": k}
 
 
 def verdict(name: str, report: dict) -> tuple[bool, str]:
@@ -264,7 +365,7 @@ def _echo(line: str, err: bool = False) -> None:
 def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | list[str], *,
                card: Callable[[object], str], candidates: list[str] | None = None, cache_dir=None,
                deadline: float | None = None, command_started: float | None = None,
-               remeasure: Callable[[str], str] | None = None,
+               remeasure: Callable[[str], str] | None = None, train: tuple[str, ...] | list[str] = (),
                say: Callable[[str, bool], None] = _echo) -> dict[str, dict]:
     """Choose each relation's recipe of the bundle at ``path`` on the ``dev`` triples files by
     whole-corpus retrieval (:func:`fit`; without dev the recipe is the operator alone), compare it
@@ -284,7 +385,11 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
     relations are fitted largest first (dev and test pairs), each only when its estimated cost — its
     pairs at the mean cost per pair so far — still fits; the others keep their operator alone, and
     a line and the card say so. ``command_started``: when the budget's clock started, for the
-    record of how it was spent (``bundle.info["time_budget"]``, when the bundle has one)."""
+    record of how it was spent (``bundle.info["time_budget"]``, when the bundle has one).
+
+    ``train``: the training triples files. A relation whose training answers recur (some text is
+    the answer of two triples or more) is also offered its answer prior (retrieval/prior.py); the
+    bundle keeps the table only when dev chooses it."""
     from ..encoder.bundle import load_bundle
     from ..encoder.model import Encoder
     from ..encoder.training import encode_cached, loop
@@ -303,6 +408,10 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
         return encode_cached(encoder, texts, cache_dir=cache_dir, progress=False)
 
     triples = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", dev), ("test", test))}
+    answers: dict[str, list[str]] = {}  # relation (and R^-1) → its training answers, one per triple
+    for t in (t for f in train for t in read_triples(f)):
+        answers.setdefault(t.relation, []).append(t.tail)
+        answers.setdefault(t.relation + INVERSE_SUFFIX, []).append(t.head)
     pairs = {}  # relation to fit → split → its (head, tail) pairs
     for name, op in sorted(bundle.operators.items()):
         base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
@@ -331,6 +440,8 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
             op.info["whole_corpus"] = {"not_fitted": "time budget"}
             continue
         t0 = loop.clock()
+        if len(set(answers.get(name, ()))) < len(answers.get(name, ())):  # some answer recurs
+            op.info["answer_prior"] = answer_prior.table(answers[name])
         corpus = {s: splits[s].corpus(by_split[s]) if by_split[s] else None for s in triples}
         reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
         fitting_seconds, fitted_pairs = fitting_seconds + loop.clock() - t0, fitted_pairs + size

@@ -153,10 +153,10 @@ def test_time_budget_covers_recipe_fitting(tmp_path, monkeypatch):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_dev_search_ranks_over_each_pool_as_over_the_whole_table(seed):
     """choose ranks each gold among its query's pool only (the lists' candidates): the same
-    reciprocal ranks as ranking the whole fused table, ties, other golds, bonuses and excluded
-    candidates included."""
+    reciprocal ranks as ranking the whole fused table, ties, other golds, bonuses, answer priors and
+    excluded candidates included."""
     from relsearch.retrieval import hybrid
-    from relsearch.retrieval.recipe import _fused, _Pairs, _pool_reciprocal_ranks, pair_reciprocal_ranks
+    from relsearch.retrieval.recipe import _additions, _fused, _Pairs, _pool_reciprocal_ranks, pair_reciprocal_ranks
 
     rng = np.random.default_rng(seed)
     n, m, depth = 30, 300, 20
@@ -169,12 +169,15 @@ def test_the_dev_search_ranks_over_each_pool_as_over_the_whole_table(seed):
         dense[i, list(g)[:1]] += rng.random() * 0.5
     lexical = np.where(rng.random((n, m)) < 0.3, np.round(rng.random((n, m)) * 3, 1), 0.0)
     same = {"group": rng.integers(0, 3, (n, m)) == 0}
+    prior = {"rel": np.where(rng.random(m) < 0.2, np.round(rng.random(m), 1), 0.0)}  # one weight per candidate
     lists = (hybrid.minmax_list(dense, depth, False, exclude), hybrid.minmax_list(lexical, depth, True, exclude))
     pairs = _Pairs(gold, exclude)
     for recipe in (Recipe(mixture={"rel": 1.0}, depth=depth), Recipe(mixture={"rel": 1.0}, bm25=0.3, depth=depth),
-                   Recipe(mixture={"rel": 1.0}, bm25=0.7, same={"group": 0.2}, depth=depth)):
-        whole = pair_reciprocal_ranks(_fused(recipe, *lists, same, (n, m)), gold, exclude)
-        np.testing.assert_allclose(_pool_reciprocal_ranks(recipe, *lists, same, pairs), whole, rtol=0, atol=1e-12)
+                   Recipe(mixture={"rel": 1.0}, bm25=0.7, same={"group": 0.2}, depth=depth),
+                   Recipe(mixture={"rel": 1.0}, bm25=0.2, same={"group": 0.1}, prior={"rel": 0.3}, depth=depth)):
+        additions = _additions(recipe, same, prior)
+        whole = pair_reciprocal_ranks(_fused(recipe, *lists, additions, (n, m)), gold, exclude)
+        np.testing.assert_allclose(_pool_reciprocal_ranks(recipe, *lists, additions, pairs), whole, rtol=0, atol=1e-12)
 
 
 def _train_meta_se(tmp_path, *extra):
@@ -226,3 +229,80 @@ def test_a_figure_over_the_candidates_carries_no_such_warning(tmp_path):
     assert "whole-corpus test MRR" in result.stdout
     assert "own candidates" not in result.output and "may not hold on a larger index" not in result.output
     assert "own candidates" not in (tmp_path / "bundle" / "MODEL_CARD.md").read_text()
+
+
+def linked_corpus(groups: int = 12, size: int = 3, others: int = 40, seed: int = 3):
+    """A corpus of ``groups`` groups of ``size`` linked texts (each names the next of its group, both
+    ways; they share a rare word that BM25 finds) among ``others`` unlinked texts."""
+    from relsearch.retrieval.recipe_fit import Corpus
+
+    rng = np.random.default_rng(seed)
+    texts = [" ".join(rng.choice(WORDS, 4)) + f" group{g} member{m}" for g in range(groups) for m in range(size)]
+    texts += [" ".join(rng.choice(WORDS, 5)) + f" other{i}" for i in range(others)]
+    gold = {}
+    for g in range(groups):
+        for m in range(size - 1):
+            a, b = g * size + m, g * size + m + 1
+            gold.setdefault(a, set()).add(b)
+            gold.setdefault(b, set()).add(a)
+    heads = sorted(gold)
+    return Corpus(texts, heads, [gold[h] for h in heads])
+
+
+def test_query_folds_keep_linked_queries_together_and_are_reproducible():
+    from relsearch.retrieval.recipe_fit import query_folds
+
+    corpus = linked_corpus(groups=7)
+    folds = query_folds(corpus, 3)
+    assert folds == query_folds(corpus, 3) and sorted(i for f in folds for i in f) == list(range(len(corpus.heads)))
+    assert sorted(map(len, folds)) == [6, 6, 9]  # seven groups of three queries dealt to the emptiest fold
+    for f, fold in enumerate(folds):
+        inside = {t for i in fold for t in (corpus.heads[i], *corpus.gold[i])}
+        outside = {t for g, other in enumerate(folds) if g != f for i in other for t in (corpus.heads[i], *corpus.gold[i])}
+        assert not inside & outside
+    with pytest.raises(ValueError, match="cannot fill 8 folds"):
+        query_folds(corpus, 8)
+
+
+def test_cross_validation_chooses_each_folds_recipe_without_its_companies(monkeypatch):
+    from relsearch.retrieval import recipe_fit
+
+    corpus = linked_corpus()
+    folds = recipe_fit.query_folds(corpus, 4)
+    fitted = []  # each choice's (queries, golds) as texts: the query is its own excluded column
+    real_choose = recipe_fit.choose
+
+    def recording_choose(name, dense, lexical, same, exclude, gold, **kw):
+        fitted.append({int(c) for row in exclude for c in np.flatnonzero(row)} | {c for g in gold for c in g})
+        return real_choose(name, dense, lexical, same, exclude, gold, **kw)
+
+    monkeypatch.setattr(recipe_fit, "choose", recording_choose)
+    op = Operator(name="similar-company", kind="identity")
+    cv = recipe_fit.cross_validate(op, corpus, folds, text_vectors, k=10)
+    assert len(fitted) == len(folds) == len(cv["folds"])
+    for seen, fold, row in zip(fitted, folds, cv["folds"]):
+        measured = {t for i in fold for t in (corpus.heads[i], *corpus.gold[i])}
+        assert not seen & measured and row["queries"] == len(fold)
+        assert Recipe.from_json(row["chosen"]).bm25 > 0  # the shared rare word: BM25 finds the partners
+        assert row["recipe"]["mrr@10"] > row["identity"]["mrr@10"]
+    summary = cv["summary"]["recipe"]["mrr@10"]
+    assert summary["mean"] == pytest.approx(np.mean([r["recipe"]["mrr@10"] for r in cv["folds"]]))
+    assert summary["std"] >= 0 and 0 < summary["pooled"] <= 1
+
+
+def test_cross_validation_refuses_folds_that_share_a_company():
+    from relsearch.retrieval.recipe_fit import cross_validate
+
+    corpus = linked_corpus(groups=4)
+    leaky = [[0, 2, 4, 6, 8, 10], [1, 3, 5, 7, 9, 11]]  # members of one group on both sides
+    with pytest.raises(ValueError, match="fitting side would hold what it measures"):
+        cross_validate(Operator(name="similar-company", kind="identity"), corpus, leaky, text_vectors)
+
+
+def test_at_k_counts_a_gold_past_k_as_a_miss():
+    from relsearch.retrieval.recipe_fit import at_k
+
+    scores = np.array([[0.0, 0.9, 0.8, 0.1, 0.05], [0.9, 0.0, 0.1, 0.2, 0.3]])
+    exclude = np.eye(2, 5, dtype=bool)
+    got = at_k(scores, [{2}, {3}], exclude, 2)  # ranks 2 and 3
+    assert got == {"mrr@2": pytest.approx(0.25), "hits@2": 0.5, "pairs": 2}

@@ -1,0 +1,91 @@
+"""Competitors mined from the companies' own texts (relsearch/bench/peers.py): the phrasings the rule
+claims are found, and no pair comes from a sentence that does not speak of competition, a ranking
+or a shared market."""
+import pytest
+
+from relsearch.bench.peers import mine_peers
+
+# made-up names: none is a lower-case word of the texts, each is mentioned from one sector only
+NAMES = {"QX": "Quorvex Systems Inc.", "BL": "Blenmark Networks Corp.", "ZT": "Zantiva Devices plc",
+         "FD": "Fernholt Foods Company"}
+SECTOR = {"QX": "Information Technology", "BL": "Information Technology", "ZT": "Information Technology",
+          "FD": "Consumer Staples"}
+
+
+def corpus(wikipedia_of_qx: str) -> list[dict]:
+    rows = [{"id": i, "name": n, "gics_sector": SECTOR[i], "split": "test", "text": f"{n} makes things."}
+            for i, n in NAMES.items()]
+    rows[0]["text_wikipedia"] = wikipedia_of_qx
+    return rows
+
+
+@pytest.mark.parametrize("sentence", [
+    "By 2001 it had a 37% share of the router market, challenging Blenmark's once-dominant position.",
+    "It ranks third in the router market, ahead of Blenmark and Zantiva.",
+    "It fell behind Blenmark Networks in 2017.",
+    "Its software provides routing, similar to tools developed by Blenmark.",
+    "Other major router makers include Blenmark Networks.",
+    "It lost market share to Blenmark in the 1990s.",
+    "The router market is a duopoly of Quorvex and Blenmark.",
+    "It is second only to Blenmark in routers.",
+    "Its competitors include Blenmark and Zantiva.",
+    "It is one of the largest router makers, alongside Blenmark.",
+])
+def test_each_claimed_phrasing_names_a_competitor(sentence):
+    peers = mine_peers(corpus(f"Quorvex was founded in 1990. {sentence} It has 900 employees."), competitors=True)
+    assert ("QX", "BL") in peers and ("BL", "QX") in peers
+
+
+@pytest.mark.parametrize("sentence", [
+    "In 2015 Quorvex acquired a division of Blenmark Networks.",  # an acquisition
+    "Its customers include Blenmark and Zantiva.",  # customers
+    "It was spun off from Blenmark in 2004.",
+    "It is headquartered next to the Blenmark tower in Austin.",
+])
+def test_a_sentence_without_a_cue_gives_no_pair(sentence):
+    assert mine_peers(corpus(f"Quorvex makes routers. {sentence}"), competitors=True) == set()
+    assert ("QX", "BL") in mine_peers(corpus(f"Quorvex makes routers. {sentence}"))  # a named peer, not a competitor
+
+
+def test_the_cue_and_the_name_must_share_a_sentence_and_a_sector():
+    assert mine_peers(corpus("It gained market share in 2019. In 2020 it bought a plant from Blenmark."),
+                      competitors=True) == set()
+    assert mine_peers(corpus("It has a 40% market share, ahead of Fernholt Foods."), competitors=True) == set()
+
+
+def test_bench_companies_reports_competitors_at_10_and_cross_validated_over_companies(tmp_path):
+    """``relsearch bench companies`` on a made-up corpus of six pairs of competitors: MRR@10 and
+    hits@10 of each method on the test companies, and the recipe choice cross-validated over
+    companies (each fold's recipe chosen on the other folds' companies)."""
+    import json
+
+    from relsearch.bench.companies import CompaniesJob, run_companies
+
+    products = ["routers", "vaccines", "tankers", "mortgages", "turbines", "sneakers"]
+    sectors = ["Information Technology", "Health Care", "Energy", "Financials", "Industrials", "Consumer Discretionary"]
+    names = [("Quorvex", "Blenmark"), ("Zantiva", "Fernholt"), ("Ostrava", "Pellucid"), ("Marrowind", "Tescaron"),
+             ("Vintrel", "Gaudrix"), ("Sombrel", "Kettaran")]
+    rows = []
+    for g, (pair, product, sector) in enumerate(zip(names, products, sectors)):
+        for m, name in enumerate(pair):
+            other = pair[1 - m]
+            rows.append({"id": f"{name[:4].upper()}", "name": f"{name} Inc.", "split": "test", "gics_sector": sector,
+                         "gics_industry": f"{product} makers", "gics_industry_code": str(g),
+                         "gics_sub_industry_code": str(g), "text": f"{name} Inc. designs and sells {product} "
+                         f"worldwide through {m + 2} segments.",
+                         "text_wikipedia": f"{name} was founded in {1950 + g}. Its competitors include {other}."})
+    corpus = tmp_path / "companies.jsonl"
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    res = run_companies(CompaniesJob(corpus=str(corpus), cache_dir=str(tmp_path / "cache"), depth=5, folds=3))
+    held_out = {p["method"]: p for p in res.payload["competitors"] if p["gold"] == "competitors"}
+    for method in ("identity", "bm25", "hybrid"):
+        assert 0 <= held_out[method]["mrr@10"] <= held_out[method]["hits@10"] <= 1
+        assert held_out[method]["queries"] == 12 and held_out[method]["pairs"] == 12
+    folded = res.payload["competitors_cv"]
+    assert [p["method"] for p in folded] == ["identity", "bm25", "hybrid",
+                                              "similar-company (recipe chosen on the other folds)"]
+    for p in folded:
+        assert p["folds"] == 3 and p["queries"] == 12 and len(p["per_fold"]) == 3
+        assert p["mrr@10"]["mean"] == pytest.approx(sum(p["per_fold"]) / 3)
+    assert len(folded[-1]["fold_recipes"]) == 3
+    assert folded[-1]["mrr@10"]["pooled"] == 1.0  # one rival per company, in its own words: found first
