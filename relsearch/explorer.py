@@ -127,7 +127,8 @@ def fields(searcher) -> dict:
             ends = [v for v in ends if v is not None]
             row["min"], row["max"] = min(ends), max(ends)
         out.append(row)
-    return {"fields": out, "truncated": len(names) > MAX_FIELDS}
+    # the named text fields of an index of several (indexer/text_fields.py): the page's field selector
+    return {"fields": out, "truncated": len(names) > MAX_FIELDS, "texts": list(searcher.text_fields)}
 
 
 def _distinct_texts(parts, field: str, limit: int) -> list[str]:

@@ -192,6 +192,7 @@ function readForm() {
     facetDepth: Number($("facet-depth").value) || null,
     k: Number($("k").value) || 10,
     hybrid: $("hybrid").value,
+    field: $("text-field").value,
     columns: [...document.querySelectorAll("[data-column]:checked")].map((box) => box.dataset.column),
   };
 }
@@ -215,6 +216,7 @@ function fillForm(state, operators, sources) {
   $("doc-id").value = state.id;
   $("k").value = String(state.k);
   $("hybrid").value = state.hybrid;
+  $("text-field").value = state.field;
   const chosen = Object.keys(state.relations).length ? state.relations : {identity: 1};
   const names = new Set(operators.map((r) => r.name));
   $("relations").replaceChildren(
@@ -370,6 +372,7 @@ async function search({push = true} = {}) {
     : {like: examplesBody(state.like), ...(state.unlike.length ? {unlike: examplesBody(state.unlike)} : {})};
   const base = {index: state.index, k: state.k, filters, explain: true, ...query};
   if (state.hybrid) base.hybrid = state.hybrid;
+  if (state.field) base.field = state.field;
   const counted = state.facets.length ? {facets: state.facets, ...(state.facetDepth ? {facet_depth: state.facetDepth} : {})} : {};
   showQuery(state);
   $("facets").replaceChildren();
@@ -446,6 +449,16 @@ $("score-form").addEventListener("submit", async (event) => {
 
 // ---------------------------------------------------------------- start: indexes, then the index's relations and fields
 
+// An index of several named texts: a selector of one of them (the URL's kept even if unknown: the server names
+// the index's fields); hidden for an index of one text
+function textFields(names, chosen) {
+  const known = names.length > 1 ? names : [];
+  const extra = chosen && !known.includes(chosen) ? [chosen] : [];
+  $("text-field").replaceChildren(el("option", {value: ""}, "all, each hit by its best"),
+    ...[...known, ...extra].map((name) => el("option", {value: name, selected: name === chosen}, name)));
+  $("text-field-box").hidden = !known.length && !extra.length;
+}
+
 async function openIndex(state) {
   $("status").textContent = "loading the index's relations and fields…";
   const answer = await guarded(async () => {
@@ -454,6 +467,7 @@ async function openIndex(state) {
                                                           // advice only: the page opens without it
                                                           get("/relations/sources", {index: state.index}).catch(() => null)]);
     fields = described.fields;
+    textFields(described.texts || [], state.field);
     bundleRelations = rels.relations;
     const sources = trained && typeof trained.relations === "object" && trained.relations ? trained.relations : {};
     const operators = rels.relations.filter((r) => !("labels" in r)); // re-ranking heads carry labels

@@ -61,6 +61,7 @@ export function readState(search) {
     facetDepth: Number(params.get("facet_depth")) || null,
     k: Number(params.get("k")) || 10,
     hybrid: params.get("hybrid") || "",
+    field: params.get("field") || "", // one named text of an index of several ("": all, fused)
     columns: params.has("cols") ? params.get("cols").split(",").filter(Boolean) : null,
   };
 }
@@ -79,6 +80,7 @@ export function writeState(state) {
   for (const spec of state.filters) params.append("filter", spec);
   params.set("k", String(state.k));
   if (state.hybrid) params.set("hybrid", state.hybrid);
+  if (state.field) params.set("field", state.field);
   for (const field of state.facets || []) params.append("facet", field);
   if (state.facetDepth) params.set("facet_depth", String(state.facetDepth));
   if (state.columns) params.set("cols", state.columns.join(","));

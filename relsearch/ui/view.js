@@ -109,6 +109,7 @@ export function hitList(list, hits, {columns, mode = "dense", single = "cosine",
         el("span", {class: "rank"}, `${hit.rank}.`),
         before ? movement(hit.rank, before.get(hit.id)) : null,
         el("strong", {class: "id"}, hit.id),
+        hit.field ? el("span", {class: "matched-field", title: "the text whose score this is"}, hit.field) : null,
         el("span", {class: "score", title: scale.title, "data-score": String(hit.score)},
           el("span", {class: "scale"}, scale.label), " ", el("span", {class: "value"}, round(hit.score, 4)))),
       columns.length ? el("dl", {class: "meta"}, columns.flatMap((c) => isObject(hit.metadata) && Object.hasOwn(hit.metadata, c)

@@ -43,3 +43,15 @@ def test_field_collapse_and_added_documents_over_http(served):
     hits = client.search("iPhone maker", k=1)
     assert (hits[0]["id"], hits[0]["field"]) == ("AAPL", "wiki")
     assert "AAPL" not in [h["id"] for h in client.search("iPhone maker", field="text", k=5)]
+
+
+def test_the_page_offers_the_text_fields_and_keeps_the_chosen_one_in_the_url(served, tmp_path):
+    from test_explorer import _node
+
+    _, client = served
+    assert client.request("GET", "/fields")["texts"] == list(NAMES)
+    said = _node(tmp_path, "const s = q.readState('?text=oil&field=wiki');\n"
+                           "console.log(JSON.stringify({field: s.field, again: q.readState(q.writeState(s)).field,"
+                           " none: q.readState('?text=oil').field, url: q.writeState(s)}));")
+    assert said["field"] == said["again"] == "wiki" and said["none"] == ""
+    assert "field=wiki" in said["url"]
