@@ -493,9 +493,10 @@ def test_a_facet_count_adds_its_filter(served, api_index, browser_page, artifact
     assert not page.console_errors, page.console_errors
 
 
-def test_highlighted_terms_are_marked(served, browser_page, artifacts):
-    """A search with a BM25 part asks for highlights: each <mark> holds one text node, a term of the query;
-    a search without one (identity) is not asked, so it neither marks nor warns."""
+def test_highlighted_terms_are_marked(served, api_index, browser_page, artifacts):
+    """Every search asks for highlights; one with a BM25 part (the server's plan says) carries them: each
+    <mark> holds one text node, a term of the query; one without (identity) neither marks nor shows the
+    server's warning that it has none (the page asked, not the user)."""
     from relsearch.retrieval.highlight import terms
 
     url = served[0]
@@ -517,6 +518,10 @@ def test_highlighted_terms_are_marked(served, browser_page, artifacts):
     page.wait_for_selector("#mixture-hits > li .snippet mark")
     marks = page.eval_on_selector_all(".snippet mark", "ms => ms.map(m => m.textContent.toLowerCase())")
     assert set(marks) <= wanted
+    # what the mixture ran is the answer's word, not the page's: rrf of the dense search and BM25
+    ran = api_index.search(query, relations={"aspect:sector": 1.0}, hybrid="rrf", k=5)
+    assert ran.mode == "rrf" and page.text_content("#mixture-recipe") == f"runs rrf(dense, bm25) of {ran.recipe.describe()}"
+    assert page.eval_on_selector("#mixture-hits", "l => l.dataset.mode") == "rrf"
     assert not page.console_errors, page.console_errors
 
 
