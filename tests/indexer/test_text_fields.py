@@ -170,3 +170,24 @@ def test_a_damaged_text_fields_list_is_named(small_index, tmp_path):
     data["fields"]["texts"] = ["wiki", "text"]
     with pytest.raises(store.IndexCorruptError, match="fields.texts"):
         Manifest.from_json(data)
+
+
+def test_a_failed_append_leaves_the_last_good_index(multi, tmp_path, monkeypatch):
+    import shutil
+
+    target = shutil.copytree(multi[0], tmp_path / "copy", symlinks=True)
+    before = store.current_generation(target)
+
+    def full_disk(*args, **kwargs):
+        raise OSError("the fields' FAISS could not be written")
+
+    monkeypatch.setattr(tf, "write_indexes", full_disk)  # after the new segment's rows, before its manifest
+    more = write_jsonl(tmp_path / "more.jsonl", [{"id": "AAPL", "wiki": "Apple designs the iPhone."}])
+    with pytest.raises(OSError, match="could not be written"):
+        run_index(IndexJob(input=str(more), index=str(target), text_field="text", text_fields=NAMES, append=True,
+                           progress=False))
+    assert store.current_generation(target) == before
+    assert [p.name for p in (target / "generations").iterdir() if not p.name.startswith("build-")] == [before.name]
+    s = Searcher(str(target))
+    assert s.files.manifest.counts.documents == 6
+    assert Searcher(str(target)).for_field("wiki").search([Query(text="oil")], k=1)[0][0].id in ("XOM", "CVX")
