@@ -230,6 +230,25 @@ def filtered_ranks(ranked: list[str], gold: set[str]) -> dict[str, int]:
     return out
 
 
+def reciprocal_ranks(lists: list[list[str]], golds: list[list[str]]) -> list[float]:
+    """1 / filtered rank of every (query, gold) pair in order, 0 for a gold missing from its list."""
+    out = []
+    for ranked, gold in zip(lists, golds):
+        ranks = filtered_ranks(ranked, set(gold))
+        out += [1.0 / ranks[g] if g in ranks else 0.0 for g in gold]
+    return out
+
+
+def paired_se(a: list[float], b: list[float]) -> float:
+    """Standard error of the mean of the paired differences a − b."""
+    n = len(a)
+    if n < 2:
+        return float("nan")
+    d = [x - y for x, y in zip(a, b)]
+    mean = sum(d) / n
+    return (sum((x - mean) ** 2 for x in d) / (n - 1) / n) ** 0.5
+
+
 def score_lists(lists: list[list[str]], golds: list[list[str]]) -> dict[str, float]:
     """Filtered MRR and hits@10 over every (query, gold) pair, and MRR of each query's first
     relevant hit; a gold missing from its list counts 0."""
@@ -246,21 +265,28 @@ def score_lists(lists: list[list[str]], golds: list[list[str]]) -> dict[str, flo
     return {"mrr": sum(rr) / n, "hits@10": sum(hits) / n, "first_hit": sum(first) / max(len(first), 1)}
 
 
-def build_index(task: Task, folder: Path, model: str | None, precision: str, progress: bool) -> str:
-    """The task's documents indexed with the bundle, exact FAISS search (reused when already built
-    from the same documents and bundle)."""
+def build_index(task: Task, folder: Path, bundle, precision: str, progress: bool) -> str:
+    """The task's documents indexed with the bundle, exact FAISS search; reused when built from the
+    same documents with a bundle of the same fingerprint (encoder and operator tensors: a changed
+    recipe needs no new index, a changed encoder does)."""
+    from ..indexer.store import open_index
     from ..pipelines.index import IndexJob, run_index
 
     folder.mkdir(parents=True, exist_ok=True)
-    corpus = folder / "corpus.jsonl"
+    corpus, stamp, index = folder / "corpus.jsonl", folder / "bundle.fingerprint", folder / "index"
     text = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in task.documents)
-    index = folder / "index"
-    if not (corpus.is_file() and corpus.read_text(encoding="utf-8") == text and (index / "manifest.json").exists()):
+    try:
+        built = (corpus.read_text(encoding="utf-8") == text and stamp.read_text() == bundle.fingerprint
+                 and open_index(index).manifest is not None)
+    except (OSError, ValueError):
+        built = False
+    if not built:
         corpus.write_text(text, encoding="utf-8")
-        report = run_index(IndexJob(input=str(corpus), index=str(index), model=model, faiss_factory="Flat",
-                                    precision=precision, progress=progress))
+        report = run_index(IndexJob(input=str(corpus), index=str(index), model=bundle.path or bundle.ref,
+                                    faiss_factory="Flat", precision=precision, progress=progress))
         if not report.published or report.rejected:
             raise BenchInputError(f"indexing {corpus} failed: {report.indexed} indexed, {report.rejected} rejected")
+        stamp.write_text(bundle.fingerprint)
     return str(index)
 
 
@@ -291,7 +317,7 @@ def ask(index: str, model: str | None, task: Task, relation: str, precision: str
             planned = plan(searcher, queries, options)
             warnings += planned.warnings
             lists += [[hit.id for hit in row] for row in planned.run()]
-        out[method] = score_lists(lists, golds)
+        out[method] = {**score_lists(lists, golds), "rr": reciprocal_ranks(lists, golds)}
     return out, list(dict.fromkeys(warnings))
 
 
@@ -345,10 +371,12 @@ def run_transfer(job: TransferJob, *, json_out: str | None = None, plot_out: str
             if not task.queries:
                 raise BenchInputError(f"{folders[name]}: no query with a gold document for {name}")
             t0 = clock()
-            index = build_index(task, work / tset.folder, bundle.path or job.model, job.precision, job.progress)
+            index = build_index(task, work / tset.folder, bundle, job.precision, job.progress)
             scores, warnings = ask(index, bundle.path or job.model, task, name, job.precision)
             entries[name] = dict(entry(tset, task, scores, command or "", commit), warnings=warnings,
-                                 seconds=round(clock() - t0, 1))
+                                 seconds=round(clock() - t0, 1),
+                                 paired_se={m: round(paired_se(scores["relation"]["rr"], scores[m]["rr"]), 4)
+                                            for m in METHODS[1:]})
             inputs[name] = file_fingerprint(work / tset.folder / "corpus.jsonl")
             e = entries[name]
             rows.append([name, tset.dataset, e["queries"], e["candidates"], *(e[m] for m in METHODS),
@@ -357,11 +385,12 @@ def run_transfer(job: TransferJob, *, json_out: str | None = None, plot_out: str
                   "(whole corpus, filtered MRR)",
                   ["relation", "dataset", "queries", "texts", "relation MRR", "identity", "BM25", "hybrid",
                    "H@10 rel", "H@10 id", "verdict"], rows,
-                  note="MRR over every (query, gold) pair; BM25 = the index's BM25; hybrid = identity + BM25 by RRF")
+                  note="MRR over every (query, gold) pair; BM25 = the index's BM25; hybrid = identity + BM25 by RRF; the "
+                       "JSON has hits@10, first-hit MRR and the paired standard error of relation − each rival")
     res = finish("transfer", {"relations": entries, "depth": DEPTH}, [table], inputs=inputs, bundle=bundle,
                  command=command, started=started, clock=clock, json_out=json_out, precision=job.precision)
     if job.write_pack:
-        write_pack(job.write_pack, {n: {k: v for k, v in e.items() if k not in ("warnings", "seconds")}
+        write_pack(job.write_pack, {n: {k: v for k, v in e.items() if k not in ("warnings", "seconds", "paired_se")}
                                     for n, e in entries.items()})
     return res
 

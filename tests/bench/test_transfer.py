@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from relsearch.bench.transfer import (CARD_HEADING, Task, TransferJob, TransferSet, card_section, filtered_ranks,
-                                      run_transfer, score_lists, with_card_section)
+                                      paired_se, run_transfer, score_lists, with_card_section)
 from relsearch.encoder.bundle import Bundle, load_bundle
 from relsearch.encoder.relations import Operator, normalize
 from relsearch.retrieval.verdicts import losses
@@ -26,6 +26,7 @@ def test_filtered_ranks_count_only_the_non_gold_documents_above():
     assert scores["mrr"] == pytest.approx((1 / 2 + 1 / 3 + 0 + 1) / 4)  # a gold past the list counts 0
     assert scores["hits@10"] == pytest.approx(3 / 4)
     assert scores["first_hit"] == pytest.approx((1 / 2 + 1) / 2)
+    assert paired_se([1.0, 0.0, 1.0], [0.0, 0.0, 0.0]) == pytest.approx(1 / 3)
 
 
 def tiny_set(folder: Path) -> Task:
