@@ -47,6 +47,7 @@ from ..encoder.kinds import INVERTIBLE, kind_of
 from ..encoder.relations import Operator, lookup, normalize
 from ..retrieval.hybrid import check as check_fusion
 from ..retrieval.hybrid import rrf_matrix, weighted_matrix
+from ..retrieval import prior as answer_prior
 from ..retrieval.recipe import TITLE, Recipe, first_line, recipe_of, score_matrix, title_vectors
 from ..indexer.lexical import BM25
 from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
@@ -255,7 +256,8 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
             titles = title_vectors(lambda texts: np.stack([cands.raw[t] for t in texts]), [it.query for it in items], h)
             parts[TITLE] = titles @ cands.unit.T
         lexical = bm25.scores([it.query for it in items]) if recipe.bm25 else None
-        return score_matrix(recipe, parts, lexical, {}, exclude)
+        priors = {name: answer_prior.scores(cands.bundle.operators[name], cands.texts) for name in recipe.prior}
+        return score_matrix(recipe, parts, lexical, {}, exclude, priors)
     return dense
 
 

@@ -239,8 +239,8 @@ def _fit_recipes(path, data, run, card, deadline: float | None = None, command_s
                             "--candidates", "CORPUS", "--model", str(path)])
         return f"`{bench}`, or train with the corpus as candidates: `{command_line()} --candidates CORPUS`"
 
-    fit_bundle(path, data.dev, data.test, card=card, candidates=data.candidates, cache_dir=run.cache_dir,
-               deadline=deadline, command_started=command_started, remeasure=remeasure,
+    fit_bundle(path, data.dev, data.test, train=data.train, card=card, candidates=data.candidates,
+               cache_dir=run.cache_dir, deadline=deadline, command_started=command_started, remeasure=remeasure,
                say=lambda line, err: click.echo(line, err=err))
 
 

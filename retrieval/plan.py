@@ -11,12 +11,13 @@ What a mixture means (design.md §3, "one meaning everywhere"):
   bundle entry stores none: ``Recipe(mixture={R: 1})``;
 - a mixture ``{R: w_R}`` ranks by the weighted recipe of its relations:
   ``mixture = Σ w_R · mixture_R`` (one dense query vector), ``title = Σ w_R · title_R``,
-  ``bm25 = Σ w_R · bm25_R / Σ w_R`` and ``same_f = Σ w_R · same_R,f / Σ w_R``,
+  ``bm25 = Σ w_R · bm25_R / Σ w_R``, ``same_f = Σ w_R · same_R,f / Σ w_R`` and the answer priors
+  ``prior_P = Σ w_R · prior_R,P / Σ w_R``,
   ``depth = max depth_R``. Relations without recipes reduce it to the plain vector mixture;
 - ``hybrid="weighted"`` with weight W gives BM25 the share 1 − W of a mixture that has none;
   ``hybrid="rrf"`` fuses the dense list with BM25 by ranks. Either is refused, with the reason,
   when a named relation's recipe already fuses BM25 (it would fuse twice), and rrf also when the
-  recipe adds metadata bonuses (rank fusion has no score to add them to).
+  recipe adds metadata bonuses or answer priors (rank fusion has no score to add them to).
 
 Three modes, each with its own documented score scale (``--min-score`` compares against it):
 
@@ -27,7 +28,7 @@ Three modes, each with its own documented score scale (``--min-score`` compares 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..encoder.relations import lookup
 from .recipe import Recipe, recipe_of
@@ -81,7 +82,7 @@ def resolve(operators: dict, relations: dict[str, float], *, hybrid: str | None 
             raise PlanError(f"{name} is a projection, searched in its own projected index: hybrid does not apply")
         return Scoring("projection", Recipe(mixture=dict(relations)), tuple(warnings))
     recipes = {name: relation_recipe(operators, name) for name in relations}
-    fused = {name: r for name, r in recipes.items() if r.bm25 or r.title or any(r.same.values())}
+    fused = {name: r for name, r in recipes.items() if r.reorders}
     if fused and any(w < 0 for w in relations.values()):
         raise PlanError(f"{', '.join(fused)}: a relation with a recipe mixes only with positive weights "
                         "(its BM25 share and bonuses are weighted averages)")
@@ -93,18 +94,15 @@ def resolve(operators: dict, relations: dict[str, float], *, hybrid: str | None 
         names = ", ".join(f"{n} (BM25 share {r.bm25:g})" for n, r in fused.items() if r.bm25)
         raise PlanError(f"hybrid: {names} already fuse BM25 with the dense search; hybrid would fuse it twice. "
                         "Drop hybrid, or name a relation without a BM25 share (e.g. identity)")
-    if hybrid == "rrf" and any(combined.same.values()):
-        raise PlanError("hybrid rrf fuses ranks and cannot add the metadata bonuses of "
-                        f"{', '.join(n for n, r in fused.items() if any(r.same.values()))}'s recipe; "
-                        "use hybrid weighted")
+    if hybrid == "rrf" and combined.adds:
+        raise PlanError("hybrid rrf fuses ranks and cannot add the metadata bonuses or answer priors of "
+                        f"{', '.join(n for n, r in fused.items() if r.adds)}'s recipe; use hybrid weighted")
     if hybrid == "weighted":
-        combined = Recipe(mixture=combined.mixture, title=combined.title, same=combined.same, depth=combined.depth,
-                          bm25=1.0 - (0.5 if hybrid_weight is None else hybrid_weight))
+        combined = replace(combined, bm25=1.0 - (0.5 if hybrid_weight is None else hybrid_weight))
     warnings += _bonus_warnings(combined, fused, metadata_fields, text_query)
     if hybrid == "rrf":
         return Scoring("rrf", combined, tuple(warnings))
-    plain = not combined.bm25 and not combined.title and not any(combined.same.values())
-    return Scoring("dense" if plain else "recipe", combined, tuple(warnings))
+    return Scoring("recipe" if combined.reorders else "dense", combined, tuple(warnings))
 
 
 def combine(recipes: dict[str, Recipe], weights: dict[str, float]) -> Recipe:
@@ -114,13 +112,18 @@ def combine(recipes: dict[str, Recipe], weights: dict[str, float]) -> Recipe:
         for op, w in recipe.mixture.items():
             mixture[op] = mixture.get(op, 0.0) + weights[name] * w
     total = sum(weights.values())
-    same: dict[str, float] = {}
-    for name, recipe in recipes.items():
-        for f, w in recipe.same.items():
-            if w:
-                same[f] = same.get(f, 0.0) + weights[name] * w / total
+
+    def averaged(part: str) -> dict[str, float]:  # a bonus or prior weight, weight-averaged over the relations
+        out: dict[str, float] = {}
+        for name, recipe in recipes.items():
+            for key, w in getattr(recipe, part).items():
+                if w:
+                    out[key] = out.get(key, 0.0) + weights[name] * w / total
+        return out
+
     mixture = {op: w for op, w in mixture.items() if w} or mixture
-    return Recipe(mixture=mixture, same=same, depth=max(r.depth for r in recipes.values()),
+    return Recipe(mixture=mixture, same=averaged("same"), prior=averaged("prior"),
+                  depth=max(r.depth for r in recipes.values()),
                   bm25=sum(weights[n] * r.bm25 for n, r in recipes.items()) / total if total > 0 else 0.0,
                   title=sum(weights[n] * r.title for n, r in recipes.items()))
 

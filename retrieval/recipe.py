@@ -5,17 +5,20 @@ similarity that plain cosine and BM25 keep, so a trained relation is stored with
 it that won on its dev split, by whole-corpus retrieval:
 
     score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
+               + Σ_R w_R · prior_R(d)
 
 - dense = ⟨Σ_k w_k normalize(op_k(h)) + w_title · normalize(enc(title)), t̂⟩: the operator mixed
   with identity (``mixture``), one query vector and one ANN search, as any relation mixture
   (design.md §3), plus optionally the query's *title* — its first line, as forum questions are
   "title\nbody": the title says what is asked, the body mostly how it came up, and that view is
-  what carried over between forums (README "Transfer to other datasets"); a one-line query is
+  what carried over between forums (docs/results.md, "Transfer to other datasets"); a one-line query is
   its own title, so the share then changes nothing;
 - bm25 on the query text, fused by min-max normalised scores with BM25 share ``b``
   (retrieval/hybrid.py's ``weighted`` fusion: each list's top ``depth``, 0 outside a list);
 - a bonus per metadata field a hit shares with the query document (``same``: only ``--id``
-  queries have metadata; a text query gets none), e.g. the same GICS sub-industry as a weak prior.
+  queries have metadata; a text query gets none), e.g. the same GICS sub-industry as a weak prior;
+- an answer prior per relation (retrieval/prior.py): how often d answered R in training, for
+  relations trained on triples whose answers recur (a knowledge graph's "occupation": "actor").
 
 Candidates are the dense list's top ``depth`` and, when b > 0, BM25's: fusion and bonuses only
 reorder this bounded list. The recipe is stored in the operator's bundle entry
@@ -34,6 +37,7 @@ from ..encoder.metrics import Ranks, linkpred_metrics, rank_gold, reciprocal_ran
 from ..encoder.relations import normalize
 from ..indexer.ann import SearchResult
 from . import hybrid
+from . import prior as answer_prior
 from .search import Query
 
 DEPTH = hybrid.HYBRID_DEPTH
@@ -42,6 +46,7 @@ TITLE_SHARES = (0.0, 0.25, 0.5, 1.0)  # the query title's weight beside the mixt
 TITLE = "@title"  # the dense tables' key of the query-title cosines (no relation name starts with "@")
 BM25_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
 BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+PRIOR_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # the operator's answer prior (retrieval/prior.py)
 MIN_DEV_QUERIES = 10  # fewer dev queries than this: no recipe beats the operator alone (noise_margin)
 MAX_DEPTH = 10_000  # candidates per list (MAX_K)
 MAX_FIELDS = 64  # mixture operators / bonus fields of one recipe
@@ -52,28 +57,30 @@ MAX_BONUS = 10.0  # a bonus past this outweighs every fused score many times: no
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
     """``mixture``: operator → weight of the dense query vector; ``bm25``: BM25's share in [0, 1];
-    ``same``: metadata field → bonus for sharing the query document's value; ``title``: weight of
-    the query's title (first line) vector beside the mixture; ``depth``: candidates taken from each
-    list."""
+    ``same``: metadata field → bonus for sharing the query document's value; ``prior``: operator →
+    weight of its answer prior (retrieval/prior.py); ``title``: weight of the query's title (first
+    line) vector beside the mixture; ``depth``: candidates taken from each list."""
 
     mixture: dict[str, float]
     bm25: float = 0.0
     title: float = 0.0
     same: dict[str, float] = field(default_factory=dict)
+    prior: dict[str, float] = field(default_factory=dict)
     depth: int = DEPTH
 
     def __post_init__(self):
         # bounds checked once, when a bundle's recipe is read: a weight of 1e308 makes scores inf
         # (invalid JSON), a fractional depth breaks the search, 10⁵ bonus fields cost a second a query
-        weights = list(self.mixture.values()) + [self.bm25, self.title] + list(self.same.values())
+        weights = list(self.mixture.values()) + [self.bm25, self.title] + list(self.same.values()) \
+            + list(self.prior.values())
         if not self.mixture or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
                                        for w in weights):
             raise ValueError(f"a recipe needs finite numeric weights, got {_short(self.to_json())}")
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or not 1 <= self.depth <= MAX_DEPTH:
             raise ValueError(f"depth must be an integer in [1, {MAX_DEPTH}], got {self.depth!r}")
-        if len(self.mixture) > MAX_FIELDS or len(self.same) > MAX_FIELDS:
-            raise ValueError(f"at most {MAX_FIELDS} mixture operators and {MAX_FIELDS} bonus fields, got "
-                             f"{len(self.mixture)} and {len(self.same)}")
+        if max(len(self.mixture), len(self.same), len(self.prior)) > MAX_FIELDS:
+            raise ValueError(f"at most {MAX_FIELDS} mixture operators, bonus fields and priors, got "
+                             f"{len(self.mixture)}, {len(self.same)} and {len(self.prior)}")
         if any(abs(w) > MAX_RECIPE_WEIGHT for w in self.mixture.values()) or not any(self.mixture.values()):
             raise ValueError(f"mixture weights must be within ±{MAX_RECIPE_WEIGHT:g}, not all zero; "
                              f"got {_short(self.mixture)}")
@@ -83,29 +90,42 @@ class Recipe:
             raise ValueError(f"title weight must be in [0, {MAX_RECIPE_WEIGHT:g}], got {self.title!r}")
         if not all(0.0 <= w <= MAX_BONUS for w in self.same.values()):
             raise ValueError(f"same bonuses must be in [0, {MAX_BONUS:g}], got {_short(self.same)}")
+        if not all(0.0 <= w <= MAX_BONUS for w in self.prior.values()):
+            raise ValueError(f"prior weights must be in [0, {MAX_BONUS:g}], got {_short(self.prior)}")
+
+    @property
+    def reorders(self) -> bool:
+        """Whether anything beside the dense vector ranks: BM25, the title, a bonus or a prior."""
+        return bool(self.bm25 or self.title or any(self.same.values()) or any(self.prior.values()))
+
+    @property
+    def adds(self) -> bool:
+        """Whether the recipe adds scores to pooled candidates (bonuses, priors): rank fusion cannot."""
+        return any(self.same.values()) or any(self.prior.values())
 
     def alone(self, name: str) -> bool:
         """True when the recipe ranks as operator ``name`` alone: nothing to mix, fuse or re-order.
         (A recipe of identity alone, what dev chooses when the operator never helps, is not.)"""
-        return set(self.mixture) == {name} and not self.bm25 and not self.title and not any(self.same.values())
+        return set(self.mixture) == {name} and not self.reorders
 
     def to_json(self) -> dict:
         return {"mixture": self.mixture, "bm25": self.bm25, "title": self.title, "same": self.same,
-                "depth": self.depth}
+                **({"prior": self.prior} if self.prior else {}), "depth": self.depth}
 
     @classmethod
     def from_json(cls, entry, where: str = "recipe") -> Recipe:
         """A recipe from a bundle's ``recipe`` entry; ValueError naming ``where`` when malformed."""
         try:
             if not isinstance(entry, dict) or not isinstance(entry.get("mixture"), dict) \
-                    or not isinstance(entry.get("same", {}), dict):
+                    or not isinstance(entry.get("same", {}), dict) or not isinstance(entry.get("prior", {}), dict):
                 raise ValueError("not an object with a mixture")
-            unknown = set(entry) - {"mixture", "bm25", "title", "same", "depth"}
+            unknown = set(entry) - {"mixture", "bm25", "title", "same", "prior", "depth"}
             if unknown:
                 raise ValueError(f"unknown key {sorted(unknown)[0][:40]!r}")
             return cls(mixture={str(k): v for k, v in entry["mixture"].items()}, bm25=entry.get("bm25", 0.0),
                        title=entry.get("title", 0.0),
                        same={str(k): v for k, v in entry.get("same", {}).items()},
+                       prior={str(k): v for k, v in entry.get("prior", {}).items()},
                        depth=entry.get("depth", DEPTH))
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}: malformed recipe ({e})") from None
@@ -116,6 +136,7 @@ class Recipe:
         if self.bm25:
             parts = [f"{1 - self.bm25:g}·minmax({parts[0]}) + {self.bm25:g}·minmax(bm25)"]
         parts += [f"{w:g}·same {f}" for f, w in self.same.items() if w]
+        parts += [f"{w:g}·prior({name})" for name, w in self.prior.items() if w]
         return " + ".join(parts)
 
 
@@ -163,6 +184,12 @@ def check_recipes(operators: dict) -> None:
         if missing:
             raise ValueError(f"relation {name!r}: malformed recipe (mixture names {missing[0][:60]!r}, which is not "
                              f"an operator of this bundle; operators: {', '.join(sorted(operators))})")
+        answer_prior.weights_of(op)
+        without = [m for m in (recipe.prior if recipe else ())
+                   if m not in operators or answer_prior.weights_of(operators[m]) is None]
+        if without:
+            raise ValueError(f"relation {name!r}: malformed recipe (prior names {without[0][:60]!r}, which is not an "
+                             "operator of this bundle with an answer_prior)")
 
 
 def _short(value) -> str:
@@ -173,16 +200,17 @@ def _short(value) -> str:
 # ---- scoring a whole candidate table (dev, test, benchmarks) -------------------------------------
 
 def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
-                 same: dict[str, np.ndarray], exclude: np.ndarray) -> np.ndarray:
+                 same: dict[str, np.ndarray], exclude: np.ndarray, prior: dict[str, np.ndarray] | None = None) -> np.ndarray:
     """(n, m) recipe scores, as :func:`search` ranks an index: ``dense`` operator → (n, m) cosines
     (every operator of the mixture, and :data:`TITLE` when the recipe weighs the query title),
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
-    "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate.
+    "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate,
+    ``prior`` operator → (m,) answer prior of each candidate (needed for each of ``recipe.prior``).
     Candidates past the pool score :func:`past_pool` of their dense score."""
     mixed = _dense(recipe, dense)
     dense_list = hybrid.minmax_list(mixed, recipe.depth, False, exclude)
     lex = hybrid.minmax_list(lexical, recipe.depth, True, exclude) if recipe.bm25 else None
-    fused = _fused(recipe, dense_list, lex, same, mixed.shape)
+    fused = _fused(recipe, dense_list, lex, _additions(recipe, same, prior), mixed.shape)
     pool = np.zeros(mixed.shape, bool)
     for rows, order, valid, _ in [dense_list] + ([lex] if lex is not None else []):
         pool[rows, order] |= valid
@@ -212,12 +240,19 @@ def _dense(recipe: Recipe, dense: dict[str, np.ndarray]) -> np.ndarray:
     return mixed + recipe.title * dense[TITLE] if recipe.title else mixed
 
 
-def _fused(recipe: Recipe, dense_list, lexical_list, same: dict[str, np.ndarray], shape) -> np.ndarray:
+def _additions(recipe: Recipe, same: dict[str, np.ndarray], prior: dict[str, np.ndarray] | None) -> list:
+    """(weight, array) of every score the recipe adds to a pooled candidate: each ``same`` bonus
+    ((n, m) bools) and each operator's answer prior ((m,) weights, the same for every query)."""
+    return [(w, same[f]) for f, w in recipe.same.items() if w] \
+        + [(w, (prior or {})[name]) for name, w in recipe.prior.items() if w]
+
+
+def _fused(recipe: Recipe, dense_list, lexical_list, additions: list, shape) -> np.ndarray:
     """:func:`score_matrix` from its lists already cut and normalised (hybrid.minmax_list), so the
-    dev search computes each list once, not once per recipe."""
+    dev search computes each list once, not once per recipe; ``additions``: :func:`_additions`."""
     lists = [(dense_list, 1.0 - recipe.bm25)] + ([(lexical_list, recipe.bm25)] if recipe.bm25 else [])
     fused, pool = hybrid.fuse_lists(lists, shape)
-    bonus = sum((w * same[f] for f, w in recipe.same.items() if w), np.zeros_like(fused))
+    bonus = sum((w * a for w, a in additions), np.zeros_like(fused))
     return np.where(pool, fused + bonus, -1.0).astype(np.float32)
 
 
@@ -237,8 +272,7 @@ class _Pairs:
         self.gold_open = gold_open
 
 
-def _pool_reciprocal_ranks(recipe: Recipe, dense_list, lexical_list, same: dict[str, np.ndarray],
-                           pairs: _Pairs) -> np.ndarray:
+def _pool_reciprocal_ranks(recipe: Recipe, dense_list, lexical_list, additions: list, pairs: _Pairs) -> np.ndarray:
     """:func:`pair_reciprocal_ranks` of :func:`_fused`'s scores, computed over each query's pool
     (its lists' candidates, at most two × depth) instead of the whole table: every other
     candidate scores −1 there, below the pool, so it only ties a gold that is outside the pool too.
@@ -255,7 +289,7 @@ def _pool_reciprocal_ranks(recipe: Recipe, dense_list, lexical_list, same: dict[
     pool = valid.copy()
     pool[:, 1:] &= ~again
     rows = np.arange(len(cols))[:, None]
-    bonus = sum((w * same[f][rows, cols] for f, w in recipe.same.items() if w), np.zeros(cols.shape))
+    bonus = sum((w * (a[rows, cols] if a.ndim == 2 else a[cols]) for w, a in additions), np.zeros(cols.shape))
     scores = (values.astype(np.float32) + bonus).astype(np.float32)
     is_gold = np.isin(rows * pairs.m + cols, pairs.keys)  # the query's golds, removed as competitors
     competitor = (pool & ~is_gold)[pairs.rows]
@@ -329,11 +363,14 @@ class Choice:
 
 
 def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, same: dict[str, np.ndarray],
-           exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH, mixes: tuple = MIXES) -> Choice:
+           exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH, mixes: tuple = MIXES,
+           prior: np.ndarray | None = None) -> Choice:
     """The recipe for operator ``name`` chosen on dev: its share of the dense vector against
     identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is given) ×
     the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then a
-    bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`); ties keep the
+    bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`), then, when
+    ``prior`` (m,) gives the operator's answer prior of each candidate, its weight
+    (:data:`PRIOR_WEIGHTS`, with one more round of the bonuses after it); ties keep the
     simpler recipe (tried first). The best of these replaces the simplest — the first tried: the
     operator alone under the default ``mixes`` — only when it beats it by more than one paired
     standard error of the per-pair reciprocal-rank differences (:func:`noise_margin`): dev splits
@@ -349,7 +386,8 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         tried += 1
         if (share, recipe.title) not in dense_lists:
             dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, dense), depth, False, exclude)
-        return _pool_reciprocal_ranks(recipe, dense_lists[share, recipe.title], lexical_list, same, pairs)
+        additions = _additions(recipe, same, {name: prior} if prior is not None else None)
+        return _pool_reciprocal_ranks(recipe, dense_lists[share, recipe.title], lexical_list, additions, pairs)
 
     simplest = best = best_share = best_rr = None
     for share, title, b in itertools.product(mixes, TITLE_SHARES if TITLE in dense else (0.0,),
@@ -360,14 +398,24 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         if best is None or rr.mean() > best_rr.mean() + 1e-9:
             best, best_share, best_rr = recipe, share, rr
         simplest = simplest or (recipe, rr)
+    def ascend(key: str, values: tuple):
+        nonlocal best, best_rr
+        for value in values:
+            recipe = replace(best, same={**best.same, key: value}) if key in same \
+                else replace(best, prior={key: value})
+            rr = evaluate(recipe, best_share)
+            if rr.mean() > best_rr.mean() + 1e-9:
+                best, best_rr = recipe, rr
+
     for _ in range(2 if same else 0):
         for f in same:
-            for bonus in BONUSES:
-                recipe = replace(best, same={**best.same, f: bonus})
-                rr = evaluate(recipe, best_share)
-                if rr.mean() > best_rr.mean() + 1e-9:
-                    best, best_rr = recipe, rr
-    best = replace(best, same={f: w for f, w in best.same.items() if w})
+            ascend(f, BONUSES)
+    if prior is not None and prior.any():
+        ascend(name, PRIOR_WEIGHTS)
+        for f in same:  # the bonuses again, beside the prior
+            ascend(f, BONUSES)
+    best = replace(best, same={f: w for f, w in best.same.items() if w},
+                   prior={k: w for k, w in best.prior.items() if w})
     if best == simplest[0]:
         return Choice(best, float(best_rr.mean()), tried)
     margin = noise_margin(best_rr, simplest[1], pairs.rows)
@@ -384,7 +432,8 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
     fused with bonuses over the pool — each list's top ``recipe.depth``, whatever k is — then the
     dense list past the pool (:func:`past_pool`), so the ranking never moves with k or paging.
     ``explain`` adds each part (``recipe:dense``, ``recipe:bm25``, ``recipe:same:FIELD``,
-    ``recipe:past-pool``: they add up to the score) beside every operator's own score."""
+    ``recipe:prior:RELATION``, ``recipe:past-pool``: they add up to the score) beside every
+    operator's own score."""
     searcher = backend.local
     k = min(k, searcher.live_count)
     mixed = [replace(q, relations=dict(recipe.mixture)) for q in queries]
@@ -406,9 +455,10 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
     lexical = None if lexical is None else _without(lexical, excluded, depth)
     wanted = {f: w for f, w in recipe.same.items() if w and f in searcher.metadata_fields}
     query_meta = _query_metadata(searcher, queries, own) if wanted else [{}] * len(queries)
+    priors = {name: (w, answer_prior.weights_of(searcher.operators[name])) for name, w in recipe.prior.items() if w}
     rows_p, rows_s, parts = [], [], []
     for i in range(len(queries)):
-        ranked, row_parts = _rank_row(recipe, dense, lexical, i, wanted, query_meta[i], searcher, k)
+        ranked, row_parts = _rank_row(recipe, dense, lexical, i, wanted, query_meta[i], priors, searcher, k)
         rows_p.append([p for p, _ in ranked] + [-1] * (k - len(ranked)))
         rows_s.append([s for _, s in ranked] + [-np.inf] * (k - len(ranked)))
         parts.append(row_parts)
@@ -432,9 +482,10 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
 
 
 def _rank_row(recipe: Recipe, dense: SearchResult, lexical: SearchResult | None, i: int, wanted: dict,
-              query_meta: dict, searcher, k: int) -> tuple[list[tuple[int, float]], dict[int, dict]]:
+              query_meta: dict, priors: dict, searcher, k: int) -> tuple[list[tuple[int, float]], dict[int, dict]]:
     """Query ``i``'s top k as (position, score) and each hit's parts: the pool by fused score
-    (ties to the smaller position), then the dense list past the pool in its order."""
+    (ties to the smaller position), then the dense list past the pool in its order. ``priors``:
+    operator → (weight, its answer prior's weights by text key)."""
     row_p, row_s = dense.positions[i], dense.scores[i].astype(np.float64)
     valid = row_p >= 0
     row_p, row_s = row_p[valid], row_s[valid]
@@ -445,11 +496,13 @@ def _rank_row(recipe: Recipe, dense: SearchResult, lexical: SearchResult | None,
         contributions["recipe:bm25"] = _normalised(lexical.positions[i][lex_valid],
                                                    lexical.scores[i][lex_valid].astype(np.float64), recipe.bm25)
     pool = set().union(*contributions.values())
-    if wanted:
-        docs = searcher.files.docstore.get(sorted(pool))
-        for f, w in wanted.items():
-            values = query_meta.get(f, [])  # the query document's value, or any liked document's
-            contributions[f"recipe:same:{f}"] = {p: w for p in pool if docs[p]["metadata"].get(f) in values}
+    docs = searcher.files.docstore.get(sorted(pool)) if wanted or priors else {}
+    for f, w in wanted.items():
+        values = query_meta.get(f, [])  # the query document's value, or any liked document's
+        contributions[f"recipe:same:{f}"] = {p: w for p in pool if docs[p]["metadata"].get(f) in values}
+    for name, (w, weights) in priors.items():
+        found = {p: weights.get(answer_prior.key(docs[p]["text"]), 0.0) for p in pool}
+        contributions[f"recipe:prior:{name}"] = {p: w * v for p, v in found.items() if v}
     total = {p: sum(part.get(p, 0.0) for part in contributions.values()) for p in pool}
     ranked = sorted(total.items(), key=lambda item: (-item[1], item[0]))[:k]
     parts = {p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in ranked}

@@ -19,17 +19,18 @@ export function g(x) {
   return strip(x.toFixed(5 - exponent));
 }
 
-// A bundle's recipe entry as {mixture, bm25, title, same, depth}, or null when it is not one
+// A bundle's recipe entry as {mixture, bm25, title, same, prior, depth}, or null when it is not one
 // (a bundle is data: a field of another type is not read as a recipe)
 export function readRecipe(entry) {
   if (!isObject(entry) || !isObject(entry.mixture)) return null;
   const numbers = (object) => Object.entries(object).every(([, w]) => isNumber(w));
   const same = entry.same === undefined ? {} : entry.same;
-  if (!numbers(entry.mixture) || !isObject(same) || !numbers(same)) return null;
+  const prior = entry.prior === undefined ? {} : entry.prior;
+  if (!numbers(entry.mixture) || !isObject(same) || !numbers(same) || !isObject(prior) || !numbers(prior)) return null;
   const share = (key) => (entry[key] === undefined ? 0 : entry[key]);
   if (!isNumber(share("bm25")) || !isNumber(share("title"))) return null;
   return {mixture: {...entry.mixture}, bm25: share("bm25"), title: share("title"), same: {...same},
-          depth: isNumber(entry.depth) ? entry.depth : 100};
+          prior: {...prior}, depth: isNumber(entry.depth) ? entry.depth : 100};
 }
 
 // Recipe.describe(): e.g. "0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + 0.5·same gics_sub_industry_code"
@@ -38,6 +39,7 @@ export function describe(recipe) {
                  ...(recipe.title ? [`${g(recipe.title)}·title`] : [])].join(" + ");
   const parts = [recipe.bm25 ? `${g(1 - recipe.bm25)}·minmax(${dense}) + ${g(recipe.bm25)}·minmax(bm25)` : dense];
   for (const [field, w] of Object.entries(recipe.same)) if (w) parts.push(`${g(w)}·same ${field}`);
+  for (const [name, w] of Object.entries(recipe.prior || {})) if (w) parts.push(`${g(w)}·prior(${name})`);
   return parts.join(" + ");
 }
 
@@ -61,17 +63,23 @@ export const SCALES = {
 
 const PART_LABELS = {"recipe:dense": "dense", "recipe:bm25": "BM25", "recipe:past-pool": "past the pool"};
 
+// A recipe part's label and kind: recipe:same:FIELD → "same FIELD", recipe:prior:RELATION → "prior RELATION"
+function partName(key) {
+  for (const kind of ["same", "prior"]) {
+    if (key.startsWith(`recipe:${kind}:`)) return {label: `${kind} ${key.slice(`recipe:${kind}:`.length)}`, kind};
+  }
+  return {label: PART_LABELS[key] || key.slice("recipe:".length), kind: key.slice("recipe:".length)};
+}
+
 // The parts of one hit's score that add up to it: [{key, label, value, kind}], kind one of dense, bm25,
-// same, past-pool, mixture, score. Recipe mode: the recipe:* parts; a dense mixture: its mixture:NAME
+// same, prior, past-pool, mixture, score. Recipe mode: the recipe:* parts; a dense mixture: its mixture:NAME
 // parts; otherwise (one operator, rrf, a projection) the score alone, labelled `single`.
 export function scoreParts(hit, mode, single) {
   const explain = isObject(hit.explain) ? hit.explain : {};
   const named = (prefix) => Object.entries(explain).filter(([k, v]) => k.startsWith(prefix) && isNumber(v));
   let parts = [];
   if (mode === "recipe") {
-    parts = named("recipe:").map(([key, value]) => ({
-      key, value, label: PART_LABELS[key] || `same ${key.slice("recipe:same:".length)}`,
-      kind: key.startsWith("recipe:same:") ? "same" : key.slice("recipe:".length)}));
+    parts = named("recipe:").map(([key, value]) => ({key, value, ...partName(key)}));
   } else if (mode === "dense") {
     parts = named("mixture:").map(([key, value]) => ({key, value, label: key.slice("mixture:".length), kind: "mixture"}));
   }

@@ -367,3 +367,88 @@ def test_a_relation_without_a_dev_query_keeps_its_operator_alone():
     dev = Corpus.of_pairs([("same text", "same text")])
     report = fit(op, dev, None, lambda texts: raw_vectors(len(texts), 1))
     assert Recipe.from_json(report["recipe"]).alone("rel") and set(report) == {"recipe"}
+
+
+def _with_prior(searcher, tmp_path, recipe: Recipe, answers: list[str], name: str = "b") -> Searcher:
+    """A searcher of the same index whose ``rel`` carries ``recipe`` and the answer prior of ``answers``."""
+    from relsearch.retrieval import prior
+
+    op = searcher.operators["rel"]
+    info = {"recipe": recipe.to_json(), "answer_prior": prior.table(answers)}
+    with_prior = Operator(name="rel", kind=op.kind, params=op.params, info=info)
+    bundle = Bundle(encoder=encoder_identity(), operators={"rel": with_prior}).save(tmp_path / name)
+    return Searcher(str(searcher.files.root), model=str(bundle))
+
+
+def test_an_answer_prior_ranks_the_index_as_the_whole_table_scores(indexed, tmp_path):
+    """A recipe's answer prior (retrieval/prior.py) adds w · prior_R(d) to each pooled candidate,
+    by the document's text: the index, score_matrix (dev, test, bench linkpred) and explain agree."""
+    from relsearch.retrieval import prior
+
+    searcher, docs, raw = indexed
+    with_prior = replace(RECIPE, prior={"rel": 0.5}, depth=20)
+    heads = [0, 42]
+    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
+    raw_heads = raw.copy()
+    raw_heads[heads] = stored
+    table = whole_table(searcher, docs, raw_heads, heads)
+    without = score_matrix(replace(with_prior, prior={}), *table)
+    low = [int(j) for j in np.argsort(-without[0])[12:19]]  # pooled, ranked low without a prior
+    answers = [docs[j]["text"] for j in [low[0]] * 4 + [low[3]] * 2 + [low[6]]]  # answered 4 times, twice, once
+    other = _with_prior(searcher, tmp_path, with_prior, answers)
+    weights = prior.scores(other.operators["rel"], [d["text"] for d in docs])
+    assert weights[low[0]] == 1.0 and 0 < weights[low[6]] < weights[low[3]] < 1 and weights[low[1]] == 0.0
+    expected = score_matrix(with_prior, *table, prior={"rel": weights})
+    above = lambda scores: int((scores[0] > scores[0, low[0]]).sum())  # noqa: E731 (candidates above d)
+    assert above(expected) < above(without) - 3
+    pages = run(other, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=N, explain=True))
+    for row, hits in zip(expected, pages):
+        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
+        for hit in hits:
+            parts = {k: v for k, v in hit.explain.items() if k.startswith("recipe:")}
+            assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
+            if "recipe:prior:rel" in parts:
+                assert parts["recipe:prior:rel"] == pytest.approx(0.5 * weights[int(hit.id[1:])], abs=1e-6)
+    assert "0.5·prior(rel)" in with_prior.describe()
+    assert Recipe.from_json(with_prior.to_json()) == with_prior
+
+
+def test_an_answer_prior_mixes_weighted_is_refused_by_rrf_and_checked_at_load(indexed, tmp_path):
+    from relsearch.retrieval.plan import PlanError, resolve
+
+    searcher, docs, _ = indexed
+    other = _with_prior(searcher, tmp_path, replace(RECIPE, prior={"rel": 0.4}), [docs[3]["text"]] * 2)
+    scoring = resolve(other.operators, {"rel": 0.5, "identity": 0.5})
+    assert scoring.mode == "recipe" and scoring.recipe.prior == {"rel": pytest.approx(0.2)}
+    with pytest.raises(PlanError, match="answer priors"):
+        resolve({"rel": replace(other.operators["rel"], info={"recipe": Recipe(mixture={"rel": 1.0}, prior={"rel": 0.4})
+                                                              .to_json(), "answer_prior": {"key": "sha1-16", "weights": {}}})},
+                {"rel": 1.0}, hybrid="rrf")
+    op = searcher.operators["rel"]
+    for i, (info, message) in enumerate([
+            ({"recipe": replace(RECIPE, prior={"rel": 0.4}).to_json()}, "prior names 'rel', which is not an operator "
+                                                                         "of this bundle with an answer_prior"),
+            ({"recipe": RECIPE.to_json(), "answer_prior": {"key": "sha1-16", "weights": {"ab": 7}}}, "malformed answer_prior"),
+            ({"recipe": {**RECIPE.to_json(), "prior": {"rel": 1e9}}, "answer_prior": {"key": "sha1-16", "weights": {}}},
+             "prior weights must be in")]):
+        bad = Operator(name="rel", kind=op.kind, params=op.params, info=info)
+        path = Bundle(encoder=encoder_identity(), operators={"rel": bad}).save(tmp_path / f"bad{i}")
+        with pytest.raises(QueryError, match=message):
+            Searcher(str(searcher.files.root), model=str(path))
+
+
+def test_choose_takes_the_answer_prior_when_answers_recur():
+    rng = np.random.default_rng(1)
+    n, m = 40, 300
+    exclude = np.zeros((n, m), bool)
+    exclude[np.arange(n), np.arange(n)] = True
+    popular = rng.choice(np.arange(n, m), 8, replace=False)  # a few texts answer most queries
+    gold = [{int(rng.choice(popular))} for _ in range(n)]
+    dense = {"identity": rng.random((n, m)), "rel": rng.random((n, m))}
+    for i, g in enumerate(gold):
+        dense["rel"][i, sorted(g)] += 0.3  # the operator helps, the prior more
+    weights = np.zeros(m, np.float32)
+    weights[popular] = 1.0
+    picked = choose("rel", dense, None, {}, exclude, gold, prior=weights)
+    assert picked.recipe.prior.get("rel", 0) > 0
+    assert not choose("rel", dense, None, {}, exclude, gold).recipe.prior  # no prior offered, none chosen
