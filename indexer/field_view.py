@@ -59,8 +59,9 @@ class FieldDocuments:
 
     def get(self, positions) -> dict[int, dict]:
         docs = self._docs.get(positions)
-        for doc in docs.values():
+        for pos, doc in docs.items():
             doc["text"] = self._text(doc["text"], doc["metadata"])
+            doc["norm"] = float(self._norms[pos, self.i])  # this field's ‖h‖ (the docstore holds field 0's)
         return docs
 
 

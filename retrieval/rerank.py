@@ -52,6 +52,9 @@ def document_vectors(searcher, hits: list[Hit]) -> np.ndarray:
         if pos is None or pos not in docs or pos >= base.files.positions:
             missing.append(i)
             continue
+        if hit.field is not None:  # a fused hit of an index of several texts: the vector of the text that matched
+            out[i] = base.for_field(hit.field).files.raw_rows(np.asarray([pos]))[0]
+            continue
         out[i] = np.asarray(base.files.vectors[pos], dtype=np.float32) * np.float32(docs[pos]["norm"])
     if missing:
         out[missing] = base.encoder.encode([hits[i].text for i in missing]).vectors

@@ -490,7 +490,8 @@ class Searcher:
     def _projected_vectors(self, name: str) -> np.ndarray:
         """normalize(t̂ Pᵀ) for every stored t̂: the copy `relsearch index` wrote for this P, else built here."""
         op, vectors = lookup(self.operators, name), self.files.vectors
-        stored = self.files.manifest.projections.get(name, {})
+        # the stored projected copy is of the first text field's vectors: another field's is built here
+        stored = self.files.manifest.projections.get(name, {}) if self._field in (None, self.text_fields[0]) else {}
         if stored.get("key") == projection_key(op.params["P"]) and re.fullmatch(r"projection-\d+\.npy",
                                                                                stored.get("file", "")):
             return np.load(self.files.root / stored["file"], mmap_mode="r", allow_pickle=False)

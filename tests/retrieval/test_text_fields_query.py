@@ -152,3 +152,16 @@ def test_lookup_collapses_share_classes_and_searches_one_field(multi, tmp_path):
     assert result.exit_code == 0, result.output
     orcl = json.loads(out.read_text().splitlines()[1])
     assert [r["id"] for r in orcl["results"]] == ["MSFT"]  # the one other document with a bloomberg text
+
+
+def test_rerank_reads_the_vectors_of_the_matched_field(searcher):
+    from relsearch.retrieval.hits import Hit
+    from relsearch.retrieval.rerank import document_vectors
+
+    wiki = searcher.for_field("wiki")
+    p = searcher.files.docstore.positions(["CVX"])["CVX"]
+    expected = wiki.files.raw_rows(np.asarray([p]))[0]
+    assert np.linalg.norm(expected) > 0  # CVX has a wiki text (and no text of field 0: a zero row there)
+    fused_hit = Hit("CVX", 0.5, "", {}, field="wiki")
+    assert np.allclose(document_vectors(searcher, [fused_hit])[0], expected, atol=1e-5)
+    assert np.allclose(document_vectors(wiki, [Hit("CVX", 0.5, "", {})])[0], expected, atol=1e-5)
