@@ -387,6 +387,9 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     NoSpaceError (nothing published; the encoded shards kept to resume) when the disk fills up.
     """
     started = time.perf_counter()
+    if job.es is not None and len(job.text_fields) > 1:  # the mirror has one dense field; a lacking text is a zero vector
+        raise IndexInputError("the Elasticsearch mirror holds an index of one text field; index several "
+                              f"({', '.join(job.text_fields)}) without --es-url")
     spool.sweep(job.index)  # standard-input copies of killed runs: never let them fill the disk this run needs
     check_input(job.input)
     if store.legacy(job.index):  # an index of the old layout becomes one folder before its build folder is chosen
