@@ -191,3 +191,14 @@ def test_a_failed_append_leaves_the_last_good_index(multi, tmp_path, monkeypatch
     s = Searcher(str(target))
     assert s.files.manifest.counts.documents == 6
     assert Searcher(str(target)).for_field("wiki").search([Query(text="oil")], k=1)[0][0].id in ("XOM", "CVX")
+
+
+def test_an_elasticsearch_mirror_of_several_texts_is_refused_before_any_work(tmp_path):
+    from relsearch.indexer.es_mirror import EsTarget
+    from relsearch.pipelines.assemble import IndexInputError
+
+    corpus = write_jsonl(tmp_path / "corpus.jsonl", ROWS[:2])
+    with pytest.raises(IndexInputError, match="Elasticsearch mirror holds an index of one text field"):
+        run_index(IndexJob(input=str(corpus), index=str(tmp_path / "idx"), text_field="text", text_fields=NAMES,
+                           es=EsTarget(url="http://127.0.0.1:9", alias="companies"), progress=False))
+    assert not (tmp_path / "idx").exists()
