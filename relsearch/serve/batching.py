@@ -30,7 +30,8 @@ def request_cost(req: SearchRequest) -> int:
     retrieval/paging.py ``collapse_depth``), doubled with ``explain``. Bounded per request and per
     micro-batch pass by ``ServeLimits.max_hits``."""
     candidates = req.k + req.offset
-    if req.collapse is not False:  # a field, or None: the index's recorded collapse field, if it has one
+    # a named field; an index's recorded collapse field (collapse None) is not counted: the request does not say it
+    if isinstance(req.collapse, str):
         candidates = collapse_depth(candidates)
     if req.rerank is not None:
         candidates = max(candidates, req.rerank_depth or RERANK_DEFAULT_DEPTH)
