@@ -306,3 +306,26 @@ def test_at_k_counts_a_gold_past_k_as_a_miss():
     exclude = np.eye(2, 5, dtype=bool)
     got = at_k(scores, [{2}, {3}], exclude, 2)  # ranks 2 and 3
     assert got == {"mrr@2": pytest.approx(0.25), "hits@2": 0.5, "pairs": 2}
+
+
+def test_fit_keeps_an_answer_prior_only_when_dev_chooses_it():
+    """A relation whose answers recur is offered its answer prior; the bundle entry keeps the table
+    only when dev chose a weight for it (and the test figure scores it, as the index will)."""
+    from relsearch.retrieval import prior
+    from relsearch.retrieval.recipe_fit import Split, fit
+
+    rng = np.random.default_rng(5)
+    texts = [f"{' '.join(rng.choice(WORDS, 3))} {i}" for i in range(200)]
+    popular = texts[150:156]  # a few texts answer most queries: the prior knows them, the vectors do not
+    pairs = {s: [(texts[i], popular[rng.integers(0, 6)]) for i in range(lo, lo + 50)] for s, lo in
+             (("train", 0), ("dev", 50), ("test", 100))}
+    split = {s: Split(texts, [h for h, _ in pairs[s]], text_vectors) for s in ("dev", "test")}
+    op = linear("rel", 0)
+    op.info["answer_prior"] = prior.table(t for _, t in pairs["train"])
+    report = fit(op, split["dev"].corpus(pairs["dev"]), split["test"].corpus(pairs["test"]), text_vectors)
+    assert report["recipe"]["prior"]["rel"] > 0 and "answer_prior" in op.info
+    assert report["test"]["recipe"] > report["test"]["operator"] + 0.1
+    useless = linear("rel", 0)
+    useless.info["answer_prior"] = prior.table(texts[:40] * 2)  # answers that never answer dev
+    report = fit(useless, split["dev"].corpus(pairs["dev"]), None, text_vectors)
+    assert "prior" not in report["recipe"] and "answer_prior" not in useless.info
