@@ -273,6 +273,13 @@ DESCRIBED = {
     "operator 'lin': whole_corpus must": lambda m: m["operators"][1].update(whole_corpus="fitted"),
     "operator 'lin': whole_corpus.test.recipe": lambda m: m["operators"][1].update(
         whole_corpus={"test": {"recipe": "0.5", "identity": 0.4}}),
+    "operator 'lin': transfer must": lambda m: m["operators"][1].update(transfer=["WikiQA", 0.6]),
+    "operator 'lin': transfer.relation": lambda m: m["operators"][1].update(
+        transfer={"dataset": "WikiQA test", "relation": "0.634", "identity": 0.647, "bm25": 0.39, "hybrid": 0.52}),
+    "operator 'lin': transfer.dataset": lambda m: m["operators"][1].update(
+        transfer={"dataset": {"name": "WikiQA"}, "relation": 0.6, "identity": 0.5}),
+    "operator 'lin': transfer.hits@10.identity": lambda m: m["operators"][1].update(
+        transfer={"relation": 0.6, "identity": 0.5, "hits@10": {"relation": 0.9, "identity": math.inf}}),
     "head 'h': info.metrics.pairs": lambda m: m["heads"][0]["info"].update(metrics={"accuracy": 0.9, "pairs": "many"}),
     "head 'h': info.metrics.macro_f1": lambda m: m["heads"][0]["info"].update(metrics={"accuracy": 0.9,
                                                                                        "macro_f1": math.nan}),
