@@ -11,6 +11,16 @@ document vectors — the index such a bundle needs.
 Cross-source: the same companies described by Wikipedia and Bloomberg are used as queries against
 the Yahoo descriptions: MRR@10 of the company's own Yahoo description ("finds itself in another
 source's words") and P@10 of same-industry peers among the others.
+
+Competitors: each test company whose own Wikipedia / Bloomberg texts name competitors of the corpus
+(bench/peers.py) queries every company, as ``--id`` queries of an index of the corpus would:
+whole-corpus MRR, and MRR@10 and hits@10 as ``-k 10`` shows them, for identity, BM25, hybrid and
+each operator alone and as its recipe (``similar-company``'s weights were chosen on train and dev
+companies). Then, since a test split names few competitors, similar-company's recipe choice is
+cross-validated over companies (``folds``): each fold's recipe chosen on the other folds' companies
+(linked companies stay in one fold), measured on its own; mean and spread over folds, and pooled.
+When a compared bundle's similar-company is a trained operator (a query tower trained on the train
+companies' competitors), every bundle is cross-validated over the dev and test companies only.
 """
 from __future__ import annotations
 

@@ -34,7 +34,11 @@ Relations and their preparation (splits are always the datasets' own):
                           Wikipedia and Bloomberg texts name (relsearch/bench/peers.py,
                           ``competitors=True``), measured on the test companies' competitors. A
                           linear operator trained on mined peers lost to identity on the whole
-                          corpus (test MRR 0.093 vs 0.128), so none is used.
+                          corpus (test MRR 0.093 vs 0.128), so none is used. ``--company-tower
+                          BUNDLE`` puts a similar-company query tower there instead (trained with
+                          ``relsearch train --regime encoder`` on tools/company_tower_data.py's
+                          triples); its recipe is then chosen on dev companies only (the tower has
+                          seen the train companies' competitors) and may leave the tower out.
 
 After training, every relation's recipe (what ``--relation NAME`` runs: the operator mixed with
 identity, BM25 and metadata bonuses) is chosen on dev by whole-corpus retrieval and measured on
@@ -255,8 +259,15 @@ def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | No
 
     reports = {}  # recipe-only relations: weights only, none learned from the pairs, so train and dev choose
     if "similar-company" in bundle.operators:
-        reports["similar-company"] = fit(bundle.operators["similar-company"], company_corpus(data, ("train", "dev")),
-                                         company_corpus(data, ("test",)), encode)
+        company = bundle.operators["similar-company"]
+        # a query tower (--company-tower) was trained on the train companies' competitors: dev alone chooses
+        choosing = ("train", "dev") if company.kind == "identity" else ("dev",)
+        if company.needs_text:
+            from relsearch.encoder.tower import attach_towers
+
+            attach_towers({"similar-company": company}, encoder)
+        reports["similar-company"] = fit(company, company_corpus(data, choosing), company_corpus(data, ("test",)),
+                                         encode)
     if "duplicate-question" in bundle.operators:  # an index of the forum: every question of the corpus
         forum = [q["text"] for q in _read(data / "meta_se_dupq" / "corpus.jsonl")]
         duplicates = prepared["duplicate-question"]
@@ -274,6 +285,25 @@ def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | No
     for name, report in sorted(reports.items()):
         print(f"{name}: recipe {report['recipe']}, test {report['test']}", flush=True)
     return reports
+
+
+def company_tower(path: str, encoder):
+    """The ``similar-company`` query tower of the bundle at ``path``, checked against the pack's
+    encoder (a tower trained on other weights is refused with one line)."""
+    from relsearch.encoder.bundle import load_bundle
+    from relsearch.encoder.tower import attach_towers
+
+    op = load_bundle(path).operators.get("similar-company")
+    if op is None or op.kind != "encoder":
+        raise SystemExit(f"--company-tower {path}: no similar-company query tower (kind encoder) in that bundle")
+    op.info.pop("recipe", None)  # chosen again, with the companies' GICS codes, on dev companies
+    op.info.pop("whole_corpus", None)
+    op.description = SOURCES["similar-company"]["description"]
+    try:
+        attach_towers({op.name: op}, encoder)
+    except ValueError as e:
+        raise SystemExit(f"--company-tower {path}: {e}") from None
+    return op
 
 
 def _answer_candidates(data: Path, split: str) -> list[str]:
@@ -357,7 +387,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --relation: take the other relations' operators from this pack instead of training "
                          "them (their recipes are chosen again)")
     ap.add_argument("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
+    ap.add_argument("--company-tower", default=None, metavar="BUNDLE",
+                    help="similar-company from this bundle's query tower (relsearch train --regime encoder on "
+                         "tools/company_tower_data.py's triples) instead of plain cosine; its recipe is chosen on "
+                         "dev companies only")
     args = ap.parse_args(argv)
+    if args.company_tower and "similar-company" not in (args.relation or ["similar-company"]):
+        ap.error("--company-tower replaces similar-company: add --relation similar-company or build every relation")
 
     from relsearch.encoder.bundle import Bundle, load_bundle
     from relsearch.encoder.model import Encoder, EncoderConfig
@@ -389,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
                 bundle.operators[name] = op
     for name in wanted & set(RECIPE_ONLY):  # a recipe over plain cosine: nothing in it is a trained operator
         bundle.operators[name] = Operator(name=name, kind="identity", description=SOURCES[name]["description"])
+    if args.company_tower:
+        bundle.operators["similar-company"] = company_tower(args.company_tower, encoder)
     if not args.relation:
         bundle.operators.update(company_extras(data, seed=args.seed, threads=args.threads, cache_dir=args.cache_dir))
     reports = fit_recipes(bundle, {r: prepared[r] for r in prepared if r in bundle.operators}, data, encoder,

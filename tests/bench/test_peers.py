@@ -89,3 +89,18 @@ def test_bench_companies_reports_competitors_at_10_and_cross_validated_over_comp
         assert p["mrr@10"]["mean"] == pytest.approx(sum(p["per_fold"]) / 3)
     assert len(folded[-1]["fold_recipes"]) == 3
     assert folded[-1]["mrr@10"]["pooled"] == 1.0  # one rival per company, in its own words: found first
+
+
+def test_build_pack_refuses_a_company_tower_that_is_no_query_tower():
+    import sys
+    from pathlib import Path
+
+    tools = Path(__file__).resolve().parents[2] / "tools"
+    sys.path.insert(0, str(tools))
+    try:
+        import build_pack
+    finally:
+        sys.path.remove(str(tools))
+    pack = Path(__file__).resolve().parents[2] / "relsearch" / "pack"
+    with pytest.raises(SystemExit, match="no similar-company query tower"):
+        build_pack.company_tower(str(pack), encoder=None)  # the pack's similar-company is plain cosine
