@@ -93,6 +93,7 @@ class TransferJob:
     precision: str = "auto"
     progress: bool = False
     sets: dict = field(default_factory=dict)  # relation → TransferSet, overriding TRANSFER_SETS (tests)
+    own_tests: dict | None = None  # relation → TransferSet, overriding OWN_TESTS (tests)
 
 
 # ---------------------------------------------------------------- the transfer sets
@@ -194,6 +195,16 @@ def sp500_industry(folder: Path) -> Task:
                        "Russell 3000 set's codes), over every company")
 
 
+def russell_test(field: str) -> Callable[[Path], Task]:
+    """The Russell 3000 test companies (the aspects' own test split, AspectCSE's pool): each → the
+    other test companies sharing its ``field``."""
+    def load(folder: Path) -> Task:
+        rows = [r for r in _companies(folder) if r.get("split") == "test"]
+        return _same_label(rows, {r["id"]: r.get(field) for r in rows},
+                           f"test company (--id) → the other test companies of its {field}, over every test company")
+    return load
+
+
 TRANSFER_SETS = {s.relation: s for s in (
     TransferSet("duplicate-question", "Qatar Living forum (SemEval-2016 3B)", "qatarliving_dupq", qatarliving),
     TransferSet("qa-entailment", "WikiQA test", "wikiqa", wikiqa),
@@ -202,6 +213,14 @@ TRANSFER_SETS = {s.relation: s for s in (
     TransferSet("similar-company", "S&P 500 (GICS sub-industry)", "sp500_companies", sp500),
     TransferSet("aspect:sector", "S&P 500 (GICS sector)", "sp500_companies", sp500_sector),
     TransferSet("aspect:industry", "S&P 500 (GICS industry)", "sp500_companies", sp500_industry),
+)}
+# A relation whose bundle entry has no whole-corpus test (no recipe fitted: the aspect operators) is
+# measured on its own test split the same way, so that its own figure also stands beside identity,
+# BM25 and the hybrid; stored as its ``whole_corpus.test`` ("recipe" = what --relation runs: the operator).
+OWN_TESTS = {s.relation: s for s in (
+    TransferSet("aspect:sector", "Russell 3000 test (GICS sector)", "russell3000_companies", russell_test("gics_sector")),
+    TransferSet("aspect:industry", "Russell 3000 test (GICS industry)", "russell3000_companies",
+                russell_test("gics_industry")),
 )}
 
 
@@ -359,27 +378,37 @@ def run_transfer(job: TransferJob, *, json_out: str | None = None, plot_out: str
     wanted = [r for r in (job.relations or sorted(sets)) if r in bundle.operators]
     if not wanted:
         raise BenchInputError(f"the bundle ships none of the relations with a transfer set ({', '.join(sorted(sets))})")
+    own_sets = OWN_TESTS if job.own_tests is None else job.own_tests
+    own_wanted = [r for r in wanted if r in own_sets and not _has_own_test(bundle.operators[r])]
     roots = _roots(job)
     folders = {r: find_folder(roots, sets[r].folder) for r in wanted}  # every folder checked before any work
+    own_folders = {r: find_folder(roots, own_sets[r].folder) for r in own_wanted}
     commit = commit_of(Path(__file__).resolve().parent)
-    entries, inputs, rows = {}, {}, []
+    entries, own, inputs, rows = {}, {}, {}, []
     with tempfile.TemporaryDirectory(prefix="relsearch-transfer-") as tmp:
         work = Path(job.work or tmp)
-        for name in wanted:
-            tset = sets[name]
-            task = tset.load(folders[name])
+
+        def measure(name: str, tset: TransferSet, folder: Path) -> dict:
+            task = tset.load(folder)
             if not task.queries:
-                raise BenchInputError(f"{folders[name]}: no query with a gold document for {name}")
+                raise BenchInputError(f"{folder}: no query with a gold document for {name}")
             t0 = clock()
-            index = build_index(task, work / tset.folder, bundle, job.precision, job.progress)
+            place = work / (tset.folder + ("" if tset is sets.get(name) else "-own-test"))
+            index = build_index(task, place, bundle, job.precision, job.progress)
             scores, warnings = ask(index, bundle.path or job.model, task, name, job.precision)
-            entries[name] = dict(entry(tset, task, scores, command or "", commit), warnings=warnings,
-                                 seconds=round(clock() - t0, 1),
-                                 paired_se={m: round(paired_se(scores["relation"]["rr"], scores[m]["rr"]), 4)
-                                            for m in METHODS[1:]})
-            inputs[name] = file_fingerprint(work / tset.folder / "corpus.jsonl")
-            e = entries[name]
-            rows.append([name, tset.dataset, e["queries"], e["candidates"], *(e[m] for m in METHODS),
+            inputs[f"{name} {tset.dataset}"] = file_fingerprint(place / "corpus.jsonl")
+            return dict(entry(tset, task, scores, command or "", commit), warnings=warnings,
+                        seconds=round(clock() - t0, 1),
+                        paired_se={m: round(paired_se(scores["relation"]["rr"], scores[m]["rr"]), 4) for m in METHODS[1:]})
+
+        for name in own_wanted:
+            own[name] = e = measure(name, own_sets[name], own_folders[name])
+            rows.append([f"{name} (own test)", e["dataset"], e["queries"], e["candidates"], *(e[m] for m in METHODS),
+                         e["hits@10"]["relation"], e["hits@10"]["identity"],
+                         "; ".join(losses({"whole_corpus": {"test": as_whole_corpus(e)}})) or "wins"])
+        for name in wanted:
+            entries[name] = e = measure(name, sets[name], folders[name])
+            rows.append([name, e["dataset"], e["queries"], e["candidates"], *(e[m] for m in METHODS),
                          e["hits@10"]["relation"], e["hits@10"]["identity"], "; ".join(losses({"transfer": e})) or "wins"])
     table = Table("transfer: each relation as --relation NAME runs it, on a dataset its recipe never saw "
                   "(whole corpus, filtered MRR)",
@@ -387,25 +416,43 @@ def run_transfer(job: TransferJob, *, json_out: str | None = None, plot_out: str
                    "H@10 rel", "H@10 id", "verdict"], rows,
                   note="MRR over every (query, gold) pair; BM25 = the index's BM25; hybrid = identity + BM25 by RRF; the "
                        "JSON has hits@10, first-hit MRR and the paired standard error of relation − each rival")
-    res = finish("transfer", {"relations": entries, "depth": DEPTH}, [table], inputs=inputs, bundle=bundle,
-                 command=command, started=started, clock=clock, json_out=json_out, precision=job.precision)
+    res = finish("transfer", {"relations": entries, "own_tests": own, "depth": DEPTH}, [table], inputs=inputs,
+                 bundle=bundle, command=command, started=started, clock=clock, json_out=json_out,
+                 precision=job.precision)
     if job.write_pack:
         write_pack(job.write_pack, {n: {k: v for k, v in e.items() if k not in ("warnings", "seconds", "paired_se")}
-                                    for n, e in entries.items()})
+                                    for n, e in entries.items()},
+                   {n: as_whole_corpus(e) for n, e in own.items()})
     return res
+
+
+def _has_own_test(op) -> bool:
+    corpus = op.info.get("whole_corpus")
+    return isinstance(corpus, dict) and isinstance(corpus.get("test"), dict) and "measured_by" not in corpus["test"]
+
+
+def as_whole_corpus(e: dict) -> dict:
+    """An own-test measurement as a ``whole_corpus.test`` entry (retrieval/recipe_fit.py's keys:
+    the relation as run is both the "recipe" and the "operator"), marked as this bench's."""
+    return {"recipe": e["relation"], "operator": e["relation"], **{m: e[m] for m in METHODS[1:]},
+            "first_hit": dict(e["first_hit"], recipe=e["first_hit"]["relation"]), "queries": e["queries"],
+            "candidates": e["candidates"], "dataset": e["dataset"], "protocol": e["protocol"],
+            "measured_by": "relsearch bench transfer", "date": e["date"], "commit": e["commit"]}
 
 
 # ---------------------------------------------------------------- the pack
 
-def write_pack(folder: str, entries: dict[str, dict]) -> None:
-    """Store ``entries`` (relation → transfer entry) in ``folder``'s bundle.json, each relation's
-    other fields untouched (written aside, then renamed over), and rewrite MODEL_CARD.md's transfer
-    section from the whole bundle."""
+def write_pack(folder: str, entries: dict[str, dict], own_tests: dict[str, dict] | None = None) -> None:
+    """Store ``entries`` (relation → transfer entry) in ``folder``'s bundle.json, and ``own_tests``
+    (relation → whole-corpus test of a relation without one), each relation's other fields untouched
+    (written aside, then renamed over), and rewrite MODEL_CARD.md's transfer section from the whole bundle."""
     path = Path(folder) / MANIFEST
     manifest = json.loads(path.read_text(encoding="utf-8"))
     for op in manifest["operators"]:
         if op["name"] in entries:
             op["transfer"] = entries[op["name"]]
+        if op["name"] in (own_tests or {}):
+            op["whole_corpus"] = {**(op.get("whole_corpus") or {}), "test": own_tests[op["name"]]}
     with replaced_atomically(path) as tmp:
         tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     path.chmod(0o644)
@@ -423,8 +470,8 @@ def card_section(bundle) -> str:
     lines = [CARD_HEADING, "",
              "Measured by `relsearch bench transfer` (bench/transfer.py): the set indexed with this bundle, each query "
              "asked through the query plan as `relsearch query` asks it; whole corpus, filtered MRR over every (query, "
-             "gold) pair. Own test: the recipe table above (whole-corpus test; an operator without a recipe: its "
-             "test metric against identity, — where not measured).", "",
+             "gold) pair. Own test: the recipe table above (whole-corpus test); an operator without a recipe (the "
+             "aspects) is measured by this bench on its own test split the same way.", "",
              "| relation | set | relation | identity | BM25 | hybrid | queries | texts | measured | verdict |",
              "|---|---|---:|---:|---:|---:|---:|---:|---|---|"]
     def cell(scores: dict, key: str) -> str:
@@ -438,7 +485,8 @@ def card_section(bundle) -> str:
             continue
         verdict = "; ".join(losses(op.info)) or "beats every rival measured, on both"
         if isinstance(test, dict):
-            lines.append(f"| {name} | own test (MRR) | {cell(test, 'recipe')} | {cell(test, 'identity')} | "
+            where = f"own test: {test['dataset']}" if isinstance(test.get("dataset"), str) else "own test"
+            lines.append(f"| {name} | {where} (MRR) | {cell(test, 'recipe')} | {cell(test, 'identity')} | "
                          f"{cell(test, 'bm25')} | {cell(test, 'hybrid')} | {test.get('queries', '')} | "
                          f"{test.get('candidates', '')} | | |")
         elif own_metric(op.info.get("metrics")):

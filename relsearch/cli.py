@@ -81,6 +81,8 @@ def relations(index_dir, model, as_json):
         click.echo(f"  {row['name']:<20} {row['kind']:<12} {row['description']}" + (f"\n  {'':<20} {metrics}" if metrics else ""))
         if "recipe" in row:
             click.echo(f"  {'':<20} {_format_recipe(row['recipe'], row.get('whole_corpus', {}))}")
+        elif _format_whole_corpus(row.get("whole_corpus")):  # no recipe: --relation runs the operator alone
+            click.echo(f"  {'':<20} runs: the operator alone; {_format_whole_corpus(row['whole_corpus'])}")
         if describe_transfer(row.get("transfer")):
             click.echo(f"  {'':<20} {describe_transfer(row['transfer'])}")
         for line in row.get("losses", ()):  # where it scores below identity, BM25 or the hybrid
@@ -92,12 +94,20 @@ def _format_recipe(recipe: dict, whole_corpus: dict) -> str:
     from relsearch.retrieval.recipe import Recipe
 
     line = f"runs: {Recipe.from_json(recipe).describe()}"  # checked at load (check_recipes)
-    test = whole_corpus.get("test")
-    if isinstance(test, dict) and all(isinstance(test.get(k), (int, float)) for k in ("recipe", "identity", "bm25",
-                                                                                       "hybrid")):
-        line += (f"; whole-corpus test MRR {test['recipe']:.3f} (identity {test['identity']:.3f}, BM25 "
-                 f"{test['bm25']:.3f}, hybrid {test['hybrid']:.3f})")
-    return line
+    measured = _format_whole_corpus(whole_corpus)
+    return f"{line}; {measured}" if measured else line
+
+
+def _format_whole_corpus(whole_corpus) -> str:
+    """The whole-corpus test MRR of what ``--relation NAME`` runs beside identity, BM25 and hybrid
+    ("" when the bundle does not have all four)."""
+    test = whole_corpus.get("test") if isinstance(whole_corpus, dict) else None
+    if not isinstance(test, dict) or not all(isinstance(test.get(k), (int, float)) for k in ("recipe", "identity",
+                                                                                             "bm25", "hybrid")):
+        return ""
+    where = f" ({test['dataset']})" if isinstance(test.get("dataset"), str) else ""
+    return (f"whole-corpus test{where} MRR {test['recipe']:.3f} (identity {test['identity']:.3f}, BM25 "
+            f"{test['bm25']:.3f}, hybrid {test['hybrid']:.3f})")
 
 
 def _format_metrics(metrics: dict) -> str:

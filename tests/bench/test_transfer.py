@@ -56,7 +56,8 @@ def test_bench_transfer_measures_each_method_through_the_plan_and_writes_the_pac
         (pack / f.name).write_bytes(f.read_bytes())
     (pack / "MODEL_CARD.md").write_text("# card\n\n## Notes\n\n- kept\n")
     job = TransferJob(data=(str(tiny / "data"),), model=str(pack), work=str(tmp_path / "work"), write_pack=str(pack),
-                      precision="fp32", sets={"dup": TransferSet("dup", "Tiny companies", "tiny", tiny_set)})
+                      precision="fp32", sets={"dup": TransferSet("dup", "Tiny companies", "tiny", tiny_set)},
+                      own_tests={"dup": TransferSet("dup", "Tiny own test", "tiny", tiny_set)})
     res = run_transfer(job, command="relsearch bench transfer (test)")
     got = res.payload["relations"]["dup"]
     assert got["queries"] == QUERIES and got["pairs"] == 2 * QUERIES and got["candidates"] == 24
@@ -89,6 +90,10 @@ def test_bench_transfer_measures_each_method_through_the_plan_and_writes_the_pac
     assert entry["relation"] == pytest.approx(got["relation"], abs=1e-4)
     assert set(entry["hits@10"]) == {"relation", "identity", "bm25", "hybrid"} and entry["date"]
     assert load_bundle(str(pack)).operators["dup"].info["transfer"] == entry  # round trip through load
+    # "dup" had no whole-corpus test: the same measurement of its own test split is stored as one
+    own = load_bundle(str(pack)).operators["dup"].info["whole_corpus"]["test"]
+    assert own["recipe"] == own["operator"] == pytest.approx(got["relation"], abs=1e-4)
+    assert own["measured_by"] == "relsearch bench transfer" and own["dataset"] == "Tiny own test"
     card = (pack / "MODEL_CARD.md").read_text()
     assert CARD_HEADING in card and "| dup | Tiny companies |" in card and "- kept" in card
     run_transfer(job, command="again")  # the section is replaced, not added twice; the index is reused
@@ -133,3 +138,13 @@ def test_a_malformed_transfer_entry_is_dropped_with_one_warning(tmp_path, caplog
     assert loaded.operators["r"].info["transfer"] == {"dataset": "Other", "identity": 0.4, "bm25": 0.2, "hybrid": 0.3}
     assert "transfer" not in loaded.operators["s"].info
     assert losses(loaded.operators["r"].info) == []  # no relation figure left: no verdict
+
+
+def test_a_fitted_whole_corpus_test_is_never_replaced():
+    from relsearch.bench.transfer import _has_own_test
+
+    fitted = Operator(name="r", kind="identity", info={"whole_corpus": {"test": {"recipe": 0.5}}})
+    ours = Operator(name="r", kind="identity", info={"whole_corpus": {"test": {"recipe": 0.5,
+                                                                               "measured_by": "relsearch bench transfer"}}})
+    assert _has_own_test(fitted) and not _has_own_test(ours)
+    assert not _has_own_test(Operator(name="r", kind="identity", info={"whole_corpus": {"not_fitted": "time budget"}}))

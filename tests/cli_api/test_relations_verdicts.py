@@ -72,3 +72,15 @@ def test_an_operator_without_a_recipe_is_judged_by_its_own_test_metric():
     # a whole-corpus test, when there is one, is what --relation runs: the operator's own metric is not asked
     assert losses({**aspect, "whole_corpus": {"test": {"recipe": 0.5, "identity": 0.4, "bm25": 0.1, "hybrid": 0.2}},
                    "metrics": {"metric": "mrr", "trained": {"mrr": 0.1}, "identity": {"mrr": 0.9}}}) == []
+
+
+def test_an_operator_without_a_recipe_lists_its_whole_corpus_test(tmp_path):
+    """An aspect operator measured by bench transfer on its own test: the listing shows that figure too."""
+    test = {"recipe": 0.31, "operator": 0.31, "identity": 0.25, "bm25": 0.33, "hybrid": 0.3, "dataset": "Own set"}
+    op = Operator(name="aspect:x", kind="identity", description="an aspect", info={"whole_corpus": {"test": test}})
+    Bundle(encoder={"model": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384}, operators={"aspect:x": op}).save(
+        tmp_path / "b")
+    out = CliRunner().invoke(cli, ["relations", "--model", str(tmp_path / "b")]).output
+    assert ("runs: the operator alone; whole-corpus test (Own set) MRR 0.310 (identity 0.250, BM25 0.330, hybrid "
+            "0.300)") in out
+    assert "! loses to BM25 on its own test (MRR 0.310 vs BM25 0.330)" in out
