@@ -53,13 +53,9 @@ def test_the_cue_and_the_name_must_share_a_sentence_and_a_sector():
     assert mine_peers(corpus("It has a 40% market share, ahead of Fernholt Foods."), competitors=True) == set()
 
 
-def test_bench_companies_reports_competitors_at_10_and_cross_validated_over_companies(tmp_path):
-    """``relsearch bench companies`` on a made-up corpus of six pairs of competitors: MRR@10 and
-    hits@10 of each method on the test companies, and the recipe choice cross-validated over
-    companies (each fold's recipe chosen on the other folds' companies)."""
+def rivals_corpus(tmp_path):
+    """A made-up corpus of six pairs of test companies, each naming its rival as a competitor."""
     import json
-
-    from relsearch.bench.companies import CompaniesJob, run_companies
 
     products = ["routers", "vaccines", "tankers", "mortgages", "turbines", "sneakers"]
     sectors = ["Information Technology", "Health Care", "Energy", "Financials", "Industrials", "Consumer Discretionary"]
@@ -76,6 +72,16 @@ def test_bench_companies_reports_competitors_at_10_and_cross_validated_over_comp
                          "text_wikipedia": f"{name} was founded in {1950 + g}. Its competitors include {other}."})
     corpus = tmp_path / "companies.jsonl"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return corpus
+
+
+def test_bench_companies_reports_competitors_at_10_and_cross_validated_over_companies(tmp_path):
+    """``relsearch bench companies`` on six pairs of competitors: MRR@10 and hits@10 of each method
+    on the test companies, and the recipe choice cross-validated over companies (each fold's recipe
+    chosen on the other folds' companies)."""
+    from relsearch.bench.companies import CompaniesJob, run_companies
+
+    corpus = rivals_corpus(tmp_path)
     res = run_companies(CompaniesJob(corpus=str(corpus), cache_dir=str(tmp_path / "cache"), depth=5, folds=3))
     held_out = {p["method"]: p for p in res.payload["competitors"] if p["gold"] == "competitors"}
     for method in ("identity", "bm25", "hybrid"):
@@ -104,3 +110,34 @@ def test_build_pack_refuses_a_company_tower_that_is_no_query_tower():
     pack = Path(__file__).resolve().parents[2] / "relsearch" / "pack"
     with pytest.raises(SystemExit, match="no similar-company query tower"):
         build_pack.company_tower(str(pack), encoder=None)  # the pack's similar-company is plain cosine
+
+
+def test_bench_companies_measures_a_company_query_tower_on_competitors(tmp_path, encoder):
+    """A bundle whose similar-company is a query tower: the competitor tables read each query
+    company's text through it (the vector-only tables leave it out), and the cross-validation runs
+    over dev and test companies only (the tower saw the train companies' competitors)."""
+    import numpy as np
+
+    from relsearch.bench.companies import CompaniesJob, run_companies
+    from relsearch.encoder.bundle import Bundle
+    from relsearch.encoder.relations import Operator
+    from relsearch.encoder.tower import MARKER
+    from relsearch.encoder.training.loop import write_bundle
+
+    rng = np.random.default_rng(0)
+    module = "encoder.layer.5.attention.self.query"
+    params = {f"{module}.lora_A": rng.normal(0, 0.05, (2, encoder.dim)).astype(np.float32),
+              f"{module}.lora_B": rng.normal(0, 0.05, (encoder.dim, 2)).astype(np.float32)}
+    tower = Operator(name="similar-company", kind="encoder", params=params, info={"tower": {
+        "name": "t", "marker": MARKER, "scale": 4.0, "base": encoder.identity["weights_sha256"]}})
+    bundle = tmp_path / "tower"
+    write_bundle(Bundle(encoder=dict(encoder.identity), operators={"similar-company": tower}), bundle)
+    res = run_companies(CompaniesJob(corpus=str(rivals_corpus(tmp_path)), models=(str(bundle),),
+                                     cache_dir=str(tmp_path / "cache"), depth=5, folds=3))
+    held_out = {p["method"]: p for p in res.payload["competitors"] if p["gold"] == "competitors"}
+    alone, identity = held_out["similar-company (operator alone)"], held_out["identity"]
+    assert 0 <= alone["mrr@10"] <= 1 and alone["pairs"] == identity["pairs"] == 12
+    assert "similar-company" not in {r["method"] for r in res.payload["rows"]}  # vectors only: no query text
+    folded = {p["method"]: p for p in res.payload["competitors_cv"]}
+    assert folded["similar-company (operator alone)"]["companies"] == "dev/test"
+    assert folded["similar-company (recipe chosen on the other folds)"]["queries"] == 12
