@@ -4,8 +4,8 @@ minimum score. Shared by ``relsearch query`` and the API (relsearch/api.py), so 
 Collapsing keeps the best-scoring hit of each value of the field (GOOG and GOOGL share a
 ``company`` value: one slot, not two). Values compare with their JSON type (``true`` is not ``1``,
 ``1`` is ``1.0``);
-a hit without the field, or whose value is null or a blank string, is a group of its own (the
-Russell corpus's companies with an empty name are not one company). Because collapsing removes hits, the search is
+a hit without the field, or whose value is a blank string, is a group of its own (the Russell
+corpus's companies with an empty name are not one company); null is a value like any other. Because collapsing removes hits, the search is
 repeated with a deeper candidate list (×4 each round) until the page is full, the index is exhausted
 or the candidates reach :func:`collapse_depth` (``COLLAPSE_FACTOR`` × the hits asked for, at most
 ``MAX_COLLAPSE_CANDIDATES``): a field with fewer values than the page has slots gives a short page
@@ -39,7 +39,7 @@ def collapse(hits: Sequence[H], field: str, taken: Sequence = ()) -> list[H]:
     whose value is among ``taken`` (the query document's own: GOOG's peers list no GOOGL)."""
     seen, out = {_key(v) for v in taken if has_value(v)}, []
     for hit in hits:
-        if has_value(hit.metadata.get(field)):
+        if field in hit.metadata and has_value(hit.metadata[field]):
             key = _key(hit.metadata[field])
             if key in seen:
                 continue
@@ -49,8 +49,8 @@ def collapse(hits: Sequence[H], field: str, taken: Sequence = ()) -> list[H]:
 
 
 def has_value(value) -> bool:
-    """Whether a collapse value groups hits: not null, not a blank string (those are no value)."""
-    return value is not None and not (isinstance(value, str) and not value.strip())
+    """Whether a collapse value groups hits: anything but a blank string, which names nothing."""
+    return not (isinstance(value, str) and not value.strip())
 
 
 def _key(value) -> str:
