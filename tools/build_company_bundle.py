@@ -25,7 +25,35 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import build_pack  # noqa: E402  (the pack's company pair recipe)
+import build_pack  # noqa: E402  (the pack's company corpus and sources)
+
+
+def company_pairs(data: Path, split: str, partners: int | None, rng: random.Random) -> list[dict]:
+    """similar-company triples: mined peers (relsearch/bench/peers.py) whose head is in ``split``;
+    for train both companies are, plus ``partners`` companies of the head's GICS sub-industry as a
+    weak prior (group = sub-industry, so sub-industry mates are never each other's negatives).
+    (The pack's similar-company is a recipe over plain cosine now; this bundle still trains an
+    adapter on the fine-tuned encoder.)"""
+    from collections import defaultdict
+
+    from relsearch.bench.peers import mine_peers
+
+    rows = build_pack._companies(data)
+    by_id = {c["id"]: c for c in rows}
+    triples = [{"head": by_id[a]["text"], "relation": "similar-company", "tail": by_id[b]["text"]}
+               for a, b in sorted(mine_peers(rows)) if by_id[a]["split"] == split
+               and (partners is None or by_id[b]["split"] == split) and by_id[a]["text"] != by_id[b]["text"]]
+    if partners:
+        groups = defaultdict(list)
+        for c in rows:
+            if c["split"] == split and c.get("gics_sub_industry_code"):
+                groups[str(c["gics_sub_industry_code"])].append(c)
+        for code, members in sorted(groups.items()):
+            for c in members:
+                others = [o for o in members if o["id"] != c["id"] and o["text"] != c["text"]]
+                triples += [{"head": c["text"], "relation": "similar-company", "tail": o["text"], "group": code}
+                            for o in rng.sample(others, min(partners, len(others)))]
+    return triples
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         files = {}
         for split in build_pack.SPLITS:
             files[split] = Path(tmp) / f"similar-company-{split}.jsonl"
-            rows = build_pack._company_pairs(data, split, 8 if split == "train" else None, rng)
+            rows = company_pairs(data, split, 8 if split == "train" else None, rng)
             files[split].write_text("".join(build_pack.json.dumps(r) + "\n" for r in rows))
         bundle = train_adapter([str(files["train"])], dev_files=[str(files["dev"])], test_files=[str(files["test"])],
                                config=TrainConfig(max_candidates=4096, seed=args.seed, threads=args.threads),
