@@ -486,7 +486,7 @@ def card_section(bundle) -> str:
         verdict = "; ".join(losses(op.info)) or "beats every rival measured, on both"
         if isinstance(test, dict):
             where = f"own test: {test['dataset']}" if isinstance(test.get("dataset"), str) else "own test"
-            lines.append(f"| {name} | {where} (MRR) | {cell(test, 'recipe')} | {cell(test, 'identity')} | "
+            lines.append(f"| {name} | {where} | {cell(test, 'recipe')} | {cell(test, 'identity')} | "
                          f"{cell(test, 'bm25')} | {cell(test, 'hybrid')} | {test.get('queries', '')} | "
                          f"{test.get('candidates', '')} | | |")
         elif own_metric(op.info.get("metrics")):

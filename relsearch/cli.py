@@ -105,7 +105,7 @@ def _format_whole_corpus(whole_corpus) -> str:
     if not isinstance(test, dict) or not all(isinstance(test.get(k), (int, float)) for k in ("recipe", "identity",
                                                                                              "bm25", "hybrid")):
         return ""
-    where = f" ({test['dataset']})" if isinstance(test.get("dataset"), str) else ""
+    where = f" on {test['dataset']}," if isinstance(test.get("dataset"), str) else ""
     return (f"whole-corpus test{where} MRR {test['recipe']:.3f} (identity {test['identity']:.3f}, BM25 "
             f"{test['bm25']:.3f}, hybrid {test['hybrid']:.3f})")
 

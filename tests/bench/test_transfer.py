@@ -122,7 +122,7 @@ def test_card_section_replaces_only_its_own_section():
         "transfer": {"dataset": "Other", "metric": "mrr", "relation": 0.3, "identity": 0.35, "bm25": 0.2,
                      "hybrid": 0.3}})})
     section = card_section(bundle)
-    assert "| r | own test (MRR) | 0.500 |" in section and "loses to identity on Other (MRR 0.300 vs identity 0.350)" in section
+    assert "| r | own test | 0.500 |" in section and "loses to identity on Other (MRR 0.300 vs identity 0.350)" in section
     assert losses(bundle.operators["r"].info) == ["loses to identity on Other (MRR 0.300 vs identity 0.350)"]
 
 

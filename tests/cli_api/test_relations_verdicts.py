@@ -81,6 +81,6 @@ def test_an_operator_without_a_recipe_lists_its_whole_corpus_test(tmp_path):
     Bundle(encoder={"model": "sentence-transformers/all-MiniLM-L6-v2", "dim": 384}, operators={"aspect:x": op}).save(
         tmp_path / "b")
     out = CliRunner().invoke(cli, ["relations", "--model", str(tmp_path / "b")]).output
-    assert ("runs: the operator alone; whole-corpus test (Own set) MRR 0.310 (identity 0.250, BM25 0.330, hybrid "
+    assert ("runs: the operator alone; whole-corpus test on Own set, MRR 0.310 (identity 0.250, BM25 0.330, hybrid "
             "0.300)") in out
     assert "! loses to BM25 on its own test (MRR 0.310 vs BM25 0.330)" in out
