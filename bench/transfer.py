@@ -35,10 +35,15 @@ Transfer sets (``--data`` roots are searched in order for each folder; see each 
   Russell 3000 set). Not leak-free: most S&P 500 companies are Russell 3000 training companies,
   described there by older Yahoo texts.
 
+A relation whose bundle entry has no whole-corpus test (no recipe was fitted: the aspects) is also
+measured on its own test split the same way (:data:`OWN_TESTS`: the Russell 3000 test companies),
+so that its own figure stands beside identity, BM25 and the hybrid as the others' do.
+
 ``--write-pack DIR`` stores each figure in DIR/bundle.json as the relation's ``transfer`` entry
 (dataset, metric, relation / identity / bm25 / hybrid, hits@10, queries, candidates, date, commit,
-command) and rewrites the "Transfer" section of DIR/MODEL_CARD.md; ``relsearch relations`` and the
-explorer's relations panel show it, and say when a relation loses (retrieval/verdicts.py).
+command), an own-test measurement as its ``whole_corpus.test``, and rewrites the "Transfer"
+section of DIR/MODEL_CARD.md; ``relsearch relations`` and the explorer's relations panel show
+them, and say when a relation loses (retrieval/verdicts.py).
 """
 from __future__ import annotations
 
