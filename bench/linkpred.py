@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -162,6 +162,19 @@ class Candidates:
     raw: dict[str, np.ndarray]
     bundle: Bundle
     inputs: dict
+    applied: dict = field(default_factory=dict)  # (query encoder, query text) → its vector, computed once
+
+    def query_vectors(self, op: Operator, queries: list[str]) -> np.ndarray:
+        """``op`` applied to each query's raw vector. A query encoder (a tower: a transformer pass
+        per text) runs once per distinct query over the whole evaluation, not once per method and
+        per triple: the own, hybrid and recipe rows score the same tower vectors."""
+        h = np.stack([self.raw[q] for q in queries])
+        if not op.needs_text:
+            return op.apply(h, queries)
+        new = list(dict.fromkeys(q for q in queries if (op.name, q) not in self.applied))
+        if new:
+            self.applied.update(zip(((op.name, q) for q in new), op.apply(np.stack([self.raw[q] for q in new]), new)))
+        return np.stack([self.applied[op.name, q] for q in queries])
 
 
 def load_candidates(job: LinkPredJob, query_texts) -> Candidates:
@@ -242,7 +255,7 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
     if method == "bm25":
         return bm25.scores([it.query for it in items])
     h = np.stack([cands.raw[it.query] for it in items])
-    dense = op.apply(h, [it.query for it in items]) @ op.documents(cands.unit).T
+    dense = cands.query_vectors(op, [it.query for it in items]) @ op.documents(cands.unit).T
     # the excluded candidates leave both lists, as `query --id` leaves out its own document
     if method == HYBRID:
         return rrf_matrix(dense, bm25.scores([it.query for it in items]), exclude=exclude)

@@ -539,3 +539,26 @@ def test_bench_linkpred_scores_a_stored_recipe_as_the_index_runs_it(qa_data, qa_
     expected = ranking_metrics(Ranks(np.array(lo), np.array(hi)), "realistic")
     # the recipe's pool and its normalisation are fixed by its depth, not by k: the two agree
     assert row["filtered"]["mrr"] == pytest.approx(expected["mrr"], abs=1e-4)
+
+
+def test_linkpred_runs_a_query_encoder_once_per_distinct_query():
+    """A tower's vectors are computed once per (operator, query) over the whole evaluation: the own,
+    hybrid and recipe rows, and a query with several test tails, reuse them."""
+    from types import SimpleNamespace
+
+    from relsearch.bench.linkpred import Candidates
+
+    seen = []
+
+    def apply(h, texts):
+        seen.extend(texts)
+        return h * 2.0
+
+    tower = SimpleNamespace(name="rel", needs_text=True, apply=apply)
+    raw = {t: np.full(3, i, np.float32) for i, t in enumerate(["a", "b", "c"])}
+    cands = Candidates(["x"], np.ones((1, 3), np.float32), raw, bundle=None, inputs={})
+    first = cands.query_vectors(tower, ["a", "b", "a"])
+    again = cands.query_vectors(tower, ["c", "b"])
+    assert seen == ["a", "b", "c"]
+    np.testing.assert_array_equal(first, [raw["a"] * 2, raw["b"] * 2, raw["a"] * 2])
+    np.testing.assert_array_equal(again, [raw["c"] * 2, raw["b"] * 2])
