@@ -110,7 +110,7 @@ class Recipe:
 
     def to_json(self) -> dict:
         return {"mixture": self.mixture, "bm25": self.bm25, "title": self.title, "same": self.same,
-                **({"prior": self.prior} if self.prior else {}), "depth": self.depth}
+                "prior": self.prior, "depth": self.depth}
 
     @classmethod
     def from_json(cls, entry, where: str = "recipe") -> Recipe:

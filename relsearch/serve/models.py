@@ -182,7 +182,7 @@ class RecipeParts(BaseModel):
     bm25: float = Field(description="BM25's share of the min-max normalised scores (recipe mode), in [0, 1].")
     title: float = Field(description="Weight of the query title's (first line) vector beside the mixture.")
     same: dict[str, float] = Field(description="Metadata field → bonus for sharing the query document's value.")
-    prior: dict[str, float] = Field(default_factory=dict, description="Relation → weight of its answer prior "
+    prior: dict[str, float] = Field(description="Relation → weight of its answer prior "
                                     "(retrieval/prior.py: how often a document answered it in training).")
     depth: int = Field(description="Candidates taken from each list: the pool the fusion re-orders.")
 

@@ -328,4 +328,4 @@ def test_fit_keeps_an_answer_prior_only_when_dev_chooses_it():
     useless = linear("rel", 0)
     useless.info["answer_prior"] = prior.table(texts[:40] * 2)  # answers that never answer dev
     report = fit(useless, split["dev"].corpus(pairs["dev"]), None, text_vectors)
-    assert "prior" not in report["recipe"] and "answer_prior" not in useless.info
+    assert not report["recipe"]["prior"] and "answer_prior" not in useless.info
