@@ -162,7 +162,7 @@ class Candidates:
     raw: dict[str, np.ndarray]
     bundle: Bundle
     inputs: dict
-    applied: dict = field(default_factory=dict)  # (query encoder, query text) → its vector, computed once
+    applied: dict = field(default_factory=dict)  # (query encoder, query text) → its vector; ("@prior", op) → its prior
 
     def query_vectors(self, op: Operator, queries: list[str]) -> np.ndarray:
         """``op`` applied to each query's raw vector. A query encoder (a tower: a transformer pass
@@ -175,6 +175,12 @@ class Candidates:
         if new:
             self.applied.update(zip(((op.name, q) for q in new), op.apply(np.stack([self.raw[q] for q in new]), new)))
         return np.stack([self.applied[op.name, q] for q in queries])
+
+    def prior(self, name: str) -> np.ndarray:
+        """Operator ``name``'s answer prior of every candidate (retrieval/prior.py), hashed once."""
+        if ("@prior", name) not in self.applied:
+            self.applied["@prior", name] = answer_prior.scores(self.bundle.operators[name], self.texts)
+        return self.applied["@prior", name]
 
 
 def load_candidates(job: LinkPredJob, query_texts) -> Candidates:
@@ -269,7 +275,7 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
             titles = title_vectors(lambda texts: np.stack([cands.raw[t] for t in texts]), [it.query for it in items], h)
             parts[TITLE] = titles @ cands.unit.T
         lexical = bm25.scores([it.query for it in items]) if recipe.bm25 else None
-        priors = {name: answer_prior.scores(cands.bundle.operators[name], cands.texts) for name in recipe.prior}
+        priors = {name: cands.prior(name) for name in recipe.prior}
         return score_matrix(recipe, parts, lexical, {}, exclude, priors)
     return dense
 
