@@ -64,8 +64,8 @@ class TrainableEncoder:
         self.model.train(mode)
         return self
 
-    def tokenize(self, texts: list[str]) -> dict:
-        return self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length,
+    def tokenize(self, texts: list[str], max_length: int | None = None) -> dict:
+        return self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length or self.max_length,
                               return_tensors="pt")
 
     def autocast(self):
@@ -76,9 +76,10 @@ class TrainableEncoder:
         return torch.autocast(device_type="cuda" if self.device.startswith("cuda") else "cpu",
                               dtype=self.autocast_dtype)
 
-    def forward(self, texts: list[str]):
-        """Raw pooled vectors (b, d) float32, with a graph when grad is enabled."""
-        batch = {k: v.to(self.device) for k, v in self.tokenize(texts).items()}
+    def forward(self, texts: list[str], max_length: int | None = None):
+        """Raw pooled vectors (b, d) float32, with a graph when grad is enabled; texts are cut at
+        ``max_length`` tokens (default: the training length)."""
+        batch = {k: v.to(self.device) for k, v in self.tokenize(texts, max_length).items()}
         with self.autocast():
             hidden = self.model(**batch).last_hidden_state
         hidden = hidden.float()
@@ -89,8 +90,9 @@ class TrainableEncoder:
 
     __call__ = forward
 
-    def embed(self, texts: list[str], *, batch_size: int = 128) -> np.ndarray:
-        """Raw vectors without gradients, in eval mode (for dev metrics)."""
+    def embed(self, texts: list[str], *, batch_size: int = 128, max_length: int | None = None) -> np.ndarray:
+        """Raw vectors without gradients, in eval mode (for dev metrics), cut at ``max_length`` tokens
+        (default: the training length; pass the serving length to score what an index will see)."""
         import torch
 
         was_training = self.model.training
@@ -100,7 +102,7 @@ class TrainableEncoder:
             order = np.argsort([len(t) for t in texts])  # similar lengths together: less padding
             for start in range(0, len(texts), batch_size):
                 idx = order[start:start + batch_size]
-                out.append((idx, self.forward([texts[i] for i in idx]).cpu().numpy()))
+                out.append((idx, self.forward([texts[i] for i in idx], max_length).cpu().numpy()))
         self.model.train(was_training)
         vecs = np.empty((len(texts), self.dim), dtype=np.float32)
         for idx, v in out:

@@ -30,7 +30,8 @@ Recipe (informed by SimKGC and sentence-transformers' CachedMultipleNegativesRan
   costs about 15% of a step;
 - bf16 autocast on CUDA GPUs that have it (fp16 on older ones, bf16 on AMX CPUs, else fp32).
 
-Dev MRR (over the whole table, filtered, query excluded) at step 0, every ``eval_every`` steps and
+Dev MRR (over the whole table, filtered, query excluded; queries cut at the base encoder's length,
+as an index's query encoder cuts them, not at the training ``max_length``) at step 0, every ``eval_every`` steps and
 at each epoch's end keeps the best state; ``patience`` evaluations without a gain stop the run.
 With ``inverse`` the history also records the dev MRR of each direction (``dev_mrr_tail`` over the
 relations, ``dev_mrr_head`` over their ``^-1``); ``dev_mrr``, which early stopping reads, is over
@@ -290,7 +291,7 @@ def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig
     base_ref = load_bundle(base).encoder if base else load_bundle(None).encoder
     frozen = Encoder(EncoderConfig(model=base_ref["model"], max_length=base_ref.get("max_length")))
     table = normalize(encode_cached(frozen, text_list, cache_dir=config.cache_dir, progress=config.progress))
-    run = _Run(config, base_ref["model"], text_list, data, table, budget)
+    run = _Run(config, base_ref["model"], text_list, data, table, budget, serve_length=frozen.max_length)
     hyper = _hyper(config, train_files, base, candidates)
     checkpoint = Checkpoint(out, hyper) if out else None
     run.start(checkpoint)
@@ -303,13 +304,16 @@ class _Run:
     """The LoRA query tower being trained, its optimizer and schedule, and the run's progress."""
 
     def __init__(self, config: TowerConfig, model: str, text_list: list[str], data: dict[str, _Data],
-                 table: np.ndarray, budget: Budget | None = None):
+                 table: np.ndarray, budget: Budget | None = None, serve_length: int | None = None):
         import torch
         from peft import LoraConfig, get_peft_model
 
         from .finetune import TrainableEncoder, adamw
 
         self.config, self.text_list, self.data, self.table = config, text_list, data, table
+        # dev and test queries are cut where the index's query encoder cuts them, not at the
+        # training length: the trainer then reports what a search will show
+        self.serve_length = serve_length
         self.budget = budget or Budget(config.time_budget)
         self.known = _known(*data.values())
         cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
@@ -383,7 +387,7 @@ class _Run:
 
     def tower_unit(self, split: _Data, rows: np.ndarray) -> np.ndarray:
         by_rel = [(split.rel[r], self.text_list[split.head[r]]) for r in rows]
-        return normalize(self.encoder.embed([marked(MARKER, r, [x])[0] for r, x in by_rel]))
+        return normalize(self.encoder.embed([marked(MARKER, r, [x])[0] for r, x in by_rel], max_length=self.serve_length))
 
     def dev_scores(self) -> dict[str, float]:
         """``{"dev_mrr"}`` over the sampled dev triples, plus ``dev_mrr_tail`` and ``dev_mrr_head`` (the

@@ -287,6 +287,24 @@ def test_train_tower_options_are_checked():
     assert result.exit_code != 0 and "--margin does not apply to --objective transition" in result.output
 
 
+def test_trainer_scores_queries_at_the_length_the_index_reads_them(tmp_path, encoder):
+    """Trained on 4-token queries, the tower is served at the base encoder's length: the trainer's test
+    MRR must be what the served operator gives, not what 4-token queries give."""
+    data = write_jsonl(tmp_path / "t.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    config = TowerConfig(epochs=1, batch_size=3, max_length=4, progress=False, cache_dir=str(tmp_path / "cache"))
+    bundle = train_tower([data], test_files=[data], config=config)
+    reported = bundle.operators["para"].info["metrics"]["trained"]["mrr"]
+    attach_towers(bundle.operators, encoder)
+    texts = list(dict.fromkeys(x for pair in PAIRS for x in pair))
+    table = normalize(encoder.encode(texts).vectors)
+    queries = normalize(bundle.operators["para"].apply(None, [h for h, _ in PAIRS]))
+    ranks = []
+    for (head, tail), q in zip(PAIRS, queries):
+        scores = {t: float(v @ q) for t, v in zip(texts, table) if t != head}  # the query itself is excluded
+        ranks.append(1 + sum(s > scores[tail] for s in scores.values()))
+    assert reported == pytest.approx(np.mean([1 / r for r in ranks]), abs=1e-4)
+
+
 def test_bundle_json_describes_the_tower(tmp_path, encoder):
     Bundle(encoder=dict(encoder.identity), operators={"p": tower_op(encoder, "p")}).save(tmp_path / "b")
     entry = next(e for e in json.loads((tmp_path / "b" / "bundle.json").read_text())["operators"] if e["name"] == "p")
