@@ -149,13 +149,18 @@ class LexicalSegment:
                        json.loads(z["vocab"].tobytes().decode("utf-8")))
 
     def scores(self, tokens: list[str]) -> np.ndarray:
-        """BM25 score of every row for one tokenised query (0 where no term matches)."""
+        """BM25 score of every row for one tokenised query (0 where no term matches): each distinct
+        term's contributions added in float32, term after term, by one unbuffered ``np.add.at`` over
+        the terms' slices laid end to end: one call per term took a tenth of a lookup of peers over
+        three texts, whose queries are whole descriptions of a hundred terms and more."""
         out = np.zeros(len(self.positions), np.float32)
-        for term in set(tokens):
-            t = self.vocab.get(term)
-            if t is not None and t + 1 < len(self.indptr):
-                lo, hi = self.indptr[t], self.indptr[t + 1]
-                np.add.at(out, self.indices[lo:hi], self.data[lo:hi])
+        found = [t for t in map(self.vocab.get, set(tokens)) if t is not None and t + 1 < len(self.indptr)]
+        if found:
+            terms = np.asarray(found, np.int64)
+            lo, lengths = self.indptr[terms], self.indptr[terms + 1] - self.indptr[terms]
+            ends = np.cumsum(lengths)
+            take = np.arange(ends[-1], dtype=np.int64) + np.repeat(lo - (ends - lengths), lengths)
+            np.add.at(out, self.indices[take], self.data[take])
         return out
 
 

@@ -161,6 +161,34 @@ def test_bm25_lists_equal_bm25s_own_scores():
     assert lexical.build(["the it", "x"]).scores is None  # no term at all: nothing bm25s could index
 
 
+def test_a_querys_bm25_scores_add_each_terms_list_in_float32_term_after_term(tmp_path):
+    """LexicalSegment.scores adds every distinct query term's contributions with one np.add.at over
+    the terms' lists laid end to end: bit for bit what one np.add.at per term, in the same term
+    order, gives (float32 sums depend on that order), for whole descriptions as queries (a lookup
+    of peers), repeated and unknown terms, a query of stop words and an empty one."""
+    from relsearch.bench.speed import real_sentences
+
+    texts = real_sentences(2000, data_dir=SHARED_DATA)
+    lexical.write(tmp_path / "bm25.npz", np.arange(100, 100 + len(texts)), texts)
+    segment = lexical.LexicalSegment.load(tmp_path / "bm25.npz")
+
+    def per_term(tokens):
+        out = np.zeros(len(segment.positions), np.float32)
+        for term in set(tokens):
+            t = segment.vocab.get(term)
+            if t is not None and t + 1 < len(segment.indptr):
+                lo, hi = segment.indptr[t], segment.indptr[t + 1]
+                np.add.at(out, segment.indices[lo:hi], segment.data[lo:hi])
+        return out
+
+    queries = [" ".join(texts[i:i + 8]) for i in range(0, 400, 8)] + [
+        texts[3] + " " + texts[3], "zzyzx qwerty " + texts[5], "the and of it", ""]
+    for tokens in lexical.tokenize(queries):
+        got, want = segment.scores(tokens), per_term(tokens)
+        assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    assert segment.scores(lexical.tokenize([" ".join(texts[:40])])[0]).any()
+
+
 def test_hybrid_over_segments_deletes_and_filters(index):
     mutations.append(str(index), [Block([{"id": "new", "text": "zeppelin airship cloud", "metadata": {"group": 0}}],
                                         raw_vectors(1, 9))], n=1, run={"read": 1})
