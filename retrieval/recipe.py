@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -457,11 +458,14 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
     query_meta = _query_metadata(searcher, queries, own) if wanted else [{}] * len(queries)
     priors = {name: (w, answer_prior.weights_of(searcher.operators[name])) for name, w in recipe.prior.items() if w}
     rows_p, rows_s, parts = [], [], []
-    for i in range(len(queries)):
-        ranked, row_parts = _rank_row(recipe, dense, lexical, i, wanted, query_meta[i], priors, searcher, k)
-        rows_p.append([p for p, _ in ranked] + [-1] * (k - len(ranked)))
-        rows_s.append([s for _, s in ranked] + [-np.inf] * (k - len(ranked)))
-        parts.append(row_parts)
+    pooled = [_pooled(recipe, dense, lexical, i) for i in range(len(queries))]
+    for rows, docs in _pool_documents(searcher, [pool for pool, _ in pooled], wanted or priors):
+        for i in rows:
+            ranked, row_parts = _rank_row(recipe, dense, i, *pooled[i], docs, wanted, query_meta[i], priors, k,
+                                          explain)
+            rows_p.append([p for p, _ in ranked] + [-1] * (k - len(ranked)))
+            rows_s.append([s for _, s in ranked] + [-np.inf] * (k - len(ranked)))
+            parts.append(row_parts)
     result = SearchResult(np.asarray(rows_p, np.int64).reshape(len(queries), k),
                           np.asarray(rows_s, np.float32).reshape(len(queries), k))
     # explained without mixture:NAME parts: a recipe's parts are its own (below)
@@ -481,34 +485,74 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
     return out
 
 
-def _rank_row(recipe: Recipe, dense: SearchResult, lexical: SearchResult | None, i: int, wanted: dict,
-              query_meta: dict, priors: dict, searcher, k: int) -> tuple[list[tuple[int, float]], dict[int, dict]]:
-    """Query ``i``'s top k as (position, score) and each hit's parts: the pool by fused score
-    (ties to the smaller position), then the dense list past the pool in its order. ``priors``:
-    operator → (weight, its answer prior's weights by text key)."""
-    row_p, row_s = dense.positions[i], dense.scores[i].astype(np.float64)
+def _pooled(recipe: Recipe, dense: SearchResult, lexical: SearchResult | None,
+            i: int) -> tuple[set[int], dict[str, dict[int, float]]]:
+    """Query ``i``'s pool — the top ``recipe.depth`` of its dense list and its BM25 list — and each
+    list's part: position → its share of the min-max normalised score."""
+    row_p, row_s = dense.positions[i], dense.scores[i]
     valid = row_p >= 0
-    row_p, row_s = row_p[valid], row_s[valid]
-    pooled_p, pooled_s = row_p[:recipe.depth], row_s[:recipe.depth]
+    pooled_p, pooled_s = row_p[valid][:recipe.depth], row_s[valid][:recipe.depth].astype(np.float64)
     contributions = {"recipe:dense": _normalised(pooled_p, pooled_s, 1.0 - recipe.bm25)}
     if lexical is not None:
         lex_valid = lexical.positions[i] >= 0
         contributions["recipe:bm25"] = _normalised(lexical.positions[i][lex_valid],
                                                    lexical.scores[i][lex_valid].astype(np.float64), recipe.bm25)
-    pool = set().union(*contributions.values())
-    docs = searcher.files.docstore.get(sorted(pool)) if wanted or priors else {}
+    return set().union(*contributions.values()), contributions
+
+
+POOL_DOCUMENTS = 4096  # documents of several queries' pools read (and their metadata decoded) at once
+
+
+def _pool_documents(searcher, pools: list[set[int]], wanted) -> Iterator[tuple[list[int], dict[int, dict]]]:
+    """(queries, their pools' documents) in query order: one docstore read for the pools of as
+    many queries as share at most :data:`POOL_DOCUMENTS` documents, not one per query — a batch of
+    peers within one sector pools the same few hundred companies, and each read decoded every
+    pooled document's metadata (their long texts, for an index of several: 38% of a fused lookup
+    with one read per query, per text field). No read when nothing ``wanted`` reads a document."""
+    if not wanted:
+        yield list(range(len(pools))), {}
+        return
+    rows: list[int] = []
+    held: set[int] = set()
+    for i, pool in enumerate(pools):
+        grown = held | pool
+        if rows and len(grown) > POOL_DOCUMENTS:
+            yield rows, searcher.files.docstore.get(sorted(held))
+            rows, grown = [], set(pool)
+        rows.append(i)
+        held = grown
+    if rows:
+        yield rows, searcher.files.docstore.get(sorted(held))
+
+
+def _rank_row(recipe: Recipe, dense: SearchResult, i: int, pool: set[int], contributions: dict[str, dict[int, float]],
+              docs: dict[int, dict], wanted: dict, query_meta: dict, priors: dict, k: int,
+              explain: bool = True) -> tuple[list[tuple[int, float]], dict[int, dict]]:
+    """Query ``i``'s top k as (position, score) and, with ``explain``, each hit's parts: the pool
+    (:func:`_pooled`) by fused score (ties to the smaller position), then the dense list past the
+    pool in its order. ``docs``: position → document, for every pooled one when ``wanted`` or
+    ``priors`` read them. ``priors``: operator → (weight, its answer prior's weights by text key)."""
+    contributions = dict(contributions)
     for f, w in wanted.items():
         values = query_meta.get(f, [])  # the query document's value, or any liked document's
         contributions[f"recipe:same:{f}"] = {p: w for p in pool if docs[p]["metadata"].get(f) in values}
     for name, (w, weights) in priors.items():
         found = {p: weights.get(answer_prior.key(docs[p]["text"]), 0.0) for p in pool}
         contributions[f"recipe:prior:{name}"] = {p: w * v for p, v in found.items() if v}
-    total = {p: sum(part.get(p, 0.0) for part in contributions.values()) for p in pool}
+    # each position's parts added in the parts' order, as sum() adds them (a part without it adds 0.0)
+    total = dict.fromkeys(pool, 0)
+    for part in contributions.values():
+        for p, value in part.items():
+            total[p] += value
     ranked = sorted(total.items(), key=lambda item: (-item[1], item[0]))[:k]
-    parts = {p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in ranked}
-    if len(ranked) < k and len(row_p) > len(pooled_p):  # past the pool: the dense order goes on
+    parts = {p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in ranked} if explain else {}
+    row_p, row_s = dense.positions[i], dense.scores[i].astype(np.float64)
+    valid = row_p >= 0
+    row_p, row_s = row_p[valid], row_s[valid]
+    pooled_s = row_s[:recipe.depth]
+    if len(ranked) < k and len(row_p) > len(pooled_s):  # past the pool: the dense order goes on
         lo, span = _bounds(pooled_s[None], np.ones((1, len(pooled_s)), bool))
-        rest = [j for j in range(len(pooled_p), len(row_p)) if int(row_p[j]) not in pool][:k - len(ranked)]
+        rest = [j for j in range(len(pooled_s), len(row_p)) if int(row_p[j]) not in pool][:k - len(ranked)]
         scores = past_pool(recipe, row_s[rest], lo[0, 0], span[0, 0])
         for j, score in zip(rest, scores):
             p = int(row_p[j])
@@ -523,7 +567,7 @@ def _normalised(positions: np.ndarray, scores: np.ndarray, weight: float) -> dic
         return {}
     span = scores.max() - scores.min()
     normalised = (scores - scores.min()) / span if span > 0 else np.ones_like(scores)
-    return {int(p): weight * float(s) for p, s in zip(positions, normalised)}
+    return dict(zip(np.asarray(positions, np.int64).tolist(), (weight * normalised).tolist()))  # float64 products
 
 
 def _without(result: SearchResult, excluded: list[set[int]], depth: int) -> SearchResult:
@@ -531,7 +575,9 @@ def _without(result: SearchResult, excluded: list[set[int]], depth: int) -> Sear
     positions = np.full((len(excluded), depth), -1, np.int64)
     scores = np.full((len(excluded), depth), -np.inf, np.float32)
     for i, (row, row_scores) in enumerate(zip(result.positions, result.scores)):
-        keep = (row >= 0) & ~np.isin(row, list(excluded[i]))
+        keep = row >= 0
+        for p in excluded[i]:  # the query document, and a query by examples' few documents
+            keep &= row != p
         kept_p, kept_s = row[keep][:depth], row_scores[keep][:depth]
         positions[i, :len(kept_p)], scores[i, :len(kept_s)] = kept_p, kept_s
     return SearchResult(positions, scores)

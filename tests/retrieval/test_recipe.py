@@ -413,6 +413,76 @@ def test_an_answer_prior_ranks_the_index_as_the_whole_table_scores(indexed, tmp_
     assert Recipe.from_json(with_prior.to_json()) == with_prior
 
 
+def test_a_batch_reads_its_pooled_documents_at_once_and_ranks_each_query_as_alone(indexed, tmp_path, monkeypatch):
+    """A batch's pooled documents (for the bonuses and the answer prior) are read together, not once
+    per query (retrieval/recipe.py _pool_documents: a lookup's batch of peers pools the same
+    companies); the answers do not depend on how many documents are read at once, bit for bit,
+    and each query gets what it gets alone."""
+    searcher, docs, _ = indexed
+    with_prior = replace(RECIPE, prior={"rel": 0.5}, depth=20)  # pools of 20-40: each query's its own
+    other = _with_prior(searcher, tmp_path, with_prior, [docs[j]["text"] for j in (3, 3, 8, 50, 77)])
+    queries = [Query(doc_id=f"d{i}", relations={"rel": 1.0}) for i in range(0, N, 5)] + \
+        [Query(text="oil gas bank", relations={"rel": 1.0})]
+    options = SearchOptions(k=12, explain=True)
+    store = other.files.docstore
+    reads = []
+    monkeypatch.setattr(store, "get", lambda positions, get=store.get: reads.append(len(positions)) or get(positions))
+    batch = run(other, queries, options)
+    assert len(reads) <= 5 < len(queries) and max(reads) > 40  # the batch's pools in one read, past one pool
+    monkeypatch.setattr(recipes, "POOL_DOCUMENTS", 25)  # a read per query or two: the same answers
+    reads.clear()
+    assert run(other, queries, options) == batch and len(reads) > 10
+    alone = [run(other, [q], options)[0] for q in queries]  # FAISS scores a batch and one query alike to ~1e-7
+    assert _ids(alone) == _ids(batch)
+    np.testing.assert_allclose([h.score for row in alone for h in row], [h.score for row in batch for h in row],
+                               atol=1e-5)
+    assert any(h.explain["recipe:prior:rel"] for row in batch for h in row)
+    assert any(h.explain["recipe:same:group"] for row in batch for h in row)
+
+
+def test_the_pools_fused_scores_are_their_parts_summed_in_order_bit_for_bit():
+    """_rank_row adds each pooled position's parts (dense, BM25, bonuses, prior) in the parts'
+    order: the float64 sums, ranking and parts are exactly those of sum() over every part (0.0 where
+    a part lacks the position), ties to the smaller position, then the dense list past the pool."""
+    from relsearch.indexer.ann import SearchResult
+    from relsearch.retrieval import prior
+
+    rng = np.random.default_rng(11)
+    n, depth, k = 300, 40, 85  # pools of at most 80: the dense list goes on past them
+    texts = [f"t{j % 17}" for j in range(n)]
+    metadata = [{"a": int(rng.integers(3)), "b": int(rng.integers(2)), **({"c": 1} if j % 5 else {})} for j in range(n)]
+    documents = {j: {"text": texts[j], "metadata": metadata[j]} for j in range(n)}
+    recipe = Recipe(mixture={"identity": 1.0}, bm25=0.7, same={"a": 0.5, "b": 0.05, "c": 0.1}, prior={"rel": 0.3},
+                    depth=depth)
+    priors = {"rel": (0.3, {prior.key(f"t{j}"): round(float(rng.random()), 4) for j in range(0, 17, 3)})}
+    rows = 20
+    dense_p = np.stack([rng.permutation(n)[:90] for _ in range(rows)])
+    dense_s = np.sort(rng.choice(np.linspace(0, 1, 30), (rows, 90)).astype(np.float32), axis=1)[:, ::-1]  # ties
+    lex_p = np.stack([rng.permutation(n)[:depth] for _ in range(rows)])
+    lex_s = np.sort(rng.choice(np.linspace(0, 9, 12), (rows, depth)).astype(np.float32), axis=1)[:, ::-1]
+    lex_p[3, 30:], lex_s[3, 30:] = -1, -np.inf  # a short BM25 list
+    dense, lexical = SearchResult(dense_p, dense_s), SearchResult(lex_p, lex_s)
+    wanted = dict(recipe.same)
+    for i in range(rows):
+        query_meta = {"a": [metadata[i]["a"]], "b": [metadata[i]["b"]], "c": [1]}
+        pool, parts_in = recipes._pooled(recipe, dense, lexical, i)
+        ranked, parts = recipes._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, k)
+        # the reference: every part as a dict, each position's score sum() of them in order
+        contributions = dict(parts_in)
+        for f, w in wanted.items():
+            contributions[f"recipe:same:{f}"] = {p: w for p in pool if metadata[p].get(f) in query_meta[f]}
+        weights = priors["rel"][1]
+        contributions["recipe:prior:rel"] = {p: 0.3 * weights[prior.key(texts[p])] for p in pool
+                                             if weights.get(prior.key(texts[p]), 0.0)}
+        total = {p: sum(part.get(p, 0.0) for part in contributions.values()) for p in pool}
+        want = sorted(total.items(), key=lambda item: (-item[1], item[0]))
+        assert len(want) < k and ranked[:len(want)] == want
+        assert len(ranked) == k and all(s < 0 for _, s in ranked[len(want):])  # past the pool
+        assert all(parts[p] == {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in want[:k])
+        assert recipes._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, k,
+                                 explain=False)[0] == ranked
+
+
 def test_an_answer_prior_mixes_weighted_is_refused_by_rrf_and_checked_at_load(indexed, tmp_path):
     from relsearch.retrieval.plan import PlanError, resolve
 
