@@ -17,20 +17,36 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from .hits import Hit
+from .hits import Hit, HitColumns
 
 
 def fuse_max(per_field: Sequence[Sequence[Sequence[Hit]]], names: Sequence[str], fetch: int) -> list[list[Hit]]:
     """``per_field[f][i]``: query ``i``'s hits in text field ``names[f]``, best first → each
     query's first ``fetch`` documents by their best score over the fields, each hit carrying the
-    field that gave it (``Hit.field``; ties: the field named first, then the better rank)."""
+    field that gave it (``Hit.field``; ties: the field named first, then the better rank).
+    A field's hits given as columns (:class:`~.hits.HitColumns`) are compared by id and score
+    alone, and only the kept ones are built: a lookup of peers over three texts built and decoded
+    the metadata of three times the hits it kept."""
     out = []
-    for rows in zip(*per_field):
-        best: dict[str, Hit] = {}
-        for name, hits in zip(names, rows):
-            for hit in hits:
-                held = best.get(hit.id)
-                if held is None or hit.score > held.score:
-                    best[hit.id] = dataclasses.replace(hit, field=name)
-        out.append(sorted(best.values(), key=lambda h: -h.score)[:fetch])  # stable: first seen wins ties
+    for i in range(len(per_field[0]) if per_field else 0):
+        best: dict[str, tuple[float, int, int]] = {}  # id → its best score, that hit's field and rank
+        for f, lists in enumerate(per_field):
+            if isinstance(lists, HitColumns):
+                n = int(lists.counts[i])
+                ids, scores = lists.ids(i), lists.scores[i, :n].tolist()  # the scores its hits would carry
+            else:
+                ids, scores = [h.id for h in lists[i]], [h.score for h in lists[i]]
+            for j, (doc, score) in enumerate(zip(ids, scores)):
+                held = best.get(doc)
+                if held is None or score > held[0]:
+                    best[doc] = (score, f, j)
+        kept = sorted(best.values(), key=lambda b: -b[0])[:fetch]  # stable: first seen wins ties
+        built: dict[tuple[int, int], Hit] = {}
+        for f, lists in enumerate(per_field):
+            ranks = [j for _, g, j in kept if g == f]
+            if isinstance(lists, HitColumns):
+                built.update(((f, j), hit) for j, hit in zip(ranks, lists.hits(i, ranks, field=names[f])))
+            else:
+                built.update(((f, j), dataclasses.replace(lists[i][j], field=names[f])) for j in ranks)
+        out.append([built[f, j] for _, f, j in kept])
     return out

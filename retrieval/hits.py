@@ -47,7 +47,11 @@ class Hit:
         if metadata and fields is None:
             return self
         chosen = {f: self.metadata[f] for f in (fields or ()) if f in self.metadata} if metadata else {}
-        return replace(self, metadata=chosen)
+        if not _FAST:
+            return replace(self, metadata=chosen)
+        hit = _new(Hit)  # replace() without __init__, as _hit builds hits: a lookup shapes every hit it writes
+        _set(hit, "__dict__", {**self.__dict__, "metadata": chosen})
+        return hit
 
     def to_json(self, rank: int | None = None) -> dict:
         """``{"rank"?, "id", "score", "text", "metadata": {...}, "explain"?, "ann_score"?, "ann_rank"?,
@@ -73,18 +77,22 @@ _FAST = (tuple(f.name for f in fields(Hit))[:len(_GIVEN)] == _GIVEN
          and all(f.default is not MISSING for f in fields(Hit) if f.name not in _GIVEN))
 
 
-def _hit(doc: tuple[str, str, str], score: float, metadata: dict, explain: dict | None) -> Hit:
+def _hit(doc: tuple[str, str, str], score: float, metadata: dict, explain: dict | None,
+         field: str | None = None) -> Hit:
     """``Hit(doc[0], score, doc[1], metadata, explain)``, every other field at its default: the same
     object (equal, hashed, printed, pickled and ``replace``-d alike; tests/indexer/
     test_docstore_memory.py), made with one dict instead of the frozen dataclass's ``__init__``,
     which sets each field through ``object.__setattr__``: 2.5 → 1.3 µs a hit, and a batch of 1,000
     queries that reads every row (a lookup job, the plan's pages) builds 10,000 of them. A field
-    added to :class:`Hit` without a plain default (a ``default_factory``) takes ``__init__``."""
+    added to :class:`Hit` without a plain default (a ``default_factory``) takes ``__init__``.
+    ``field``: the text field the hit was found in (a fused search, retrieval/fields.py)."""
     if not _FAST:
-        return Hit(doc[0], score, doc[1], metadata, explain)
+        return Hit(doc[0], score, doc[1], metadata, explain, field=field)
     hit = _new(Hit)
     _set(hit, "__dict__", {"id": doc[0], "score": score, "text": doc[1], "metadata": metadata, "explain": explain,
                            **_DEFAULTS})
+    if field is not None:
+        hit.__dict__["field"] = field
     return hit
 
 
@@ -147,6 +155,16 @@ class HitColumns(Sequence):
         explain = self.explain[i] if self.explain is not None else [None] * n
         return [_hit(rows[s], score, meta, e) for s, score, meta, e in
                 zip(slots, self.scores[i, :n].tolist(), self.docs.metadata(slots), explain)]
+
+    def hits(self, i: int, ranks: Sequence[int], field: str | None = None) -> list[Hit]:
+        """Query ``i``'s hits at ``ranks`` (0: its best) alone, as :meth:`row` builds them, each
+        carrying ``field`` (retrieval/fields.py keeps a few of each text field's hits)."""
+        slots = self.slots[i, list(ranks)].tolist()
+        scores = self.scores[i, list(ranks)].tolist()
+        explain = [self.explain[i][j] for j in ranks] if self.explain is not None else [None] * len(slots)
+        rows = self.docs.rows
+        return [_hit(rows[s], score, meta, e, field) for s, score, meta, e in
+                zip(slots, scores, self.docs.metadata(slots), explain)]
 
     def __len__(self) -> int:
         return len(self.positions)

@@ -265,15 +265,18 @@ class Plan:
         return rerank(self.backend, self.options.rerank, self.backend.local.raw_vectors(self.queries), candidates,
                       fetch)
 
-    def ranked(self, fetch: int) -> list[list[Hit]]:
+    def ranked(self, fetch: int, *, columns: bool = False) -> list[list[Hit]]:
         """Each query's first ``fetch`` hits under its scoring: queries sharing one run as one batch;
-        over several text fields, each field's, fused by each document's best (retrieval/fields.py)."""
+        over several text fields, each field's, fused by each document's best (retrieval/fields.py).
+        ``columns``: a single batch's hits may come back as the search's columns (retrieval/hits.py),
+        whatever the scoring, so that fusion builds the hits it keeps and no others."""
         from .recipe import search as recipe_search
 
         if self.fields:
             from .fields import fuse_max
 
-            per_field = [dataclasses.replace(self, backend=b, fields=()).ranked(fetch) for b in self.fields]
+            per_field = [dataclasses.replace(self, backend=b, fields=()).ranked(fetch, columns=True)
+                         for b in self.fields]
             return fuse_max(per_field, [b.field for b in self.fields], fetch)
 
         groups: dict[int, tuple[Scoring, list[int]]] = {}  # queries sharing a mixture share its Scoring object
@@ -285,6 +288,8 @@ class Plan:
             part = [self.queries[i] for i in rows]
             if scoring.mode == "recipe":
                 hits = recipe_search(self.backend, part, scoring.recipe, k=fetch, filters=o.filters, explain=o.explain)
+                if columns and len(groups) == 1:
+                    return hits
             else:
                 mix = dict(scoring.recipe.mixture)  # the mixture's operators, as the relations' recipes weigh them
                 if scoring.mode != "projection":

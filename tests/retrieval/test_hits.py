@@ -124,3 +124,32 @@ def test_a_position_without_a_document_is_named(small_index):
     assert store.read([]).ids == []
     with pytest.raises(LookupError, match="position.s. 500"):
         store.read([2, 500])
+
+
+def test_a_rows_chosen_hits_and_shaped_hits_are_the_hits_replace_would_give(small_index):
+    """HitColumns.hits builds the hits of a row at some ranks alone (retrieval/fields.py keeps a few
+    of each text field's), carrying their field; Hit.shaped copies a hit without __init__: both
+    the objects dataclasses.replace gives, with dicts of their own."""
+    import dataclasses
+
+    searcher = Searcher(str(small_index))
+    ids = searcher.files.docstore.read(list(range(70))).ids
+    for explain in (False, True):
+        columns = searcher.search([Query(doc_id=i) for i in ids], k=6, explain=explain)
+        for i in (0, 33, 69):
+            row = columns[i]
+            for ranks in ([], [0], [5, 1, 3], list(range(6))):
+                picked = columns.hits(i, ranks, field="wiki")
+                assert picked == [dataclasses.replace(row[j], field="wiki") for j in ranks]
+                assert all(vars(h) == vars(dataclasses.replace(row[j], field="wiki")) for h, j in zip(picked, ranks))
+            assert columns.hits(i, [2]) == [row[2]] and columns.hits(i, [2])[0].field is None
+            assert columns.hits(i, [2])[0].metadata is not columns.hits(i, [2])[0].metadata
+    hit = columns[0][0]
+    for fields, metadata in ((None, True), (None, False), ([], True), (["gics_sector", "nope"], True)):
+        shaped, replaced = hit.shaped(fields, metadata), dataclasses.replace(
+            hit, metadata={f: hit.metadata[f] for f in fields if f in hit.metadata} if metadata and fields is not None
+            else ({} if not metadata else hit.metadata))
+        assert type(shaped) is Hit and shaped == replaced and vars(shaped) == vars(replaced)
+    assert hit.shaped(["gics_sector"]).metadata == {"gics_sector": hit.metadata["gics_sector"]}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        hit.shaped(["gics_sector"]).score = 1.0

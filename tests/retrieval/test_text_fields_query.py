@@ -2,6 +2,7 @@
 fused default, one field, --id of a document lacking a field, filters, highlights, explain,
 the recorded share-class collapse, and the same through the CLI, the Python API and lookup
 (HTTP: tests/cli_api/test_serve_text_fields.py)."""
+import dataclasses
 import json
 
 import numpy as np
@@ -78,6 +79,51 @@ def test_fused_search_is_the_best_field_score_and_finds_documents_with_one_text(
     assert all(h.field is None for h in wiki)
 
 
+def _fused_hit_by_hit(per_field, names, fetch):
+    """The fusion as first written, over every field's built hits: the reference fuse_max keeps."""
+    out = []
+    for rows in zip(*per_field):
+        best = {}
+        for name, hits in zip(names, rows):
+            for hit in hits:
+                held = best.get(hit.id)
+                if held is None or hit.score > held.score:
+                    best[hit.id] = dataclasses.replace(hit, field=name)
+        out.append(sorted(best.values(), key=lambda h: -h.score)[:fetch])
+    return out
+
+
+@pytest.mark.parametrize("relations", [{"similar-company": 1.0}, {"identity": 1.0}])
+@pytest.mark.parametrize("explain", [False, True])
+def test_fusion_builds_only_the_hits_it_keeps_and_keeps_what_every_fields_hits_give(searcher, relations, explain):
+    """fuse_max reads each field's columns (ids and scores) and builds the hits it keeps alone: the
+    same hits, scores, texts, fields and ties (GOOG and GOOGL have the same texts: the first seen
+    wins) as fusing every field's built hits, for a recipe and plain cosine, with explain or not,
+    one batch (columns) or two (id and text queries resolve apart: lists)."""
+    from relsearch.retrieval.fields import fuse_max
+    from relsearch.retrieval.hits import HitColumns
+    from relsearch.retrieval.request import plan
+
+    by_id = [Query(doc_id=d, relations=relations) for d in ("GOOG", "CVX", "ORCL")]
+    by_text = [Query(text=t, relations=relations) for t in ("Alphabet Google search and YouTube", "oil and gas")]
+    for queries, one_batch in ((by_id, True), (by_text, True), (by_id + by_text, False)):  # two scorings
+        found = plan(searcher, queries, SearchOptions(k=5, collapse=False, explain=explain))
+        names = [b.field for b in found.fields]
+        assert names == list(NAMES)
+        for fetch in (3, 7):
+            fields = [dataclasses.replace(found, backend=b, fields=()) for b in found.fields]
+            columns = [f.ranked(fetch, columns=True) for f in fields]
+            if one_batch:  # a recipe explained comes as lists, plain cosine as columns with its explain
+                assert all(isinstance(c, HitColumns) for c in columns) is not (explain and "identity" not in relations)
+            built = [[list(row) for row in f.ranked(fetch)] for f in fields]
+            want = _fused_hit_by_hit(built, names, fetch)
+            assert fuse_max(columns, names, fetch) == want == fuse_max(built, names, fetch) == found.ranked(fetch)
+            assert all(h.field in NAMES and h.text for row in want for h in row)
+        if one_batch and queries is by_text:  # the ties are there: GOOG and GOOGL score alike in every field
+            google = {h.id: h.score for h in found.ranked(7)[0]}
+            assert google["GOOG"] == google["GOOGL"]
+
+
 def test_pages_of_the_fused_ranking_tile(searcher):
     q = [Query(text="software company")]
     whole = ids(run(searcher, q, SearchOptions(k=6, collapse=False))[0])
@@ -152,6 +198,37 @@ def test_lookup_collapses_share_classes_and_searches_one_field(multi, tmp_path):
     assert result.exit_code == 0, result.output
     orcl = json.loads(out.read_text().splitlines()[1])
     assert [r["id"] for r in orcl["results"]] == ["MSFT"]  # the one other document with a bloomberg text
+
+
+def test_a_lookup_of_peers_answers_each_anchor_as_its_query_over_every_text(multi, searcher, tmp_path):
+    """The Russell lookup's shape (docs/companies.md) on a small index of three texts: a recipe,
+    --same, the recorded collapse and --fields, anchors in batches of two and all at once; each
+    anchor's peers are its query's (the same ids and scores, to the rounding of a batched matrix
+    product), never itself nor its share class."""
+    from relsearch.pipelines.lookup import LookupJob, run_lookup
+
+    anchors = [r["id"] for r in ROWS]
+    path = write_jsonl(tmp_path / "anchors.jsonl", [{"id": a} for a in anchors])
+    outputs = []
+    for batch_size in (2, 256):
+        out = tmp_path / f"peers-{batch_size}.jsonl"
+        report = run_lookup(LookupJob(input=str(path), index=str(multi), out=str(out), relations={"similar-company": 1},
+                                      k=3, same=("sector",), fields=("name",), batch_size=batch_size))
+        assert (report.answered, report.rejected) == (len(anchors), 0)
+        outputs.append([json.loads(line) for line in out.read_text().splitlines()])
+    for anchor, *rows in zip(anchors, *outputs):
+        sector = next(r["sector"] for r in ROWS if r["id"] == anchor)
+        want = run(searcher, [Query(doc_id=anchor, relations={"similar-company": 1})],
+                   SearchOptions(k=3, filters={"sector": sector}, fields=["name"]))[0]
+        for row in rows:
+            assert row["query_id"] == anchor
+            # (not the field: GOOG tops two fields at 1.0, and which one's 1.0 is rounded lower moves with the batch)
+            assert [(r["id"], r["metadata"]) for r in row["results"]] == [(h.id, {"name": h.metadata["name"]})
+                                                                            for h in want]
+            assert all(r["field"] in NAMES for r in row["results"])
+            assert [r["score"] for r in row["results"]] == pytest.approx([h.score for h in want], abs=2e-6)
+    goog = next(row for row in outputs[1] if row["query_id"] == "GOOG")
+    assert [r["id"] for r in goog["results"]] == ["ORCL", "MSFT"]  # no GOOGL: one issuer
 
 
 def test_rerank_reads_the_vectors_of_the_matched_field(searcher):
