@@ -150,11 +150,13 @@ class LexicalSegment:
 
     def scores(self, tokens: list[str]) -> np.ndarray:
         """BM25 score of every row for one tokenised query (0 where no term matches): each distinct
-        term's contributions added in float32, term after term, by one unbuffered ``np.add.at`` over
+        term's contributions added in float32, in the order the terms first occur in the query (a
+        set's order follows Python's per-process hash seed, and float32 sums follow the order: the
+        same query scored differently from run to run), by one unbuffered ``np.add.at`` over
         the terms' slices laid end to end: one call per term took a tenth of a lookup of peers over
         three texts, whose queries are whole descriptions of a hundred terms and more."""
         out = np.zeros(len(self.positions), np.float32)
-        found = [t for t in map(self.vocab.get, set(tokens)) if t is not None and t + 1 < len(self.indptr)]
+        found = [t for t in map(self.vocab.get, dict.fromkeys(tokens)) if t is not None and t + 1 < len(self.indptr)]
         if found:
             terms = np.asarray(found, np.int64)
             lo, lengths = self.indptr[terms], self.indptr[terms + 1] - self.indptr[terms]

@@ -174,7 +174,7 @@ def test_a_querys_bm25_scores_add_each_terms_list_in_float32_term_after_term(tmp
 
     def per_term(tokens):
         out = np.zeros(len(segment.positions), np.float32)
-        for term in set(tokens):
+        for term in dict.fromkeys(tokens):  # each distinct term once, in the query's order
             t = segment.vocab.get(term)
             if t is not None and t + 1 < len(segment.indptr):
                 lo, hi = segment.indptr[t], segment.indptr[t + 1]
@@ -187,6 +187,27 @@ def test_a_querys_bm25_scores_add_each_terms_list_in_float32_term_after_term(tmp
         got, want = segment.scores(tokens), per_term(tokens)
         assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
     assert segment.scores(lexical.tokenize([" ".join(texts[:40])])[0]).any()
+
+
+def test_a_querys_bm25_scores_are_the_same_under_any_hash_seed(tmp_path):
+    """Two processes with different PYTHONHASHSEEDs (set iteration order) score a long query alike,
+    bit for bit: a lookup's answers must not change from run to run."""
+    import os
+    import subprocess
+    import sys
+
+    from relsearch.bench.speed import real_sentences
+
+    texts = real_sentences(500, data_dir=SHARED_DATA)
+    lexical.write(tmp_path / "bm25.npz", np.arange(len(texts)), texts)
+    script = ("import sys; from relsearch.indexer import lexical; "
+              "s = lexical.LexicalSegment.load(sys.argv[1]); "
+              "sys.stdout.write(s.scores(lexical.tokenize([sys.argv[2]])[0]).tobytes().hex())")
+    query = " ".join(texts[:30])
+    runs = [subprocess.run([sys.executable, "-c", script, str(tmp_path / "bm25.npz"), query], check=True,
+                           capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+            for seed in ("1", "2")]
+    assert runs[0] and runs[0] == runs[1]
 
 
 def test_hybrid_over_segments_deletes_and_filters(index):
