@@ -168,9 +168,8 @@ class Candidates:
         """``op`` applied to each query's raw vector. A query encoder (a tower: a transformer pass
         per text) runs once per distinct query over the whole evaluation, not once per method and
         per triple: the own, hybrid and recipe rows score the same tower vectors."""
-        h = np.stack([self.raw[q] for q in queries])
         if not op.needs_text:
-            return op.apply(h, queries)
+            return op.apply(np.stack([self.raw[q] for q in queries]), queries)
         new = list(dict.fromkeys(q for q in queries if (op.name, q) not in self.applied))
         if new:
             self.applied.update(zip(((op.name, q) for q in new), op.apply(np.stack([self.raw[q] for q in new]), new)))

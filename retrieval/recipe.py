@@ -459,7 +459,7 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
     priors = {name: (w, answer_prior.weights_of(searcher.operators[name])) for name, w in recipe.prior.items() if w}
     rows_p, rows_s, parts = [], [], []
     pooled = [_pooled(recipe, dense, lexical, i) for i in range(len(queries))]
-    for rows, docs in _pool_documents(searcher, [pool for pool, _ in pooled], wanted or priors):
+    for rows, docs in _pool_documents(searcher, [pool for pool, _ in pooled], read=bool(wanted or priors)):
         for i in rows:
             ranked, row_parts = _rank_row(recipe, dense, i, *pooled[i], docs, wanted, query_meta[i], priors, k,
                                           explain)
@@ -503,13 +503,13 @@ def _pooled(recipe: Recipe, dense: SearchResult, lexical: SearchResult | None,
 POOL_DOCUMENTS = 4096  # documents of several queries' pools read (and their metadata decoded) at once
 
 
-def _pool_documents(searcher, pools: list[set[int]], wanted) -> Iterator[tuple[list[int], dict[int, dict]]]:
+def _pool_documents(searcher, pools: list[set[int]], *, read: bool) -> Iterator[tuple[list[int], dict[int, dict]]]:
     """(queries, their pools' documents) in query order: one docstore read for the pools of as
     many queries as share at most :data:`POOL_DOCUMENTS` documents, not one per query — a batch of
     peers within one sector pools the same few hundred companies, and each read decoded every
     pooled document's metadata (their long texts, for an index of several: 38% of a fused lookup
-    with one read per query, per text field). No read when nothing ``wanted`` reads a document."""
-    if not wanted:
+    with one read per query, per text field). No read unless ``read`` (a bonus or prior reads documents)."""
+    if not read:
         yield list(range(len(pools))), {}
         return
     rows: list[int] = []

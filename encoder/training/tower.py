@@ -31,8 +31,8 @@ Recipe (informed by SimKGC and sentence-transformers' CachedMultipleNegativesRan
 - bf16 autocast on CUDA GPUs that have it (fp16 on older ones, bf16 on AMX CPUs, else fp32).
 
 Dev MRR (over the whole table, filtered, query excluded; queries cut at the base encoder's length,
-as an index's query encoder cuts them, not at the training ``max_length``) at step 0, every ``eval_every`` steps and
-at each epoch's end keeps the best state; ``patience`` evaluations without a gain stop the run.
+as an index's query encoder cuts them, not at the training ``max_length``) at step 0, every
+``eval_every`` steps and at each epoch's end keeps the best state; ``patience`` evaluations without a gain stop the run.
 With ``inverse`` the history also records the dev MRR of each direction (``dev_mrr_tail`` over the
 relations, ``dev_mrr_head`` over their ``^-1``); ``dev_mrr``, which early stopping reads, is over
 both (each dev triple appears once each way, so it is about their mean).
