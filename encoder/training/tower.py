@@ -17,7 +17,8 @@ Recipe (informed by SimKGC and sentence-transformers' CachedMultipleNegativesRan
   the table is larger). ``negatives="batch"``: only the batch's tails and heads plus, with
   ``pre_batch=k``, the tails of the k previous batches (exact vectors: documents do not move);
 - **the head as a self-negative**: the query's own text stays in the softmax (it is what plain
-  similarity ranks first); other true tails of (head, relation) are masked out (false negatives);
+  similarity ranks first); other training tails of (head, relation) are masked out (false
+  negatives; dev and test answers are not: that would leak held-out labels into training);
 - **additive margin** m subtracted from the gold cosine, **learnable temperature** (1/τ, from
   ``temperature``, at most 100), AdamW with **linear warm-up then linear decay**;
 - **one forward per distinct query**: a batch holds ``batch_size`` distinct (relation, head) queries
@@ -315,7 +316,10 @@ class _Run:
         # training length: the trainer then reports what a search will show
         self.serve_length = serve_length
         self.budget = budget or Budget(config.time_budget)
-        self.known = _known(*data.values())
+        self.known = _known(*data.values())  # ranks on dev and test are filtered by every split
+        # the softmax masks only the answers training may know: masking dev or test answers would
+        # spare them the push down every other wrong answer gets (a leak of held-out labels)
+        self.train_known = _known(data["train"])
         cuda_bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         self.encoder = TrainableEncoder(model, max_length=config.max_length, precision="bf16" if cuda_bf16 else "auto")
         self.device = self.encoder.device
@@ -488,7 +492,7 @@ class _Run:
         cand = self.candidates(batch)
         cols = np.full(len(self.table), -1, dtype=np.int64)
         cols[cand] = np.arange(len(cand))
-        mask = torch.as_tensor(_false_negatives(train, batch, cols, self.known, len(cand)), device=device)
+        mask = torch.as_tensor(_false_negatives(train, batch, cols, self.train_known, len(cand)), device=device)
         gold = torch.as_tensor(cols[train.tail[batch]], device=device)
         cand_t = self.table_t if len(cand) == len(self.table) else self.table_t[torch.as_tensor(cand, device=device)]
         # one forward per distinct query (relation, head): a head with several tails is encoded once

@@ -305,6 +305,24 @@ def test_trainer_scores_queries_at_the_length_the_index_reads_them(tmp_path, enc
     assert reported == pytest.approx(np.mean([1 / r for r in ranks]), abs=1e-4)
 
 
+def test_training_masks_only_training_answers_never_held_out_ones(tmp_path, monkeypatch):
+    """A test triple (head, para, other) must stay a negative for the training row (head, para, tail):
+    masking it would spare a held-out answer the push down every other wrong answer gets."""
+    from relsearch.encoder.training import tower
+
+    head, other = PAIRS[0][0], PAIRS[1][1]
+    train = write_jsonl(tmp_path / "train.jsonl", [{"head": h, "relation": "para", "tail": t} for h, t in PAIRS])
+    test = write_jsonl(tmp_path / "test.jsonl", [{"head": head, "relation": "para", "tail": other}])
+    masked = []
+    real = tower._false_negatives
+    monkeypatch.setattr(tower, "_false_negatives", lambda data, rows, cols, known, n: masked.append(
+        (data, rows, known)) or real(data, rows, cols, known, n))
+    config = TowerConfig(epochs=1, batch_size=6, max_length=12, progress=False, cache_dir=str(tmp_path / "cache"))
+    train_tower([train], test_files=[test], config=config)
+    data, rows, known = next(m for m in masked if len(m[1]) == len(PAIRS))  # the training step's call
+    assert known[("para", int(data.head[0]))] == {int(data.tail[0])}  # row 0 is (head, para, tail)
+
+
 def test_bundle_json_describes_the_tower(tmp_path, encoder):
     Bundle(encoder=dict(encoder.identity), operators={"p": tower_op(encoder, "p")}).save(tmp_path / "b")
     entry = next(e for e in json.loads((tmp_path / "b" / "bundle.json").read_text())["operators"] if e["name"] == "p")
