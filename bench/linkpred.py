@@ -48,7 +48,8 @@ from ..encoder.relations import Operator, lookup, normalize
 from ..retrieval.hybrid import check as check_fusion
 from ..retrieval.hybrid import rrf_matrix, weighted_matrix
 from ..retrieval import prior as answer_prior
-from ..retrieval.recipe import TITLE, Recipe, first_line, recipe_of, score_matrix, title_vectors
+from ..retrieval.graph import Graph, of_bundle
+from ..retrieval.recipe import TITLE, Recipe, check_recipes, first_line, recipe_of, score_matrix, title_vectors
 from ..indexer.lexical import BM25
 from ..encoder.metrics import METRIC_KEYS, Ranks, rank_gold, ranking_metrics
 from ..files import sha256_file
@@ -181,6 +182,12 @@ class Candidates:
             self.applied["@prior", name] = answer_prior.scores(self.bundle.operators[name], self.texts)
         return self.applied["@prior", name]
 
+    def graph(self) -> Graph:
+        """The bundle's training graph (retrieval/graph.py), parsed once; its recipes checked that it exists."""
+        if "@graph" not in self.applied:
+            self.applied["@graph"] = of_bundle(self.bundle)
+        return self.applied["@graph"]
+
 
 def load_candidates(job: LinkPredJob, query_texts) -> Candidates:
     """The candidates and the raw vectors of ``query_texts`` (a list, or a function of the bundle
@@ -211,6 +218,10 @@ def load_candidates(job: LinkPredJob, query_texts) -> Candidates:
         return Candidates([docs[p]["text"] for p in range(n)], np.asarray(files.vectors, dtype=np.float32),
                           dict(zip(queries, raw)), searcher.bundle, inputs)
     bundle = load_bundle(job.model)
+    try:  # a recipe that reads a prior or a graph the bundle lacks: one line, before any encoding
+        check_recipes(bundle)
+    except ValueError as e:
+        raise BenchInputError(f"model {job.model}: {e}") from None
     queries = query_list(bundle)
     texts = read_texts(job.candidates, job.text_field)
     distinct = list(dict.fromkeys(texts + queries))
@@ -275,7 +286,8 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
             parts[TITLE] = titles @ cands.unit.T
         lexical = bm25.scores([it.query for it in items]) if recipe.bm25 else None
         priors = {name: cands.prior(name) for name in recipe.prior}
-        return score_matrix(recipe, parts, lexical, {}, exclude, priors)
+        linked = cands.graph().linked([it.query for it in items], cands.texts) if recipe.neighbours else None
+        return score_matrix(recipe, parts, lexical, {}, exclude, priors, linked)
     return dense
 
 

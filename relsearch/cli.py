@@ -62,7 +62,7 @@ def relations(index_dir, model, as_json):
     from relsearch.retrieval.recipe import check_recipes
 
     try:  # one line naming the relation and the recipe key, as every query of the bundle says it
-        check_recipes(bundle.operators)
+        check_recipes(bundle)
     except ValueError as e:
         raise click.ClickException(f"model {bundle.path or bundle.encoder.get('model')!r}: {e}") from None
     from relsearch.retrieval.verdicts import describe_transfer, relation_row

@@ -12,12 +12,12 @@ What a mixture means (design.md §3, "one meaning everywhere"):
 - a mixture ``{R: w_R}`` ranks by the weighted recipe of its relations:
   ``mixture = Σ w_R · mixture_R`` (one dense query vector), ``title = Σ w_R · title_R``,
   ``bm25 = Σ w_R · bm25_R / Σ w_R``, ``same_f = Σ w_R · same_R,f / Σ w_R`` and the answer priors
-  ``prior_P = Σ w_R · prior_R,P / Σ w_R``,
+  ``prior_P = Σ w_R · prior_R,P / Σ w_R``, the neighbours bonus likewise,
   ``depth = max depth_R``. Relations without recipes reduce it to the plain vector mixture;
 - ``hybrid="weighted"`` with weight W gives BM25 the share 1 − W of a mixture that has none;
   ``hybrid="rrf"`` fuses the dense list with BM25 by ranks. Either is refused, with the reason,
   when a named relation's recipe already fuses BM25 (it would fuse twice), and rrf also when the
-  recipe adds metadata bonuses or answer priors (rank fusion has no score to add them to).
+  recipe adds metadata bonuses, answer priors or a neighbours bonus (rank fusion has no score to add them to).
 
 Three modes, each with its own documented score scale (``--min-score`` compares against it):
 
@@ -95,7 +95,7 @@ def resolve(operators: dict, relations: dict[str, float], *, hybrid: str | None 
         raise PlanError(f"hybrid: {names} already fuse BM25 with the dense search; hybrid would fuse it twice. "
                         "Drop hybrid, or name a relation without a BM25 share (e.g. identity)")
     if hybrid == "rrf" and combined.adds:
-        raise PlanError("hybrid rrf fuses ranks and cannot add the metadata bonuses or answer priors of "
+        raise PlanError("hybrid rrf fuses ranks and cannot add the metadata bonuses, answer priors or neighbours bonus of "
                         f"{', '.join(n for n, r in fused.items() if r.adds)}'s recipe; use hybrid weighted")
     if hybrid == "weighted":
         combined = replace(combined, bm25=1.0 - (0.5 if hybrid_weight is None else hybrid_weight))
@@ -123,6 +123,7 @@ def combine(recipes: dict[str, Recipe], weights: dict[str, float]) -> Recipe:
 
     mixture = {op: w for op, w in mixture.items() if w} or mixture
     return Recipe(mixture=mixture, same=averaged("same"), prior=averaged("prior"),
+                  neighbours=sum(weights[n] * r.neighbours for n, r in recipes.items()) / total if total > 0 else 0.0,
                   depth=max(r.depth for r in recipes.values()),
                   bm25=sum(weights[n] * r.bm25 for n, r in recipes.items()) / total if total > 0 else 0.0,
                   title=sum(weights[n] * r.title for n, r in recipes.items()))

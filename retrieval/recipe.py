@@ -5,7 +5,7 @@ similarity that plain cosine and BM25 keep, so a trained relation is stored with
 it that won on its dev split, by whole-corpus retrieval:
 
     score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
-               + Σ_R w_R · prior_R(d)
+               + Σ_R w_R · prior_R(d) + w_g · [d linked to q in training]
 
 - dense = ⟨Σ_k w_k normalize(op_k(h)) + w_title · normalize(enc(title)), t̂⟩: the operator mixed
   with identity (``mixture``), one query vector and one ANN search, as any relation mixture
@@ -18,7 +18,9 @@ it that won on its dev split, by whole-corpus retrieval:
 - a bonus per metadata field a hit shares with the query document (``same``: only ``--id``
   queries have metadata; a text query gets none), e.g. the same GICS sub-industry as a weak prior;
 - an answer prior per relation (retrieval/prior.py): how often d answered R in training, for
-  relations trained on triples whose answers recur (a knowledge graph's "occupation": "actor").
+  relations trained on triples whose answers recur (a knowledge graph's "occupation": "actor");
+- a bonus for each candidate that a training triple links to the query (retrieval/graph.py:
+  SimKGC's neighbour re-ranking), for relations trained on a knowledge graph.
 
 Candidates are the dense list's top ``depth`` and, when b > 0, BM25's: fusion and bonuses only
 reorder this bounded list. The recipe is stored in the operator's bundle entry
@@ -39,6 +41,7 @@ from ..encoder.relations import normalize
 from ..indexer.ann import SearchResult
 from . import hybrid
 from . import prior as answer_prior
+from .graph import Graph, of_bundle
 from .search import Query
 
 DEPTH = hybrid.HYBRID_DEPTH
@@ -48,6 +51,8 @@ TITLE = "@title"  # the dense tables' key of the query-title cosines (no relatio
 BM25_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
 BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 PRIOR_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # the operator's answer prior (retrieval/prior.py)
+NEIGHBOUR_BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # a candidate linked to the query (retrieval/graph.py)
+NEIGHBOURS = object()  # choose()'s key for the neighbours bonus (no field or operator name is this object)
 MIN_DEV_QUERIES = 10  # fewer dev queries than this: no recipe beats the operator alone (noise_margin)
 MAX_DEPTH = 10_000  # candidates per list (MAX_K)
 MAX_FIELDS = 64  # mixture operators / bonus fields of one recipe
@@ -59,21 +64,23 @@ MAX_BONUS = 10.0  # a bonus past this outweighs every fused score many times: no
 class Recipe:
     """``mixture``: operator → weight of the dense query vector; ``bm25``: BM25's share in [0, 1];
     ``same``: metadata field → bonus for sharing the query document's value; ``prior``: operator →
-    weight of its answer prior (retrieval/prior.py); ``title``: weight of the query's title (first
-    line) vector beside the mixture; ``depth``: candidates taken from each list."""
+    weight of its answer prior (retrieval/prior.py); ``neighbours``: bonus for a candidate the
+    bundle's training graph links to the query (retrieval/graph.py); ``title``: weight of the
+    query's title (first line) vector beside the mixture; ``depth``: candidates taken from each list."""
 
     mixture: dict[str, float]
     bm25: float = 0.0
     title: float = 0.0
     same: dict[str, float] = field(default_factory=dict)
     prior: dict[str, float] = field(default_factory=dict)
+    neighbours: float = 0.0
     depth: int = DEPTH
 
     def __post_init__(self):
         # bounds checked once, when a bundle's recipe is read: a weight of 1e308 makes scores inf
         # (invalid JSON), a fractional depth breaks the search, 10⁵ bonus fields cost a second a query
-        weights = list(self.mixture.values()) + [self.bm25, self.title] + list(self.same.values()) \
-            + list(self.prior.values())
+        weights = list(self.mixture.values()) + [self.bm25, self.title, self.neighbours] \
+            + list(self.same.values()) + list(self.prior.values())
         if not self.mixture or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
                                        for w in weights):
             raise ValueError(f"a recipe needs finite numeric weights, got {_short(self.to_json())}")
@@ -93,16 +100,18 @@ class Recipe:
             raise ValueError(f"same bonuses must be in [0, {MAX_BONUS:g}], got {_short(self.same)}")
         if not all(0.0 <= w <= MAX_BONUS for w in self.prior.values()):
             raise ValueError(f"prior weights must be in [0, {MAX_BONUS:g}], got {_short(self.prior)}")
+        if not 0.0 <= self.neighbours <= MAX_BONUS:
+            raise ValueError(f"the neighbours bonus must be in [0, {MAX_BONUS:g}], got {self.neighbours!r}")
 
     @property
     def reorders(self) -> bool:
         """Whether anything beside the dense vector ranks: BM25, the title, a bonus or a prior."""
-        return bool(self.bm25 or self.title or any(self.same.values()) or any(self.prior.values()))
+        return bool(self.bm25 or self.title or self.adds)
 
     @property
     def adds(self) -> bool:
         """Whether the recipe adds scores to pooled candidates (bonuses, priors): rank fusion cannot."""
-        return any(self.same.values()) or any(self.prior.values())
+        return any(self.same.values()) or any(self.prior.values()) or bool(self.neighbours)
 
     def alone(self, name: str) -> bool:
         """True when the recipe ranks as operator ``name`` alone: nothing to mix, fuse or re-order.
@@ -111,7 +120,7 @@ class Recipe:
 
     def to_json(self) -> dict:
         return {"mixture": self.mixture, "bm25": self.bm25, "title": self.title, "same": self.same,
-                "prior": self.prior, "depth": self.depth}
+                "prior": self.prior, "neighbours": self.neighbours, "depth": self.depth}
 
     @classmethod
     def from_json(cls, entry, where: str = "recipe") -> Recipe:
@@ -120,14 +129,14 @@ class Recipe:
             if not isinstance(entry, dict) or not isinstance(entry.get("mixture"), dict) \
                     or not isinstance(entry.get("same", {}), dict) or not isinstance(entry.get("prior", {}), dict):
                 raise ValueError("not an object with a mixture")
-            unknown = set(entry) - {"mixture", "bm25", "title", "same", "prior", "depth"}
+            unknown = set(entry) - {"mixture", "bm25", "title", "same", "prior", "neighbours", "depth"}
             if unknown:
                 raise ValueError(f"unknown key {sorted(unknown)[0][:40]!r}")
             return cls(mixture={str(k): v for k, v in entry["mixture"].items()}, bm25=entry.get("bm25", 0.0),
                        title=entry.get("title", 0.0),
                        same={str(k): v for k, v in entry.get("same", {}).items()},
                        prior={str(k): v for k, v in entry.get("prior", {}).items()},
-                       depth=entry.get("depth", DEPTH))
+                       neighbours=entry.get("neighbours", 0.0), depth=entry.get("depth", DEPTH))
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}: malformed recipe ({e})") from None
 
@@ -138,6 +147,7 @@ class Recipe:
             parts = [f"{1 - self.bm25:g}·minmax({parts[0]}) + {self.bm25:g}·minmax(bm25)"]
         parts += [f"{w:g}·same {f}" for f, w in self.same.items() if w]
         parts += [f"{w:g}·prior({name})" for name, w in self.prior.items() if w]
+        parts += [f"{self.neighbours:g}·neighbours"] if self.neighbours else []
         return " + ".join(parts)
 
 
@@ -176,9 +186,12 @@ def recipe_of(operator) -> Recipe | None:
     return recipe
 
 
-def check_recipes(operators: dict) -> None:
-    """Every stored recipe of ``operators`` parses and names operators that exist: the check made
-    once, when a bundle is opened for search. ValueError: one line naming the relation and key."""
+def check_recipes(bundle) -> Graph | None:
+    """Every stored recipe of ``bundle`` parses and names operators that exist, and its training
+    graph (retrieval/graph.py) is well formed and there when a recipe reads it: the check made once,
+    when a bundle is opened for search; returns that graph, parsed. ValueError: one line naming the
+    relation and key."""
+    operators, graph = bundle.operators, of_bundle(bundle)
     for name, op in operators.items():
         recipe = recipe_of(op)
         missing = [m for m in (recipe.mixture if recipe else ()) if m not in operators]
@@ -191,6 +204,9 @@ def check_recipes(operators: dict) -> None:
         if without:
             raise ValueError(f"relation {name!r}: malformed recipe (prior names {without[0][:60]!r}, which is not an "
                              "operator of this bundle with an answer_prior)")
+        if recipe and recipe.neighbours and graph is None:
+            raise ValueError(f"relation {name!r}: malformed recipe (a neighbours bonus, but the bundle stores no graph)")
+    return graph
 
 
 def _short(value) -> str:
@@ -201,17 +217,19 @@ def _short(value) -> str:
 # ---- scoring a whole candidate table (dev, test, benchmarks) -------------------------------------
 
 def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
-                 same: dict[str, np.ndarray], exclude: np.ndarray, prior: dict[str, np.ndarray] | None = None) -> np.ndarray:
+                 same: dict[str, np.ndarray], exclude: np.ndarray, prior: dict[str, np.ndarray] | None = None,
+                 linked: np.ndarray | None = None) -> np.ndarray:
     """(n, m) recipe scores, as :func:`search` ranks an index: ``dense`` operator → (n, m) cosines
     (every operator of the mixture, and :data:`TITLE` when the recipe weighs the query title),
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
     "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate,
-    ``prior`` operator → (m,) answer prior of each candidate (needed for each of ``recipe.prior``).
-    Candidates past the pool score :func:`past_pool` of their dense score."""
+    ``prior`` operator → (m,) answer prior of each candidate (needed for each of ``recipe.prior``),
+    ``linked`` (n, m) bool: the training graph links the query to the candidate (needed when
+    ``recipe.neighbours``). Candidates past the pool score :func:`past_pool` of their dense score."""
     mixed = _dense(recipe, dense)
     dense_list = hybrid.minmax_list(mixed, recipe.depth, False, exclude)
     lex = hybrid.minmax_list(lexical, recipe.depth, True, exclude) if recipe.bm25 else None
-    fused = _fused(recipe, dense_list, lex, _additions(recipe, same, prior), mixed.shape)
+    fused = _fused(recipe, dense_list, lex, _additions(recipe, same, prior, linked), mixed.shape)
     pool = np.zeros(mixed.shape, bool)
     for rows, order, valid, _ in [dense_list] + ([lex] if lex is not None else []):
         pool[rows, order] |= valid
@@ -241,11 +259,14 @@ def _dense(recipe: Recipe, dense: dict[str, np.ndarray]) -> np.ndarray:
     return mixed + recipe.title * dense[TITLE] if recipe.title else mixed
 
 
-def _additions(recipe: Recipe, same: dict[str, np.ndarray], prior: dict[str, np.ndarray] | None) -> list:
+def _additions(recipe: Recipe, same: dict[str, np.ndarray], prior: dict[str, np.ndarray] | None,
+               linked: np.ndarray | None = None) -> list:
     """(weight, array) of every score the recipe adds to a pooled candidate: each ``same`` bonus
-    ((n, m) bools) and each operator's answer prior ((m,) weights, the same for every query)."""
+    ((n, m) bools), each operator's answer prior ((m,) weights, the same for every query) and the
+    neighbours bonus ((n, m) bools)."""
     return [(w, same[f]) for f, w in recipe.same.items() if w] \
-        + [(w, (prior or {})[name]) for name, w in recipe.prior.items() if w]
+        + [(w, (prior or {})[name]) for name, w in recipe.prior.items() if w] \
+        + ([(recipe.neighbours, linked)] if recipe.neighbours else [])
 
 
 def _fused(recipe: Recipe, dense_list, lexical_list, additions: list, shape) -> np.ndarray:
@@ -257,19 +278,28 @@ def _fused(recipe: Recipe, dense_list, lexical_list, additions: list, shape) -> 
     return np.where(pool, fused + bonus, -1.0).astype(np.float32)
 
 
+def _true(gold: list[set[int]], known: list[set[int]] | None) -> list[set[int]]:
+    """Each query's true answers: its golds and the answers training already knows (``known``)."""
+    return gold if known is None else [g | k for g, k in zip(gold, known)]
+
+
 class _Pairs:
     """The (query, gold) pairs of a dev split in :func:`pair_reciprocal_ranks`' order, with what
-    :func:`_pool_reciprocal_ranks` needs of the whole table, counted once per dev search."""
+    :func:`_pool_reciprocal_ranks` needs of the whole table, counted once per dev search; every
+    true answer of a query (its golds and ``known``) is removed from its golds' competitors."""
 
-    def __init__(self, gold: list[set[int]], exclude: np.ndarray):
+    def __init__(self, gold: list[set[int]], exclude: np.ndarray, known: list[set[int]] | None = None):
         self.m = exclude.shape[1]
         self.rows = np.asarray([i for i, g in enumerate(gold) for _ in g], np.int64)
         self.cols = np.asarray([c for g in gold for c in sorted(g)], np.int64)
-        self.keys = np.sort(self.rows * self.m + self.cols)  # (query, gold) as one number
+        true = _true(gold, known)
+        true_rows = np.asarray([i for i, g in enumerate(true) for _ in g], np.int64)
+        true_cols = np.asarray([c for g in true for c in sorted(g)], np.int64)
+        self.keys = np.sort(true_rows * self.m + true_cols)  # (query, true answer) as one number
         self.open = self.m - exclude.sum(axis=1)  # candidates per query: not itself, not excluded
         gold_open = ~exclude[self.rows, self.cols]
-        per_query = np.bincount(self.rows, weights=gold_open, minlength=len(gold))
-        self.other_golds = per_query[self.rows] - gold_open  # other golds of the pair's query, not excluded
+        per_query = np.bincount(true_rows, weights=~exclude[true_rows, true_cols], minlength=len(gold))
+        self.other_golds = per_query[self.rows] - gold_open  # other true answers of the pair's query, not excluded
         self.gold_open = gold_open
 
 
@@ -307,21 +337,23 @@ def _pool_reciprocal_ranks(recipe: Recipe, dense_list, lexical_list, additions: 
     return reciprocal_ranks(Ranks(optimistic, optimistic + tied.astype(np.int64)))
 
 
-def mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> float:
+def mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray, known: list[set[int]] | None = None) -> float:
     """Filtered MRR (realistic ranks) of every (query, gold) pair: each gold ranked with the
-    query's other golds removed, the query itself excluded."""
-    reciprocal = pair_reciprocal_ranks(scores, gold, exclude)
+    query's other golds and ``known`` answers (what training knows) removed, the query itself excluded."""
+    reciprocal = pair_reciprocal_ranks(scores, gold, exclude, known)
     return float(reciprocal.mean()) if len(reciprocal) else float("nan")
 
 
-def pair_reciprocal_ranks(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> np.ndarray:
+def pair_reciprocal_ranks(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray,
+                          known: list[set[int]] | None = None) -> np.ndarray:
     """The reciprocal rank of every (query, gold) pair that :func:`mrr` averages, queries in order,
     each query's golds in increasing column order."""
     rows = [i for i, g in enumerate(gold) for _ in g]
     cols = np.asarray([c for g in gold for c in sorted(g)], np.int64)
+    true = _true(gold, known)
     others = np.zeros((len(rows), scores.shape[1]), bool)
     for r, i in enumerate(rows):
-        others[r, sorted(gold[i])] = True
+        others[r, sorted(true[i])] = True
     return reciprocal_ranks(rank_gold(scores[rows], cols, filter_mask=others, exclude=exclude[rows]))
 
 
@@ -340,12 +372,14 @@ def noise_margin(a: np.ndarray, b: np.ndarray, query: np.ndarray) -> float:
     return math.sqrt(len(pairs) / (len(pairs) - 1) * float(spread @ spread)) / len(d)
 
 
-def first_hit_mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray) -> float:
+def first_hit_mrr(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray,
+                  known: list[set[int]] | None = None) -> float:
     """MRR of each query's first relevant candidate (answer selection's protocol: one reciprocal
-    rank per query, the best-ranked gold; realistic ties), the query itself excluded."""
+    rank per query, the best-ranked gold; realistic ties), the query itself and its ``known``
+    answers excluded."""
     best = np.asarray([max(g, key=lambda c: scores[i, c]) for i, g in enumerate(gold)], np.int64)
     others = np.zeros(scores.shape, bool)
-    for i, g in enumerate(gold):
+    for i, g in enumerate(_true(gold, known)):
         others[i, sorted(g)] = True
     return linkpred_metrics(scores, best, filter_mask=others, exclude=exclude)["mrr"]
 
@@ -365,20 +399,24 @@ class Choice:
 
 def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, same: dict[str, np.ndarray],
            exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH, mixes: tuple = MIXES,
-           prior: np.ndarray | None = None) -> Choice:
+           prior: np.ndarray | None = None, linked: np.ndarray | None = None,
+           known: list[set[int]] | None = None) -> Choice:
     """The recipe for operator ``name`` chosen on dev: its share of the dense vector against
     identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is given) ×
     the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then a
     bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`), then, when
     ``prior`` (m,) gives the operator's answer prior of each candidate, its weight
-    (:data:`PRIOR_WEIGHTS`, with one more round of the bonuses after it); ties keep the
+    (:data:`PRIOR_WEIGHTS`), then, when ``linked`` (n, m) says which candidates the training graph
+    links to each query, the neighbours bonus (:data:`NEIGHBOUR_BONUSES`), with one more round of
+    the bonuses after those two; ties keep the
     simpler recipe (tried first). The best of these replaces the simplest — the first tried: the
     operator alone under the default ``mixes`` — only when it beats it by more than one paired
     standard error of the per-pair reciprocal-rank differences (:func:`noise_margin`): dev splits
     per relation are small and dozens of recipes are tried, so a smaller gain is likely noise
-    that costs on test. Arrays as in :func:`score_matrix`."""
+    that costs on test. Arrays as in :func:`score_matrix`; ``known``: each query's answers that
+    training already knows, removed from its golds' competitors (link prediction's filtered ranks)."""
     tried = 0
-    pairs = _Pairs(gold, exclude)  # ranks are computed over each query's pool only
+    pairs = _Pairs(gold, exclude, known)  # ranks are computed over each query's pool only
     lexical_list = hybrid.minmax_list(lexical, depth, True, exclude) if lexical is not None else None
     dense_lists: dict[tuple, tuple] = {}  # (operator share, title) → its dense list, cut and normalised once
 
@@ -387,7 +425,7 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         tried += 1
         if (share, recipe.title) not in dense_lists:
             dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, dense), depth, False, exclude)
-        additions = _additions(recipe, same, {name: prior} if prior is not None else None)
+        additions = _additions(recipe, same, {name: prior} if prior is not None else None, linked)
         return _pool_reciprocal_ranks(recipe, dense_lists[share, recipe.title], lexical_list, additions, pairs)
 
     simplest = best = best_share = best_rr = None
@@ -399,11 +437,11 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         if best is None or rr.mean() > best_rr.mean() + 1e-9:
             best, best_share, best_rr = recipe, share, rr
         simplest = simplest or (recipe, rr)
-    def ascend(key: str, values: tuple):
+    def ascend(key: str, values: tuple):  # key: a same field, the operator (its prior) or NEIGHBOURS
         nonlocal best, best_rr
         for value in values:
             recipe = replace(best, same={**best.same, key: value}) if key in same \
-                else replace(best, prior={key: value})
+                else replace(best, neighbours=value) if key is NEIGHBOURS else replace(best, prior={key: value})
             rr = evaluate(recipe, best_share)
             if rr.mean() > best_rr.mean() + 1e-9:
                 best, best_rr = recipe, rr
@@ -411,9 +449,12 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     for _ in range(2 if same else 0):
         for f in same:
             ascend(f, BONUSES)
-    if prior is not None and prior.any():
-        ascend(name, PRIOR_WEIGHTS)
-        for f in same:  # the bonuses again, beside the prior
+    offered = [(key, values) for key, values, table in ((name, PRIOR_WEIGHTS, prior), (NEIGHBOURS, NEIGHBOUR_BONUSES, linked))
+               if table is not None and table.any()]
+    for key, values in offered:
+        ascend(key, values)
+    if offered:
+        for f in same:  # the bonuses again, beside the prior and the neighbours bonus
             ascend(f, BONUSES)
     best = replace(best, same={f: w for f, w in best.same.items() if w},
                    prior={k: w for k, w in best.prior.items() if w})
@@ -433,7 +474,7 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
     fused with bonuses over the pool — each list's top ``recipe.depth``, whatever k is — then the
     dense list past the pool (:func:`past_pool`), so the ranking never moves with k or paging.
     ``explain`` adds each part (``recipe:dense``, ``recipe:bm25``, ``recipe:same:FIELD``,
-    ``recipe:prior:RELATION``, ``recipe:past-pool``: they add up to the score) beside every
+    ``recipe:prior:RELATION``, ``recipe:neighbours``, ``recipe:past-pool``: they add up to the score) beside every
     operator's own score."""
     searcher = backend.local
     k = min(k, searcher.live_count)
@@ -446,23 +487,27 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
         titles = title_vectors(lambda texts: encode_texts(searcher.encoder, texts)[0], searcher.query_texts(queries), h)
         qv = qv + recipe.title * titles
     depth = recipe.depth
-    texts = searcher.query_texts(queries) if recipe.bm25 else None
+    texts = searcher.query_texts(queries) if recipe.bm25 or recipe.neighbours else None
     # the query document and any example document leave both lists before they are cut to depth
     # (one extra candidate per excluded one): the lists score_matrix cuts
     excluded = [{int(p)} - {-1} | examples for p, examples in zip(own, searcher.example_positions(queries))]
     more = max(map(len, excluded))
-    dense, lexical = backend.candidates(qv, texts, max(depth, k) + more, depth + more, filters, own=own)
+    dense, lexical = backend.candidates(qv, texts if recipe.bm25 else None, max(depth, k) + more, depth + more,
+                                        filters, own=own)
     dense = _without(dense, excluded, max(depth, k))
     lexical = None if lexical is None else _without(lexical, excluded, depth)
     wanted = {f: w for f, w in recipe.same.items() if w and f in searcher.metadata_fields}
     query_meta = _query_metadata(searcher, queries, own) if wanted else [{}] * len(queries)
     priors = {name: (w, answer_prior.weights_of(searcher.operators[name])) for name, w in recipe.prior.items() if w}
+    # the text keys the training graph links to each query (retrieval/graph.py)
+    linked = [searcher.graph.neighbours(t) for t in texts] if recipe.neighbours else [set()] * len(queries)
     rows_p, rows_s, parts = [], [], []
     pooled = [_pooled(recipe, dense, lexical, i) for i in range(len(queries))]
-    for rows, docs in _pool_documents(searcher, [pool for pool, _ in pooled], read=bool(wanted or priors)):
+    read = bool(wanted or priors or recipe.neighbours)
+    for rows, docs in _pool_documents(searcher, [pool for pool, _ in pooled], read=read):
         for i in rows:
-            ranked, row_parts = _rank_row(recipe, dense, i, *pooled[i], docs, wanted, query_meta[i], priors, k,
-                                          explain)
+            ranked, row_parts = _rank_row(recipe, dense, i, *pooled[i], docs, wanted, query_meta[i], priors,
+                                          linked[i], k, explain)
             rows_p.append([p for p, _ in ranked] + [-1] * (k - len(ranked)))
             rows_s.append([s for _, s in ranked] + [-np.inf] * (k - len(ranked)))
             parts.append(row_parts)
@@ -526,12 +571,13 @@ def _pool_documents(searcher, pools: list[set[int]], *, read: bool) -> Iterator[
 
 
 def _rank_row(recipe: Recipe, dense: SearchResult, i: int, pool: set[int], contributions: dict[str, dict[int, float]],
-              docs: dict[int, dict], wanted: dict, query_meta: dict, priors: dict, k: int,
+              docs: dict[int, dict], wanted: dict, query_meta: dict, priors: dict, linked: set[str], k: int,
               explain: bool = True) -> tuple[list[tuple[int, float]], dict[int, dict]]:
     """Query ``i``'s top k as (position, score) and, with ``explain``, each hit's parts: the pool
     (:func:`_pooled`) by fused score (ties to the smaller position), then the dense list past the
     pool in its order. ``docs``: position → document, for every pooled one when ``wanted`` or
-    ``priors`` read them. ``priors``: operator → (weight, its answer prior's weights by text key)."""
+    ``priors`` read them. ``priors``: operator → (weight, its answer prior's weights by text key);
+    ``linked``: the text keys the training graph links to the query (``recipe.neighbours``)."""
     contributions = dict(contributions)
     for f, w in wanted.items():
         values = query_meta.get(f, [])  # the query document's value, or any liked document's
@@ -539,6 +585,9 @@ def _rank_row(recipe: Recipe, dense: SearchResult, i: int, pool: set[int], contr
     for name, (w, weights) in priors.items():
         found = {p: weights.get(answer_prior.key(docs[p]["text"]), 0.0) for p in pool}
         contributions[f"recipe:prior:{name}"] = {p: w * v for p, v in found.items() if v}
+    if recipe.neighbours:
+        contributions["recipe:neighbours"] = {p: recipe.neighbours for p in pool
+                                              if answer_prior.key(docs[p]["text"]) in linked}
     # each position's parts added in the parts' order, as sum() adds them (a part without it adds 0.0)
     total = dict.fromkeys(pool, 0)
     for part in contributions.values():

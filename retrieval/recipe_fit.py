@@ -29,6 +29,7 @@ from ..encoder.relations import normalize
 from ..indexer.lexical import BM25
 from . import hybrid
 from . import prior as answer_prior
+from .graph import MAX_EDGES, Graph
 from .recipe import (MIXES, TITLE, Choice, Recipe, choose, first_hit_mrr, first_line, mrr, pair_reciprocal_ranks,
                      score_matrix, title_vectors)
 
@@ -55,7 +56,9 @@ class Corpus:
     """One split's whole corpus: ``texts`` (m) the candidates and the queries, the queries
     (``heads``: positions in ``texts``), each query's gold positions, ``metadata`` field → each
     text's value, and ``candidate`` (m bools, default all): which texts an index of the split
-    holds (a question is a query of qa-entailment, never one of its answers). ``encoded``: the
+    holds (a question is a query of qa-entailment, never one of its answers). ``known``: each
+    query's answers that training already knows (a knowledge graph's other facts of the query), not
+    ranked and not competing with its golds; None: none. ``encoded``: the
     texts already encoded and indexed (corpora of one :class:`Split` share it); None: :func:`tables`
     encodes them."""
 
@@ -64,6 +67,7 @@ class Corpus:
     gold: list[set[int]]
     metadata: dict[str, list] = field(default_factory=dict)
     candidate: list[bool] | None = None
+    known: list[set[int]] | None = None
     encoded: Encoded | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -114,7 +118,9 @@ class Tables:
     same: dict[str, np.ndarray]
     exclude: np.ndarray
     gold: list[set[int]]
+    known: list[set[int]] | None = None  # each query's answers known from training (Corpus.known)
     prior: np.ndarray | None = None  # (m,) the operator's answer prior of each text (retrieval/prior.py)
+    linked: np.ndarray | None = None  # (n_queries, m) bool: the training graph links them (retrieval/graph.py)
 
     def priors(self, name: str) -> dict[str, np.ndarray] | None:
         """What :func:`~.recipe.score_matrix` reads as ``prior`` for operator ``name``."""
@@ -134,19 +140,26 @@ class Split:
         self.position = {t: i for i, t in enumerate(self.texts)}
         self.encoded = Encoded.of(self.texts, encode)
 
-    def corpus(self, pairs: list[tuple[str, str]]) -> Corpus:
+    def corpus(self, pairs: list[tuple[str, str]], known: list[tuple[str, str]] = ()) -> Corpus:
         """The corpus of ``pairs`` (head, tail): each distinct head with a tail other than itself is a
-        query, every tail a gold (heads among ``queries``, tails among ``candidates``)."""
+        query, every tail a gold (heads among ``queries``, tails among ``candidates``); ``known``
+        (head, tail) pairs from training give each query's :attr:`Corpus.known` answers."""
         gold: dict[int, set[int]] = {}
         for head, tail in pairs:
             if head != tail:
                 gold.setdefault(self.position[head], set()).add(self.position[tail])
-        return Corpus(self.texts, list(gold), list(gold.values()), candidate=self.candidate, encoded=self.encoded)
+        answers: dict[int, set[int]] = {}
+        for head, tail in known:
+            if head in self.position and tail in self.position:
+                answers.setdefault(self.position[head], set()).add(self.position[tail])
+        return Corpus(self.texts, list(gold), list(gold.values()), candidate=self.candidate, encoded=self.encoded,
+                      known=[answers.get(h, set()) - gold[h] - {h} for h in gold] if known else None)
 
 
-def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray]) -> Tables:
+def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], graph: Graph | None = None) -> Tables:
     """Score ``corpus`` by identity, ``operator`` (query side), BM25 and, when some query has a
-    title (a first line above more text), that title's cosine (key :data:`TITLE`). ``encode``:
+    title (a first line above more text), that title's cosine (key :data:`TITLE`); with the
+    training ``graph``, which texts it links to each query. ``encode``:
     texts → raw (n, d) vectors of the bundle's encoder (query towers attached by the caller); the
     corpus's own texts are encoded only when it is not already :attr:`~Corpus.encoded`."""
     e = corpus.encoded or Encoded.of(corpus.texts, encode)
@@ -156,7 +169,9 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray]) 
     if any(first_line(t) is not None for t in head_texts):
         dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ e.unit.T
     prior = answer_prior.scores(operator, corpus.texts) if answer_prior.weights_of(operator) is not None else None
-    return Tables(dense, e.bm25.scores(head_texts), corpus.same(), corpus.exclude(), corpus.gold, prior)
+    linked = graph.linked(head_texts, corpus.texts) if graph is not None else None
+    return Tables(dense, e.bm25.scores(head_texts), corpus.same(), corpus.exclude(), corpus.gold, corpus.known,
+                  prior, linked)
 
 
 def _baseline_scores(t: Tables, name: str) -> dict[str, np.ndarray]:
@@ -167,13 +182,15 @@ def _baseline_scores(t: Tables, name: str) -> dict[str, np.ndarray]:
 
 def baselines(t: Tables, name: str) -> dict[str, float]:
     """Whole-corpus MRR (every gold of every query) of each baseline of :func:`_baseline_scores`."""
-    return {k: mrr(v, t.gold, t.exclude) for k, v in _baseline_scores(t, name).items()}
+    return {k: mrr(v, t.gold, t.exclude, t.known) for k, v in _baseline_scores(t, name).items()}
 
 
-def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[list[str]], np.ndarray]) -> dict:
+def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[list[str]], np.ndarray],
+        graph: Graph | None = None) -> dict:
     """Choose ``operator``'s recipe on ``dev`` and measure it on ``test``; store both in the
     operator's info and return the report ``{"recipe", "dev"?, "test"?}``. Without ``dev`` nothing
-    is chosen: the recipe is the operator alone, still judged on ``test`` against the baselines."""
+    is chosen: the recipe is the operator alone, still judged on ``test`` against the baselines.
+    ``graph``: the training graph, which offers the recipe a neighbours bonus (retrieval/graph.py)."""
     if dev is None or not dev.heads:  # no dev query with a gold other than itself: nothing to choose on
         recipe = Recipe(mixture={operator.name: 1.0})
         operator.info.pop("answer_prior", None)
@@ -183,11 +200,11 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
         operator.info["recipe"] = recipe.to_json()
         operator.info["whole_corpus"] = {k: v for k, v in report.items() if k != "recipe"}
         return report
-    dev_t = tables(dev, operator, encode)
+    dev_t = tables(dev, operator, encode, graph)
     # an identity-kind relation (a recipe over plain cosine) has no operator share to choose
     mixes = (1.0,) if operator.kind == "identity" else MIXES
     choice: Choice = choose(operator.name, dev_t.dense, dev_t.lexical, dev_t.same, dev_t.exclude, dev_t.gold,
-                            mixes=mixes, prior=dev_t.prior)
+                            mixes=mixes, prior=dev_t.prior, linked=dev_t.linked, known=dev_t.known)
     report = {"recipe": choice.recipe.to_json(), "dev": {**baselines(dev_t, operator.name), "recipe": choice.dev_mrr,
                                                           "queries": len(dev.heads), "candidates": dev.candidates,
                                                           "recipes_tried": choice.tried,
@@ -198,31 +215,32 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
     if not choice.recipe.prior:  # dev chose no prior: the bundle keeps no table
         operator.info.pop("answer_prior", None)
     if test is not None:
-        report["test"] = measure(choice.recipe, operator, test, encode)
+        report["test"] = measure(choice.recipe, operator, test, encode, graph=graph)
     operator.info["recipe"] = choice.recipe.to_json()
     operator.info["whole_corpus"] = {k: v for k, v in report.items() if k != "recipe"}
     return report
 
 
-def measure(recipe: Recipe, operator, corpus: Corpus, encode, *, k: int | None = None) -> dict:
+def measure(recipe: Recipe, operator, corpus: Corpus, encode, *, k: int | None = None, graph: Graph | None = None) -> dict:
     """Whole-corpus MRR of ``recipe`` and of every baseline on ``corpus``: over every (query, gold)
     pair, and in ``first_hit`` over queries by their first relevant hit (answer selection's MRR);
     with ``k``, also ``at_k``: method → :func:`at_k`."""
-    t = tables(corpus, operator, encode)
+    t = tables(corpus, operator, encode, graph if recipe.neighbours else None)
     scores = {**_baseline_scores(t, operator.name),
-              "recipe": score_matrix(recipe, t.dense, t.lexical, t.same, t.exclude, t.priors(operator.name))}
-    out = {**{m: mrr(v, t.gold, t.exclude) for m, v in scores.items()},
-           "first_hit": {m: first_hit_mrr(v, t.gold, t.exclude) for m, v in scores.items()},
+              "recipe": score_matrix(recipe, t.dense, t.lexical, t.same, t.exclude, t.priors(operator.name), t.linked)}
+    out = {**{m: mrr(v, t.gold, t.exclude, t.known) for m, v in scores.items()},
+           "first_hit": {m: first_hit_mrr(v, t.gold, t.exclude, t.known) for m, v in scores.items()},
            "queries": len(corpus.heads), "candidates": corpus.candidates}
     if k is not None:
-        out["at_k"] = {m: at_k(v, t.gold, t.exclude, k) for m, v in scores.items()}
+        out["at_k"] = {m: at_k(v, t.gold, t.exclude, k, t.known) for m, v in scores.items()}
     return out
 
 
-def at_k(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray, k: int) -> dict[str, float]:
+def at_k(scores: np.ndarray, gold: list[set[int]], exclude: np.ndarray, k: int,
+         known: list[set[int]] | None = None) -> dict[str, float]:
     """MRR@k and hits@k over every (query, gold) pair, as a user reading ``-k k`` hits sees them: a
     gold ranked past k counts 0 (filtered, realistic ranks, the query itself excluded)."""
-    reciprocal = pair_reciprocal_ranks(scores, gold, exclude)
+    reciprocal = pair_reciprocal_ranks(scores, gold, exclude, known)
     inside = reciprocal >= 1.0 / k - 1e-12
     return {f"mrr@{k}": float(np.where(inside, reciprocal, 0.0).mean()), f"hits@{k}": float(inside.mean()),
             "pairs": len(reciprocal)}
@@ -257,7 +275,8 @@ def query_folds(corpus: Corpus, k: int) -> list[list[int]]:
 
 def _rows(t: Tables, rows: list[int]) -> Tables:
     return Tables({k: v[rows] for k, v in t.dense.items()}, t.lexical[rows], {f: v[rows] for f, v in t.same.items()},
-                  t.exclude[rows], [t.gold[i] for i in rows], t.prior)
+                  t.exclude[rows], [t.gold[i] for i in rows], None if t.known is None else [t.known[i] for i in rows],
+                  t.prior, None if t.linked is None else t.linked[rows])
 
 
 def cross_validate(operator, corpus: Corpus, folds: list[list[int]], encode: Callable[[list[str]], np.ndarray], *,
@@ -387,9 +406,11 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
     a line and the card say so. ``command_started``: when the budget's clock started, for the
     record of how it was spent (``bundle.info["time_budget"]``, when the bundle has one).
 
-    ``train``: the training triples files. A relation whose training answers recur (some text is
-    the answer of two triples or more) is also offered its answer prior (retrieval/prior.py); the
-    bundle keeps the table only when dev chooses it."""
+    ``train``: the training triples files. Their answers of a dev or test query are filtered from
+    its ranks (:attr:`Corpus.known`), as link prediction filters them. A relation whose training answers recur (some text is
+    the answer of two triples or more) is also offered its answer prior (retrieval/prior.py), and
+    every relation the neighbours bonus of the graph the training triples draw (retrieval/graph.py);
+    the bundle keeps a table or the graph only when dev chooses it."""
     from ..encoder.bundle import load_bundle
     from ..encoder.model import Encoder
     from ..encoder.training import encode_cached, loop
@@ -409,9 +430,18 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
 
     triples = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", dev), ("test", test))}
     answers: dict[str, list[str]] = {}  # relation (and R^-1) → its training answers, one per triple
-    for t in (t for f in train for t in read_triples(f)):
+    training = [t for f in train for t in read_triples(f)]
+    known: dict[str, list[tuple[str, str]]] = {}  # relation (and R^-1) → its training (query, answer) pairs
+    for t in training:
         answers.setdefault(t.relation, []).append(t.tail)
         answers.setdefault(t.relation + INVERSE_SUFFIX, []).append(t.head)
+        known.setdefault(t.relation, []).append((t.head, t.tail))
+        known.setdefault(t.relation + INVERSE_SUFFIX, []).append((t.tail, t.head))
+    graph = Graph.build((t.head, t.tail) for t in training) if training else None
+    if graph is not None and len(graph.edges) > MAX_EDGES:
+        say(f"warning: the training graph has {len(graph.edges)} links, more than a bundle stores "
+            f"({MAX_EDGES}); no relation is offered the neighbours bonus", True)
+        graph = None
     pairs = {}  # relation to fit → split → its (head, tail) pairs
     for name, op in sorted(bundle.operators.items()):
         base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
@@ -442,8 +472,9 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
         t0 = loop.clock()
         if len(set(answers.get(name, ()))) < len(answers.get(name, ())):  # some answer recurs
             op.info["answer_prior"] = answer_prior.table(answers[name])
-        corpus = {s: splits[s].corpus(by_split[s]) if by_split[s] else None for s in triples}
-        reports[name] = fit(op, corpus["dev"], corpus["test"], encode)
+        # what training knows of a query is filtered from its ranks, as link prediction filters it
+        corpus = {s: splits[s].corpus(by_split[s], known.get(name, ())) if by_split[s] else None for s in triples}
+        reports[name] = fit(op, corpus["dev"], corpus["test"], encode, graph)
         fitting_seconds, fitted_pairs = fitting_seconds + loop.clock() - t0, fitted_pairs + size
         if not {"dev", "test"} & set(reports[name]):  # no query whose gold is another text
             continue
@@ -471,6 +502,10 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
         bundle.info["time_budget"].update(fitting_seconds=round(loop.clock() - started, 1),
                                           relations_fitted=len(reports), relations_not_fitted=sorted(late),
                                           seconds_to_last_write=round(loop.clock() - command_started, 1))
+    if graph is not None:  # this training graph replaces an earlier one; kept when a recipe reads it
+        bundle.info.pop("graph", None)
+        if any(Recipe.from_json(op.info["recipe"]).neighbours for op in bundle.operators.values() if "recipe" in op.info):
+            bundle.info["graph"] = graph.to_json()
     if reports or late:
         write_bundle(bundle, path, card=card(bundle) + card_section(reports, own_texts=bool(own)))
     return reports

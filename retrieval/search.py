@@ -138,7 +138,7 @@ class Searcher:
         from .recipe import check_recipes
 
         try:  # once per bundle: a malformed recipe is named here, not in the middle of a query
-            check_recipes(self.bundle.operators)
+            self.graph = check_recipes(self.bundle)  # the training graph a neighbours bonus reads
         except ValueError as e:
             raise QueryError(f"model {self.bundle.path or self.bundle.encoder['model']!r}: {e}") from None
         self.precision = precision

@@ -184,6 +184,8 @@ class RecipeParts(BaseModel):
     same: dict[str, float] = Field(description="Metadata field → bonus for sharing the query document's value.")
     prior: dict[str, float] = Field(description="Relation → weight of its answer prior "
                                     "(retrieval/prior.py: how often a document answered it in training).")
+    neighbours: float = Field(description="Bonus for a document the model's training graph links to the query "
+                                          "(retrieval/graph.py).")
     depth: int = Field(description="Candidates taken from each list: the pool the fusion re-orders.")
 
 

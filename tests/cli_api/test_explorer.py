@@ -306,7 +306,8 @@ def test_the_page_says_a_recipe_in_the_clis_words(index, tmp_path):
     stored = [r["recipe"] for r in index.relations() if "recipe" in r]
     crafted = [{"mixture": {"qa-entailment": 0.25, "identity": 0.75}, "bm25": 0.1, "title": 0.25,
                 "same": {"gics_sub_industry_code": 0.5, "unused": 0.0, "tiny": 1e-05}},
-               {"mixture": {"a": -2.5, "b": 1 / 3}, "bm25": 1.0, "same": {"x": 10.0}}, {"mixture": {"a": 999.999999}}]
+               {"mixture": {"a": -2.5, "b": 1 / 3}, "bm25": 1.0, "same": {"x": 10.0}}, {"mixture": {"a": 999.999999}},
+               {"mixture": {"a": 1.0}, "prior": {"a": 0.2}, "neighbours": 0.3}]
     numbers = [0.0, 1.0, 0.3, 1 - 0.7, 1 / 3, 2 / 3, 1e-05, 0.0001, 123456.0, 1234567.0, -0.5, 999.9999996, 5e-324]
     said = _node(tmp_path, f"const recipes = {json.dumps(stored + crafted)};\n"
                            f"console.log(JSON.stringify({{words: recipes.map((x) => r.describe(r.readRecipe(x))),"

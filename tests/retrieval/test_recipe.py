@@ -466,7 +466,7 @@ def test_the_pools_fused_scores_are_their_parts_summed_in_order_bit_for_bit():
     for i in range(rows):
         query_meta = {"a": [metadata[i]["a"]], "b": [metadata[i]["b"]], "c": [1]}
         pool, parts_in = recipes._pooled(recipe, dense, lexical, i)
-        ranked, parts = recipes._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, k)
+        ranked, parts = recipes._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, set(), k)
         # the reference: every part as a dict, each position's score sum() of them in order
         contributions = dict(parts_in)
         for f, w in wanted.items():
@@ -479,7 +479,7 @@ def test_the_pools_fused_scores_are_their_parts_summed_in_order_bit_for_bit():
         assert len(want) < k and ranked[:len(want)] == want
         assert len(ranked) == k and all(s < 0 for _, s in ranked[len(want):])  # past the pool
         assert all(parts[p] == {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in want[:k])
-        assert recipes._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, k,
+        assert recipes._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, set(), k,
                                  explain=False)[0] == ranked
 
 
@@ -505,6 +505,62 @@ def test_an_answer_prior_mixes_weighted_is_refused_by_rrf_and_checked_at_load(in
         path = Bundle(encoder=encoder_identity(), operators={"rel": bad}).save(tmp_path / f"bad{i}")
         with pytest.raises(QueryError, match=message):
             Searcher(str(searcher.files.root), model=str(path))
+
+
+def _with_graph(searcher, tmp_path, recipe: Recipe, pairs: list[tuple[str, str]], name: str = "g") -> Searcher:
+    """A searcher of the same index whose ``rel`` carries ``recipe`` and whose bundle the graph of ``pairs``."""
+    from relsearch.retrieval.graph import Graph
+
+    op = searcher.operators["rel"]
+    linked = Operator(name="rel", kind=op.kind, params=op.params, info={"recipe": recipe.to_json()})
+    bundle = Bundle(encoder=encoder_identity(), operators={"rel": linked}, info={"graph": Graph.build(pairs).to_json()})
+    return Searcher(str(searcher.files.root), model=str(bundle.save(tmp_path / name)))
+
+
+def test_a_neighbours_bonus_ranks_the_index_as_the_whole_table_scores(indexed, tmp_path):
+    """A recipe's neighbours bonus (retrieval/graph.py) adds w to each pooled candidate a training
+    triple links to the query, by text: the index, score_matrix (dev, test, bench linkpred) and
+    explain agree; a mixture weight-averages it, rrf refuses it, and a recipe that reads a graph
+    the bundle lacks is named at load."""
+    from relsearch.retrieval.plan import PlanError, resolve
+
+    searcher, docs, raw = indexed
+    linked_recipe = replace(RECIPE, neighbours=0.3, depth=20)
+    heads = [0, 42]
+    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
+    raw_heads = raw.copy()
+    raw_heads[heads] = stored
+    table = whole_table(searcher, docs, raw_heads, heads)
+    without = score_matrix(replace(linked_recipe, neighbours=0.0), *table)
+    low = [int(j) for j in np.argsort(-without[0])[12:19]]  # pooled, ranked low without the bonus
+    pairs = [(docs[0]["text"], docs[low[0]]["text"]), (docs[low[3]]["text"], docs[0]["text"]),
+             (docs[42]["text"], docs[low[6]]["text"])]
+    other = _with_graph(searcher, tmp_path, linked_recipe, pairs)
+    linked = other.graph.linked([docs[h]["text"] for h in heads], [d["text"] for d in docs])
+    assert linked[0, [low[0], low[3]]].all() and linked[0].sum() == 2 and linked[1, low[6]]
+    expected = score_matrix(linked_recipe, *table, linked=linked)
+    above = lambda scores: int((scores[0] > scores[0, low[0]]).sum())  # noqa: E731 (candidates above d)
+    assert above(expected) < above(without) - 3
+    pages = run(other, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=N, explain=True))
+    for row, hits, i in zip(expected, pages, range(2)):
+        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
+        for hit in hits:
+            parts = {k: v for k, v in hit.explain.items() if k.startswith("recipe:")}
+            assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
+            assert parts.get("recipe:neighbours", 0.0) == (0.3 if linked[i, int(hit.id[1:])] else 0.0) or \
+                "recipe:past-pool" in parts
+    assert "0.3·neighbours" in linked_recipe.describe()
+    assert Recipe.from_json(linked_recipe.to_json()) == linked_recipe
+    scoring = resolve(other.operators, {"rel": 0.5, "identity": 0.5})
+    assert scoring.mode == "recipe" and scoring.recipe.neighbours == pytest.approx(0.15)
+    with pytest.raises(PlanError, match="neighbours bonus"):
+        resolve({"rel": replace(other.operators["rel"], info={"recipe": Recipe(mixture={"rel": 1.0}, neighbours=0.3)
+                                                              .to_json()})}, {"rel": 1.0}, hybrid="rrf")
+    op = searcher.operators["rel"]
+    lacking = Bundle(encoder=encoder_identity(), operators={"rel": Operator(
+        name="rel", kind=op.kind, params=op.params, info={"recipe": linked_recipe.to_json()})}).save(tmp_path / "bad")
+    with pytest.raises(QueryError, match="a neighbours bonus, but the bundle stores no graph"):
+        Searcher(str(searcher.files.root), model=str(lacking))
 
 
 def test_choose_takes_the_answer_prior_when_answers_recur():

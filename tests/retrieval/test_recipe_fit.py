@@ -153,8 +153,8 @@ def test_time_budget_covers_recipe_fitting(tmp_path, monkeypatch):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_dev_search_ranks_over_each_pool_as_over_the_whole_table(seed):
     """choose ranks each gold among its query's pool only (the lists' candidates): the same
-    reciprocal ranks as ranking the whole fused table, ties, other golds, bonuses, answer priors and
-    excluded candidates included."""
+    reciprocal ranks as ranking the whole fused table, ties, other golds, bonuses, answer priors,
+    the neighbours bonus, excluded candidates and answers known from training (filtered) included."""
     from relsearch.retrieval import hybrid
     from relsearch.retrieval.recipe import _additions, _fused, _Pairs, _pool_reciprocal_ranks, pair_reciprocal_ranks
 
@@ -170,14 +170,19 @@ def test_the_dev_search_ranks_over_each_pool_as_over_the_whole_table(seed):
     lexical = np.where(rng.random((n, m)) < 0.3, np.round(rng.random((n, m)) * 3, 1), 0.0)
     same = {"group": rng.integers(0, 3, (n, m)) == 0}
     prior = {"rel": np.where(rng.random(m) < 0.2, np.round(rng.random(m), 1), 0.0)}  # one weight per candidate
+    linked = rng.random((n, m)) < 0.1  # the training graph links query and candidate
+    known = [set(int(k) for k in rng.choice(m, rng.integers(0, 4), replace=False)) - g - {i}  # training's answers
+             for i, g in enumerate(gold)]
     lists = (hybrid.minmax_list(dense, depth, False, exclude), hybrid.minmax_list(lexical, depth, True, exclude))
-    pairs = _Pairs(gold, exclude)
     for recipe in (Recipe(mixture={"rel": 1.0}, depth=depth), Recipe(mixture={"rel": 1.0}, bm25=0.3, depth=depth),
                    Recipe(mixture={"rel": 1.0}, bm25=0.7, same={"group": 0.2}, depth=depth),
-                   Recipe(mixture={"rel": 1.0}, bm25=0.2, same={"group": 0.1}, prior={"rel": 0.3}, depth=depth)):
-        additions = _additions(recipe, same, prior)
-        whole = pair_reciprocal_ranks(_fused(recipe, *lists, additions, (n, m)), gold, exclude)
-        np.testing.assert_allclose(_pool_reciprocal_ranks(recipe, *lists, additions, pairs), whole, rtol=0, atol=1e-12)
+                   Recipe(mixture={"rel": 1.0}, bm25=0.2, same={"group": 0.1}, prior={"rel": 0.3}, depth=depth),
+                   Recipe(mixture={"rel": 1.0}, bm25=0.2, prior={"rel": 0.1}, neighbours=0.2, depth=depth)):
+        additions = _additions(recipe, same, prior, linked)
+        for filtered in (None, known):
+            whole = pair_reciprocal_ranks(_fused(recipe, *lists, additions, (n, m)), gold, exclude, filtered)
+            np.testing.assert_allclose(_pool_reciprocal_ranks(recipe, *lists, additions, _Pairs(gold, exclude, filtered)),
+                                       whole, rtol=0, atol=1e-12)
 
 
 def _train_meta_se(tmp_path, *extra):
@@ -329,3 +334,49 @@ def test_fit_keeps_an_answer_prior_only_when_dev_chooses_it():
     useless.info["answer_prior"] = prior.table(texts[:40] * 2)  # answers that never answer dev
     report = fit(useless, split["dev"].corpus(pairs["dev"]), None, text_vectors)
     assert not report["recipe"]["prior"] and "answer_prior" not in useless.info
+
+
+def test_fit_bundle_offers_the_training_graph_and_stores_it_only_when_a_recipe_reads_it(tmp_path, encoder):
+    """Dev golds that training triples of another relation link to their queries (what the text does
+    not say): fit_bundle offers every relation the neighbours bonus of the training graph, dev
+    chooses it, and the bundle stores the graph; when the links say nothing of dev, no graph."""
+    from relsearch.encoder.bundle import Bundle, load_bundle
+    from relsearch.retrieval.graph import of_bundle
+    from relsearch.retrieval.prior import key
+    from relsearch.retrieval.recipe_fit import fit_bundle
+
+    from conftest import write_jsonl
+
+    rng = np.random.default_rng(3)
+    texts = [f"{' '.join(rng.choice(WORDS, 4))} number {i}" for i in range(240)]
+    dev = [(texts[i], texts[120 + i]) for i in range(60)]  # golds unrelated to their queries' words
+    triple = lambda h, r, t: {"head": h, "relation": r, "tail": t}  # noqa: E731
+    for name, links in (("linked", dev), ("unrelated", [(texts[i], texts[200 + i % 40]) for i in range(60)])):
+        train = write_jsonl(tmp_path / f"{name}.train.jsonl", [triple(h, "near", t) for h, t in links]
+                            + [triple(texts[60 + i], "rel", texts[180 + i]) for i in range(60)])
+        dev_file = write_jsonl(tmp_path / f"{name}.dev.jsonl", [triple(h, "rel", t) for h, t in dev])
+        path = Bundle(encoder=dict(encoder.identity), operators={"rel": linear("rel", 0)}).save(tmp_path / name)
+        fit_bundle(path, [str(dev_file)], [], train=[str(train)], card=lambda b: "", candidates=texts,
+                   say=lambda line, err: None)
+        bundle = load_bundle(str(path))
+        chosen = Recipe.from_json(bundle.operators["rel"].info["recipe"]).neighbours
+        if name == "linked":
+            assert chosen > 0 and of_bundle(bundle).neighbours(dev[0][0]) == {key(dev[0][1])}
+        else:
+            assert chosen == 0 and of_bundle(bundle) is None
+
+
+def test_a_split_filters_what_training_knows_of_each_query():
+    """Link prediction ranks a dev answer with the query's training answers removed: the corpus's
+    ``known`` holds them (not its golds, not the query itself, not texts outside the split)."""
+    from relsearch.retrieval.recipe import mrr
+    from relsearch.retrieval.recipe_fit import Split
+
+    split = Split(["a", "b", "c", "d"], ["q"], text_vectors)
+    corpus = split.corpus([("q", "a")], known=[("q", "b"), ("q", "a"), ("q", "q"), ("q", "elsewhere"), ("x", "c")])
+    q = split.position["q"]
+    assert corpus.heads == [q] and corpus.known == [{split.position["b"]}]
+    assert split.corpus([("q", "a")]).known is None
+    scores = np.array([[0.5, 0.9, 0.1, 0.2, 0.0]])  # "b", known from training, above the gold "a"
+    exclude = corpus.exclude()
+    assert mrr(scores, corpus.gold, exclude) == 0.5 and mrr(scores, corpus.gold, exclude, corpus.known) == 1.0
