@@ -183,7 +183,8 @@ class Candidates:
         return self.applied["@prior", name]
 
     def graph(self) -> Graph:
-        """The bundle's training graph (retrieval/graph.py), parsed once; its recipes checked that it exists."""
+        """The bundle's training graph (retrieval/graph.py), parsed once (load_candidates checked that a
+        recipe reading it finds it)."""
         if "@graph" not in self.applied:
             self.applied["@graph"] = of_bundle(self.bundle)
         return self.applied["@graph"]

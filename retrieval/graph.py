@@ -24,7 +24,7 @@ import numpy as np
 
 from .prior import KEY, key
 
-MAX_EDGES = 2_000_000  # 16 MB of pairs in base64 would pass bundle.json's limit: larger graphs are not offered
+MAX_EDGES = 1_000_000  # 10.7 MB in base64: more would crowd bundle.json's 16 MB limit, so larger graphs are not offered
 
 
 class Graph:

@@ -582,12 +582,13 @@ def _rank_row(recipe: Recipe, dense: SearchResult, i: int, pool: set[int], contr
     for f, w in wanted.items():
         values = query_meta.get(f, [])  # the query document's value, or any liked document's
         contributions[f"recipe:same:{f}"] = {p: w for p in pool if docs[p]["metadata"].get(f) in values}
+    # each pooled text's key, hashed once for every prior and the neighbours bonus
+    keys = {p: answer_prior.key(docs[p]["text"]) for p in pool} if priors or recipe.neighbours else {}
     for name, (w, weights) in priors.items():
-        found = {p: weights.get(answer_prior.key(docs[p]["text"]), 0.0) for p in pool}
+        found = {p: weights.get(keys[p], 0.0) for p in pool}
         contributions[f"recipe:prior:{name}"] = {p: w * v for p, v in found.items() if v}
     if recipe.neighbours:
-        contributions["recipe:neighbours"] = {p: recipe.neighbours for p in pool
-                                              if answer_prior.key(docs[p]["text"]) in linked}
+        contributions["recipe:neighbours"] = {p: recipe.neighbours for p in pool if keys[p] in linked}
     # each position's parts added in the parts' order, as sum() adds them (a part without it adds 0.0)
     total = dict.fromkeys(pool, 0)
     for part in contributions.values():
