@@ -41,6 +41,7 @@ class EsSearcher:
         from ..indexer.elastic import connect
 
         self.searcher, self.options = searcher, options
+        self.text_fields  # noqa: B018 - an index of several text fields is refused here, before a client opens
         self.client = client if client is not None else connect(
             options.url, credentials_file=options.credentials_file, ca_certs=options.ca_certs)
         self.metadata_fields = searcher.metadata_fields
@@ -58,6 +59,23 @@ class EsSearcher:
 
     def filter_warnings(self, filters: Filters | None) -> list[str]:
         return self.searcher.filter_warnings(filters)
+
+    def no_match_warnings(self, filters: Filters | None) -> list[str]:
+        """The local index's: the mirror holds the same documents (:meth:`Searcher.no_match_warnings`)."""
+        return self.searcher.no_match_warnings(filters)
+
+    @property
+    def text_fields(self) -> tuple[str, ...]:
+        """The one text field the mirror holds; a QueryError for an index of several (the mirror has
+        one dense field, and ``relsearch index`` refuses ``--es-url`` with several)."""
+        names = self.searcher.text_fields
+        if len(names) > 1:
+            raise QueryError("the Elasticsearch backend searches an index of one text field; this index has "
+                             f"{', '.join(names)}: query it with the local backend")
+        return names
+
+    def projection_of(self, queries: list[Query]) -> str | None:
+        return self.searcher.projection_of(queries)
 
     def unknown_ids(self, queries: list[Query]) -> set[str]:
         return self.searcher.unknown_ids(queries)

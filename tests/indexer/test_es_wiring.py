@@ -145,3 +145,50 @@ def test_recipes_on_a_real_server_give_the_local_top_10(tmp_path, small_corpus):
         client = connect(url, ca_certs=os.environ.get("RELSEARCH_TEST_ES_CA_CERTS"))
         for index in client.indices.get_alias(name=name):
             delete_index(client, index)
+
+
+def test_a_filter_matching_nothing_warns_on_es_as_locally(mirrored, server):
+    """A filter no document matches: no hits and the local index's warning (with the stored
+    spelling of a value that differs only in case), not a crash."""
+    target, _ = mirrored
+    base = ["query", "--id", "AAPL", "--index", str(target), "-k", "5", "--json", "--filter", "gics_sector=energy"]
+    for extra in ((), ("--backend", "es", "--es-url", server.url, "--es-index", "companies")):
+        out = CliRunner().invoke(cli, [*base, *extra])
+        assert out.exit_code == 0, out.output
+        assert "no document matches the filter" in out.output and "gics_sector='Energy' does" in out.output
+        assert not [line for line in out.output.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("query", [
+    ["--id", "AAPL", "--relation", "similar-company"],
+    ["bank holding company", "--relation", "similar-company", "--filter", "gics_sector=Financials"],
+    ["--id", "BAC", "--relation", "similar-company=0.6", "--relation", "duplicate-question=0.4"],  # a mixture
+])
+def test_es_backend_gives_the_local_top_5(mirrored, server, query):
+    """A relation (its recipe), a filtered text query and a mixture: the same top 5 from the mirror."""
+    target, _ = mirrored
+    base = ["query", *query, "--index", target, "-k", "6", "--json"]
+    local = [h["id"] for h in run(*base) if h["id"] != "ABBV"][:5]  # ABBV was refused by the mirror
+    es = [h["id"] for h in run(*base, "--backend", "es", "--es-url", server.url, "--es-index", "companies")][:5]
+    assert len(local) == 5 and es == local
+
+
+def test_es_backend_knows_its_one_text_field(mirrored, server):
+    target, _ = mirrored
+    es = ["--backend", "es", "--es-url", server.url, "--es-index", "companies"]
+    assert run("query", "--id", "AAPL", "--index", target, "-k", "3", "--json", "--field", "text", *es)
+    out = CliRunner().invoke(cli, ["query", "--id", "AAPL", "--index", str(target), "--field", "summary", *es])
+    assert out.exit_code != 0 and "unknown text field 'summary'" in out.output and "text" in out.output
+
+
+def test_es_backend_refuses_an_index_of_several_text_fields():
+    from types import SimpleNamespace
+
+    from relsearch.retrieval.es_backend import EsQueryOptions, EsSearcher
+    from relsearch.retrieval.search import QueryError
+
+    local = SimpleNamespace(text_fields=("text", "wiki"), metadata_fields=())
+    with pytest.raises(QueryError, match="one text field; this index has text, wiki: query it with the local"):
+        EsSearcher(local, EsQueryOptions(url="http://unused:9200", index="x"), client=object())
+    local.text_fields = ("text",)
+    assert EsSearcher(local, EsQueryOptions(url="http://unused:9200", index="x"), client=object()).text_fields == ("text",)
