@@ -23,7 +23,8 @@ from .hits import Hit, HitColumns
 def fuse_max(per_field: Sequence[Sequence[Sequence[Hit]]], names: Sequence[str], fetch: int) -> list[list[Hit]]:
     """``per_field[f][i]``: query ``i``'s hits in text field ``names[f]``, best first → each
     query's first ``fetch`` documents by their best score over the fields, each hit carrying the
-    field that gave it (``Hit.field``; ties: the field named first, then the better rank).
+    field that gave it (``Hit.field``; a document's tie between fields: the field named first),
+    ordered by score, then id.
     A field's hits given as columns (:class:`~.hits.HitColumns`) are compared by id and score
     alone, and only the kept ones are built: a lookup of peers over three texts built and decoded
     the metadata of three times the hits it kept."""
@@ -40,7 +41,9 @@ def fuse_max(per_field: Sequence[Sequence[Sequence[Hit]]], names: Sequence[str],
                 held = best.get(doc)
                 if held is None or score > held[0]:
                     best[doc] = (score, f, j)
-        kept = sorted(best.values(), key=lambda b: -b[0])[:fetch]  # stable: first seen wins ties
+        # ties by id, never by which field listed a document first: that moved with fetch (a
+        # document seen lower in an earlier field's longer list), so pages moved with k
+        kept = [best[doc] for doc in sorted(best, key=lambda doc: (-best[doc][0], doc))[:fetch]]
         built: dict[tuple[int, int], Hit] = {}
         for f, lists in enumerate(per_field):
             ranks = [j for _, g, j in kept if g == f]

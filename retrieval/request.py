@@ -266,45 +266,55 @@ class Plan:
                       fetch)
 
     def ranked(self, fetch: int, *, columns: bool = False) -> list[list[Hit]]:
-        """Each query's first ``fetch`` hits under its scoring: queries sharing one run as one batch;
-        over several text fields, each field's, fused by each document's best (retrieval/fields.py).
+        """Each query's first ``fetch`` hits under its scoring; over several text fields, each
+        field's (:meth:`per_field`) fused by each document's best (retrieval/fields.py).
         ``columns``: a single batch's hits may come back as the search's columns (retrieval/hits.py),
         whatever the scoring, so that fusion builds the hits it keeps and no others."""
-        from .recipe import search as recipe_search
+        per_backend = self.per_field(fetch, columns=columns)
+        if not self.fields:
+            return per_backend[0]
+        from .fields import fuse_max
 
-        if self.fields:
-            from .fields import fuse_max
+        return fuse_max(per_backend, [b.field for b in self.fields], fetch)
 
-            per_field = [dataclasses.replace(self, backend=b, fields=()).ranked(fetch, columns=True)
-                         for b in self.fields]
-            return fuse_max(per_field, [b.field for b in self.fields], fetch)
-
+    def per_field(self, fetch: int, *, columns: bool = False) -> list:
+        """Per backend searched (each text field's, or the one), each query's first ``fetch`` hits:
+        queries sharing a scoring run as one batch; a recipe's lists over several text fields
+        normalised on one scale (retrieval/recipe_search.py)."""
+        backends = self.fields or (self.backend,)
         groups: dict[int, tuple[Scoring, list[int]]] = {}  # queries sharing a mixture share its Scoring object
         for i, scoring in enumerate(self.scorings):
             groups.setdefault(id(scoring), (scoring, []))[1].append(i)
-        out: list[list[Hit]] = [[] for _ in self.queries]
-        o = self.options
+        per_backend: list[list] = [[[] for _ in self.queries] for _ in backends]
         for scoring, rows in groups.values():
-            part = [self.queries[i] for i in rows]
-            if scoring.mode == "recipe":
-                hits = recipe_search(self.backend, part, scoring.recipe, k=fetch, filters=o.filters, explain=o.explain)
-                if columns and len(groups) == 1:
-                    return hits
-            else:
-                mix = dict(scoring.recipe.mixture)  # the mixture's operators, as the relations' recipes weigh them
-                if scoring.mode != "projection":
-                    part = [q if q.relations == mix else dataclasses.replace(q, relations=mix) for q in part]
-                hybrid = {"hybrid": "rrf"} if scoring.mode == "rrf" else {}
-                examples = [{e.doc_id for e, _ in q.examples() if e.doc_id} for q in part]
-                more = max(map(len, examples))  # example documents come back first: fetch past them, drop them
-                hits = self.backend.search(part, k=fetch + more, filters=o.filters, explain=o.explain, **hybrid)
-                if more:
-                    hits = [[h for h in row if h.id not in ids][:fetch] for row, ids in zip(hits, examples)]
-                elif len(groups) == 1:
-                    return hits  # one batch in the queries' order: kept as columns, rows built when read
-            for i, row in zip(rows, hits):
-                out[i] = row
-        return out
+            lists, whole = self._group(scoring, [self.queries[i] for i in rows], backends, fetch)
+            if len(groups) == 1 and (whole or columns or self.fields):
+                return lists  # one batch in the queries' order: kept as columns, rows built when read
+            for out, hits in zip(per_backend, lists):
+                for i, row in zip(rows, hits):
+                    out[i] = row
+        return per_backend
+
+    def _group(self, scoring: Scoring, part: list[Query], backends: tuple, fetch: int) -> tuple[list, bool]:
+        """(each backend's hits for the queries ``part`` sharing ``scoring``, whether those are
+        already the batch's columns as the search gave them)."""
+        from . import recipe_search
+
+        o = self.options
+        if scoring.mode == "recipe":
+            return recipe_search.search_fields(backends, part, scoring.recipe, k=fetch, filters=o.filters,
+                                               explain=o.explain), False
+        mix = dict(scoring.recipe.mixture)  # the mixture's operators, as the relations' recipes weigh them
+        if scoring.mode != "projection":
+            part = [q if q.relations == mix else dataclasses.replace(q, relations=mix) for q in part]
+        hybrid = {"hybrid": "rrf"} if scoring.mode == "rrf" else {}
+        examples = [{e.doc_id for e, _ in q.examples() if e.doc_id} for q in part]
+        more = max(map(len, examples))  # example documents come back first: fetch past them, drop them
+        lists = [b.search(part, k=fetch + more, filters=o.filters, explain=o.explain, **hybrid) for b in backends]
+        if not more:
+            return lists, True
+        return [[[h for h in row if h.id not in ids][:fetch] for row, ids in zip(hits, examples)]
+                for hits in lists], False
 
 
 NO_HIGHLIGHTS = ("highlight marks the BM25 terms a hit matched: this search has no BM25 part (name a relation "

@@ -9,7 +9,7 @@ from relsearch.indexer import lexical, mutations
 from relsearch.indexer.ann import SearchResult
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
-from relsearch.retrieval import hybrid, plan, recipe, request
+from relsearch.retrieval import hybrid, plan, recipe, recipe_search, request
 from relsearch.retrieval.search import Query, QueryError, Searcher
 
 from conftest import SHARED_DATA
@@ -59,7 +59,7 @@ def weighted_hybrid(searcher, dense, lexical, weight, *, k=4, doc_id="d100"):
     (retrieval/plan.py: BM25 share 1 − weight) run by the recipe search, as every caller runs it."""
     scoring = plan.resolve(searcher.operators, {"identity": 1.0}, hybrid="weighted", hybrid_weight=weight)
     assert scoring.recipe.bm25 == pytest.approx(1.0 - weight)
-    [hits] = recipe.search(HandMadeLists(searcher, dense, lexical), [Query(doc_id=doc_id)], scoring.recipe, k=k)
+    [hits] = recipe_search.search(HandMadeLists(searcher, dense, lexical), [Query(doc_id=doc_id)], scoring.recipe, k=k)
     return [int(h.id[1:]) for h in hits], [h.score for h in hits]
 
 

@@ -13,6 +13,7 @@ from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.indexer.lexical import BM25
 from relsearch.retrieval import recipe as recipes
+from relsearch.retrieval import recipe_search
 from relsearch.retrieval.recipe import Recipe, choose, score_matrix
 from relsearch.retrieval.request import RequestError, SearchOptions, plan, run
 from relsearch.retrieval.search import Query, QueryError, Searcher
@@ -97,7 +98,7 @@ def test_a_mixture_with_a_recipe_relation_runs_the_weighted_recipe_never_plain_c
     heads = [Query(doc_id=f"d{i}", relations={"rel": 0.7, "identity": 0.3}) for i in (3, 7, 42)]
     got = run(searcher, heads, SearchOptions(k=8, explain=True))
     weighted = Recipe(mixture={"rel": 0.35, "identity": 0.65}, bm25=0.21, same={"group": 0.14}, depth=N)
-    want = recipes.search(searcher, heads, weighted, k=8)
+    want = recipe_search.search(searcher, heads, weighted, k=8)
     assert _ids(got) == _ids(want)
     plain = searcher.search(heads, k=8)
     assert _ids(got) != _ids(plain)  # a mixture as docs/cli.md shows one is not silently plain cosine
@@ -122,7 +123,7 @@ def test_hybrid_with_a_recipe_is_refused_or_fused_once_never_silent(indexed, tmp
     with pytest.raises(RequestError, match="rrf fuses ranks"):
         run(other, query, SearchOptions(k=5, hybrid="rrf"))
     hybrid = run(other, query, SearchOptions(k=8, hybrid="weighted", hybrid_weight=0.6))
-    want = recipes.search(other, query, Recipe(mixture={"identity": 1.0}, same={"group": 0.2}, bm25=0.4, depth=N), k=8)
+    want = recipe_search.search(other, query, Recipe(mixture={"identity": 1.0}, same={"group": 0.2}, bm25=0.4, depth=N), k=8)
     assert _ids(hybrid) == _ids(want) != _ids(run(other, query, SearchOptions(k=8)))
 
 
@@ -415,7 +416,7 @@ def test_an_answer_prior_ranks_the_index_as_the_whole_table_scores(indexed, tmp_
 
 def test_a_batch_reads_its_pooled_documents_at_once_and_ranks_each_query_as_alone(indexed, tmp_path, monkeypatch):
     """A batch's pooled documents (for the bonuses and the answer prior) are read together, not once
-    per query (retrieval/recipe.py _pool_documents: a lookup's batch of peers pools the same
+    per query (retrieval/recipe_search.py _pool_documents: a lookup's batch of peers pools the same
     companies); the answers do not depend on how many documents are read at once, bit for bit,
     and each query gets what it gets alone."""
     searcher, docs, _ = indexed
@@ -429,7 +430,7 @@ def test_a_batch_reads_its_pooled_documents_at_once_and_ranks_each_query_as_alon
     monkeypatch.setattr(store, "get", lambda positions, get=store.get: reads.append(len(positions)) or get(positions))
     batch = run(other, queries, options)
     assert len(reads) <= 5 < len(queries) and max(reads) > 40  # the batch's pools in one read, past one pool
-    monkeypatch.setattr(recipes, "POOL_DOCUMENTS", 25)  # a read per query or two: the same answers
+    monkeypatch.setattr(recipe_search, "POOL_DOCUMENTS", 25)  # a read per query or two: the same answers
     reads.clear()
     assert run(other, queries, options) == batch and len(reads) > 10
     alone = [run(other, [q], options)[0] for q in queries]  # FAISS scores a batch and one query alike to ~1e-7
@@ -465,8 +466,8 @@ def test_the_pools_fused_scores_are_their_parts_summed_in_order_bit_for_bit():
     wanted = dict(recipe.same)
     for i in range(rows):
         query_meta = {"a": [metadata[i]["a"]], "b": [metadata[i]["b"]], "c": [1]}
-        pool, parts_in = recipes._pooled(recipe, dense, lexical, i)
-        ranked, parts = recipes._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, set(), k)
+        pool, parts_in = recipe_search._pooled(recipe, dense, lexical, i, recipe_search.Scale.of(dense, lexical, depth))
+        ranked, parts = recipe_search._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, set(), k)
         # the reference: every part as a dict, each position's score sum() of them in order
         contributions = dict(parts_in)
         for f, w in wanted.items():
@@ -479,7 +480,7 @@ def test_the_pools_fused_scores_are_their_parts_summed_in_order_bit_for_bit():
         assert len(want) < k and ranked[:len(want)] == want
         assert len(ranked) == k and all(s < 0 for _, s in ranked[len(want):])  # past the pool
         assert all(parts[p] == {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in want[:k])
-        assert recipes._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, set(), k,
+        assert recipe_search._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, set(), k,
                                  explain=False)[0] == ranked
 
 

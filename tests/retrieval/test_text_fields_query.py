@@ -89,7 +89,7 @@ def _fused_hit_by_hit(per_field, names, fetch):
                 held = best.get(hit.id)
                 if held is None or hit.score > held.score:
                     best[hit.id] = dataclasses.replace(hit, field=name)
-        out.append(sorted(best.values(), key=lambda h: -h.score)[:fetch])
+        out.append(sorted(best.values(), key=lambda h: (-h.score, h.id))[:fetch])
     return out
 
 
@@ -97,9 +97,9 @@ def _fused_hit_by_hit(per_field, names, fetch):
 @pytest.mark.parametrize("explain", [False, True])
 def test_fusion_builds_only_the_hits_it_keeps_and_keeps_what_every_fields_hits_give(searcher, relations, explain):
     """fuse_max reads each field's columns (ids and scores) and builds the hits it keeps alone: the
-    same hits, scores, texts, fields and ties (GOOG and GOOGL have the same texts: the first seen
-    wins) as fusing every field's built hits, for a recipe and plain cosine, with explain or not,
-    one batch (columns) or two (id and text queries resolve apart: lists)."""
+    same hits, scores, texts, fields and ties (GOOG and GOOGL have the same texts: by id) as fusing
+    every field's built hits, for a recipe and plain cosine, with explain or not, one batch
+    (columns) or two (id and text queries resolve apart: lists)."""
     from relsearch.retrieval.fields import fuse_max
     from relsearch.retrieval.hits import HitColumns
     from relsearch.retrieval.request import plan
@@ -111,11 +111,10 @@ def test_fusion_builds_only_the_hits_it_keeps_and_keeps_what_every_fields_hits_g
         names = [b.field for b in found.fields]
         assert names == list(NAMES)
         for fetch in (3, 7):
-            fields = [dataclasses.replace(found, backend=b, fields=()) for b in found.fields]
-            columns = [f.ranked(fetch, columns=True) for f in fields]
+            columns = found.per_field(fetch, columns=True)
             if one_batch:  # a recipe explained comes as lists, plain cosine as columns with its explain
                 assert all(isinstance(c, HitColumns) for c in columns) is not (explain and "identity" not in relations)
-            built = [[list(row) for row in f.ranked(fetch)] for f in fields]
+            built = [[list(row) for row in field] for field in found.per_field(fetch)]
             want = _fused_hit_by_hit(built, names, fetch)
             assert fuse_max(columns, names, fetch) == want == fuse_max(built, names, fetch) == found.ranked(fetch)
             assert all(h.field in NAMES and h.text for row in want for h in row)
