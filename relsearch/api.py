@@ -33,6 +33,7 @@ from .encoder.threads import on_model_thread
 from .indexer import mutations
 from .indexer import records as rec
 from .indexer import snapshots
+from .indexer.filter_grammar import read_filters
 from .retrieval import request as search_request
 from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_weights, is_utf8  # noqa: F401  (MAX_*: re-exported)
 from .retrieval.paging import SearchStopped, page
@@ -236,7 +237,8 @@ class Index:
 
     def search(self, text: str | None = None, *, id: str | None = None, relations: dict[str, float] | None = None,
                k: int = 10, offset: int = 0, min_score: float | None = None, collapse: str | None = None,
-               filters: dict[str, FilterValue | dict] | None = None, explain: bool = False, rerank: str | None = None,
+               filters: dict[str, FilterValue | dict] | str | Sequence[str] | None = None, explain: bool = False,
+               rerank: str | None = None,
                rerank_depth: int | None = None, hybrid: str | None = None,
                hybrid_weight: float | None = None, fields: Sequence[str] | None = None,
                metadata: bool = True, like: Sequence[dict] = (), unlike: Sequence[dict] = (),
@@ -251,7 +253,11 @@ class Index:
         ``highlight``: each hit's ``highlights``, the offsets of the query's BM25 terms in its text.
         ``field``: one named text field of an index of several (default: all, fused by each
         document's best score; each hit's ``field`` says which gave it). ``collapse``: None
-        collapses on the index's recorded ``--collapse-field`` (share classes), False on nothing."""
+        collapses on the index's recorded ``--collapse-field`` (share classes), False on nothing.
+        ``filters``: the JSON form, or ``--filter`` text (a string, or a list AND-ed) read by the CLI's parser."""
+        if isinstance(filters, (str, list, tuple)):
+            with blame("filters"):
+                filters = read_filters(filters)
         req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
                             min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
                             rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight,

@@ -110,20 +110,25 @@ export function parseFilter(spec) {
                   "FIELD~=TEXT, FIELD in [A,B], FIELD has VALUE, FIELD exists or FIELD is [not] null");
 }
 
-// True when `spec` joins expressions with " or " outside double quotes (as the CLI splits them)
-function joinsWithOr(spec) {
-  let quoted = false;
-  for (let i = 0; i < spec.length; i += 1) {
-    if (spec[i] === '"' && (i === 0 || spec[i - 1] !== "\\")) quoted = !quoted;
-    else if (!quoted && spec.startsWith(" or ", i)) return true;
-  }
-  return false;
+// `and` / `or` (any case) after a space, as a whole word: the CLI's grammar joins expressions there
+const JOINS = /\s(?:and|or)(?=$|[\s"[\]{},=!<>~])/i;
+
+// True when `spec` joins expressions with `and` / `or` outside double quotes (a backslash escapes in them)
+function joinsExpressions(spec) {
+  const unquoted = spec.replace(/"(?:[^"\\]|\\.)*"?/gs, '""');
+  return JOINS.test(unquoted);
+}
+
+// True when a text value, written bare, would read as more than itself: a joining word, or an operator
+// after a space (`a b=c` reads as two expressions)
+function readsAsMore(value) {
+  return JOINS.test(value) || /\s\S*[=<>]/.test(value);
 }
 
 // {field, op, value} of a filter row that shows `spec` exactly, or null when a row cannot (a negation
 // "not ...", alternatives "A or B", text this splitter does not read): that one stays as written
 export function rowParts(spec) {
-  if (/^\s*not\s/.test(spec) || joinsWithOr(spec)) return null;
+  if (/^\s*not\s/i.test(spec) || joinsExpressions(spec)) return null;
   try {
     return parseFilter(spec);
   } catch {
@@ -135,13 +140,15 @@ export function rowParts(spec) {
 export function writeFilter(field, op, value, types = []) {
   if (NO_VALUE.has(op)) return `${field} ${op}`;
   const textOnly = types.includes("text") && !types.includes("number") && !types.includes("bool");
-  const quoted = (v) => (textOnly && typeof filterValue(v) !== "string" ? JSON.stringify(v) : v);
+  const quoted = (v) => ((textOnly && typeof filterValue(v) !== "string") || (!v.startsWith('"') && readsAsMore(v))
+    ? JSON.stringify(v) : v);
   if (op === "in") {
     const items = value.replace(/^\[|\]$/g, "").split(",").map((v) => v.trim()).filter(Boolean);
     return `${field} in [${items.map(quoted).join(",")}]`;
   }
   if (op === "has") return `${field} has ${quoted(value)}`;
-  return `${field}${op}${op === "~=" ? value : quoted(value)}`;
+  const bare = op === "~=" && (value.startsWith('"') || !readsAsMore(value)); // ~= reads bare text untyped
+  return `${field}${op}${bare ? value : quoted(value)}`;
 }
 
 // The filter a facet count stands for: its field equal to its value, as `--filter` reads it (a string that
@@ -154,6 +161,6 @@ export function facetFilter(field, value) {
   if (typeof value === "boolean" || (typeof value === "number" && Number.isFinite(value))) return `${field}=${value}`;
   if (typeof value !== "string") return null;
   const plain = value === value.trim() && value !== "" && filterValue(value) === value &&
-                !/["[\]{}]/.test(value) && !/^[=!<>~]/.test(value) && !/ or /i.test(value);
+                !/["[\]{}]/.test(value) && !/^[=!<>~]/.test(value) && !readsAsMore(value);
   return `${field}=${plain ? value : JSON.stringify(value)}`;
 }

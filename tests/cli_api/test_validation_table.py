@@ -118,3 +118,35 @@ def test_facets_and_highlights_answer_alike_over_http_and_in_the_client(index, s
     assert [h["highlights"] for h in got] == [h.highlights for h in want] and any(h.highlights for h in want)
     batch = Client(server).search_batch([{"text": "natural gas pipelines"}], k=3, facets=["gics_sector"])
     assert batch[0]["facets"] == want.facets
+
+
+# issue 50, F-4 and F-7: filter text the old splitter crashed on (RecursionError, IndexError) or misread
+F4 = 'name in ["\\\\", ' + "[" * 3000 + "]" * 3000 + "]"  # name in ["\\", [[[…]]]]
+MISREAD = [F4, "gics_sector==", "founded>=", "gics_sector=Financials AND"]
+
+
+@pytest.mark.parametrize("text", MISREAD, ids=["F-4", "==", ">=", "AND"])
+def test_malformed_filter_text_is_one_line_naming_the_position_everywhere(small_index, index, server, text):
+    status, answer = _post(server, "/filters/parse", json.dumps({"filters": [text]}))
+    assert status == 200 and answer["filters"] is None
+    [error] = answer["errors"]
+    assert error["field"] == "filters[0]" and " at position " in error["message"] and "\n" not in error["message"]
+    out = CliRunner().invoke(cli, ["query", TEXT, "--index", str(small_index), "--filter", text])
+    said = [line for line in out.output.splitlines() if line.startswith("Error:")]
+    assert out.exit_code == 2 and isinstance(out.exception, SystemExit) and "Traceback" not in out.output
+    assert said == [f"Error: Invalid value for '--filter': {error['message']}"], out.output
+    with pytest.raises(RequestError) as api:  # the Python API reads the same text with the same parser
+        index.search(TEXT, filters=text)
+    assert api.value.field == "filters" and api.value.message == error["message"]
+
+
+def test_an_escaped_backslash_ends_its_string_everywhere(small_index, index, server):
+    text = 'name = "\\\\" or name = "3M Company"'  # F-7: was one equality to '"\\" or name = "3M Company"'
+    meant = {"$any": [{"name": "\\"}, {"name": "3M Company"}]}
+    assert parse_filters([text], index.searcher().metadata_fields) == {"filters": meant, "errors": []}
+    status, parsed = _post(server, "/filters/parse", json.dumps({"filters": [text]}))
+    assert status == 200 and parsed["filters"] == meant
+    api = [h.id for h in index.search(TEXT, k=30, filters=meant)]
+    assert api == ["MMM"] and [h.id for h in index.search(TEXT, k=30, filters=[text])] == api
+    code, cli_ids, output = _cli_ids(small_index, "--filter", text)
+    assert code == 0 and cli_ids == api, output

@@ -352,9 +352,9 @@ def test_deeply_nested_filter_text_is_one_line_naming_the_bound():
 
     deep = "[" * 3000 + "]" * 3000
     for spec in [f"founded in {deep}", f"founded={deep}", f"tags has {deep}", f"a=1 or founded in {deep}"]:
-        with pytest.raises(ValueError, match="brackets nest 3,000 deep, at most 32 are allowed"):
+        with pytest.raises(ValueError, match="at position [0-9]+: brackets nest more than 32 deep$"):
             parse_filter(spec)
-        with pytest.raises(click.BadParameter, match="at most"):  # the CLI's --filter: a usage error, no traceback
+        with pytest.raises(click.BadParameter, match="more than 32 deep"):  # the CLI's --filter: a usage error, no traceback
             typed_filters(None, None, [spec])
     inside = '"' + "[" * 100 + '"'  # brackets inside double quotes are text
     assert parse_filter(f"title={inside}") == ("title", "eq", "[" * 100, False)
