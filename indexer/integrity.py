@@ -228,3 +228,49 @@ def verify(root: Path, files: dict, *, required: tuple[str, ...] = (), mode: str
             raise IndexCorruptError(f"{path} does not match its sha256 in the manifest: the file was altered "
                                     "or damaged; rebuild the index")
         _mark(path, entry["sha256"])
+
+
+# ---------------------------------------------------------------- writes stay inside the index
+
+def check_inside(root: str | os.PathLike, folder: str | os.PathLike) -> None:
+    """IndexCorruptError unless ``folder`` is the index folder ``root`` (resolved once by the
+    writer, store.index_dir) or a folder below it reached through real folders only: every
+    component from ``root`` down is a directory, none a symlink, so the folder's real path lies
+    inside ``root``. A writer calls it right before it creates files in ``folder``: a component
+    swapped for a link meanwhile (``generations`` made a link to a folder elsewhere) would lead its
+    writes out of the index, so it stops there, naming the link."""
+    root, folder = Path(root), Path(folder)
+    try:
+        parts = folder.relative_to(root).parts
+    except ValueError:
+        raise IndexCorruptError(f"{folder} is not inside the index {root}; refusing to write there") from None
+    for depth in range(len(parts) + 1):
+        path = root.joinpath(*parts[:depth])
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            raise IndexCorruptError(f"{path} is gone: it was removed or moved while a writer wrote into it; "
+                                    "the writer stops and publishes nothing") from None
+        if stat.S_ISLNK(mode) or not stat.S_ISDIR(mode):
+            raise IndexCorruptError(f"{path} is {'a symlink' if stat.S_ISLNK(mode) else 'no folder'} now; "
+                                    f"a writer writes only inside the index folder {root}, so it stops and "
+                                    "publishes nothing")
+
+
+def make_inside(root: str | os.PathLike, folder: str | os.PathLike) -> Path:
+    """Create ``folder`` below the index folder ``root`` (``root`` too, with its parents, when
+    absent) one level at a time, each level checked by :func:`check_inside` before a folder is
+    made in it: ``mkdir(parents=True)`` would follow a link put in its way and create the folder,
+    and what is then written into it, outside the index. Returns ``folder``."""
+    root, folder = Path(root), Path(folder)
+    root.mkdir(parents=True, exist_ok=True)
+    path = root
+    for part in folder.relative_to(root).parts:
+        check_inside(root, path)
+        path = path / part
+        try:
+            os.mkdir(path)
+        except FileExistsError:
+            pass
+    check_inside(root, folder)
+    return folder

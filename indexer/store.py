@@ -188,8 +188,7 @@ def new_generation(target: str | os.PathLike) -> Path:
     target = index_dir(target)
     if legacy(target) or not _ours(target):
         raise FileExistsError(f"{target} exists and is not a relsearch index; choose another --index")
-    gens = generations_dir(target)
-    gens.mkdir(parents=True, exist_ok=True)
+    gens = integrity.make_inside(target, generations_dir(target))
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
     gen = gens / f"{stamp}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
     gen.mkdir()
@@ -599,15 +598,18 @@ def commit(target: str | os.PathLike, gen: Path, manifest: Manifest, mirrors=(),
     Returns the manifest written. A backend of the previous generation that is not mirrored again
     is kept, marked ``"stale": true``: it still holds the older contents.
     """
+    root = index_dir(target)
     backends = {name: {**entry, "stale": True} for name, entry in manifest.backends.items()}
     for mirror in mirrors:
         backends[mirror.name] = mirror.load(gen, manifest)
     faults.point("commit.mirrors-loaded")
     written = manifest.replace(backends=backends, format=FORMAT, version=__version__, created_at=utc_now(),
                                files=integrity.checksum_files(gen, previous))
+    integrity.check_inside(root, gen)  # right before each write that makes it the index
     write_manifest(gen, written)
     fsync_generation(gen)
     faults.point("commit.manifest-written")
+    integrity.check_inside(root, gen)
     publish(target, gen)
     integrity.remember(gen, written.files)  # after the old generation's links are gone (ctime)
     faults.point("commit.published")
@@ -621,11 +623,23 @@ def publish_new(target: str | os.PathLike, fill: Callable[[Path], Manifest], mir
     """The one publish sequence of every writer (build, append, delete, compact): a new generation
     folder, ``fill(gen)`` writes its data files and returns their manifest, :func:`commit`. On any
     failure the folder is removed and the published index is untouched. The caller holds
-    :func:`writer_lock`."""
-    gen = new_generation(target)
+    :func:`writer_lock`.
+
+    Every write stays inside the index folder, resolved here once: the generation is checked
+    (integrity.check_inside) after ``fill`` and before each write of :func:`commit`; a folder on
+    the way swapped for a link meanwhile stops the write in one IndexCorruptError, and nothing is
+    removed through the link."""
+    root = index_dir(target)
+    gen = new_generation(root)
     try:
-        return commit(target, gen, fill(gen), mirrors, previous)
+        manifest = fill(gen)
+        integrity.check_inside(root, gen)
+        return commit(target, gen, manifest, mirrors, previous)
     except BaseException as e:
+        try:
+            integrity.check_inside(root, gen)
+        except IndexCorruptError as escaped:  # fill's writes went nowhere (or failed) through the link
+            raise escaped from e
         shutil.rmtree(gen, ignore_errors=True)
         raise_if_full(e, target)
         raise

@@ -33,7 +33,7 @@ from .. import faults
 from ..files import sha256_file
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig, encode_texts, settle_precision
-from ..indexer import mutations, spool, store
+from ..indexer import integrity, mutations, spool, store
 from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
 from ..indexer.es_mirror import EsTarget, mirrors_for
@@ -170,9 +170,11 @@ def check_input(path: str) -> int:
 
 # ---------------------------------------------------------------- the per-chunk work (Beam DoFn body)
 
-def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, shard_dir: str) -> None:
+def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, shard_dir: str,
+                 root: str | None = None) -> None:
     """Parse, validate and encode one chunk into ``NNNNNN.jsonl`` + ``NNNNNN.npz`` in ``shard_dir``
-    (a local folder or any Beam FileSystems location; ``path`` likewise).
+    (a local folder or any Beam FileSystems location; ``path`` likewise). ``root``: the index folder
+    when ``shard_dir`` is its build folder (:func:`still_inside` before each file).
 
     The ``.npz`` is written last and atomically: its presence marks the chunk complete. Until
     then ``NNNNNN.progress`` holds the chunk's lines done so far, rewritten after each encoded
@@ -202,6 +204,7 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
     def progress(encoded: int) -> None:
         nonlocal lines
         lines += encoded
+        still_inside(root, shard_dir)
         shardfs.write(progress_file, str(lines).encode())
 
     progress(0)
@@ -215,8 +218,10 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
             else {"line": r.line, "id": r.id, "text": r.text, "metadata": r.metadata}
             for r in parsed if isinstance(r, rec.Record)]
     rows += [{"rejected": r.to_json()} for r in parsed if isinstance(r, rec.Rejection)]
+    still_inside(root, shard_dir)
     shardfs.write(shardfs.join(shard_dir, f"{chunk.number:06d}.jsonl"),
                   "".join(rec.json_text(row) + "\n" for row in rows).encode("utf-8"))
+    still_inside(root, shard_dir)
     _save_npz(done, vectors=vectors, truncated=np.int64(truncated), lines=np.int64(chunk.lines), **fields)
     shardfs.remove([progress_file])
     faults.point("index.shard-written")
@@ -246,6 +251,16 @@ def encode_fields(encoder: Encoder, records: list, names: tuple[str, ...],
     return out[0], out[1:], truncated
 
 
+def still_inside(root: str | None, folder: str) -> None:
+    """Right before a file is written into the index's build folder ``folder``: ``root``, the index
+    folder the driver resolved once, must still reach it through real folders only (else
+    IndexCorruptError): ``generations`` swapped for a link to a folder elsewhere would lead the
+    shards there, and Beam makes the missing folders of a path it writes. None: the shards live
+    elsewhere (``--temp_location``)."""
+    if root is not None:
+        integrity.check_inside(root, folder)
+
+
 def _save_npz(path: str, **arrays) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -268,7 +283,7 @@ def _load_encoder(config: EncoderConfig) -> _Holder:
     return holder
 
 
-def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig, shard_dir: str):
+def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig, shard_dir: str, root: str | None):
     import apache_beam as beam
     from apache_beam.utils import shared
 
@@ -283,25 +298,27 @@ def _encode_chunks_dofn(path: str, job: IndexJob, encoder_config: EncoderConfig,
             identity = shardfs.join(shard_dir, ENCODER_FILE)  # tells the driver which encoder wrote the shards
             if not shardfs.exists(identity):  # and in which dtype: the manifest records it (encoder.precision)
                 encoder = self._holder.value
+                still_inside(root, shard_dir)
                 shardfs.write(identity, json.dumps({**encoder.identity, "precision": encoder.precision}).encode("utf-8"))
 
         def process(self, chunk):
-            encode_chunk(chunk, path=path, job=job, encoder=self._holder.value, shard_dir=shard_dir)
+            encode_chunk(chunk, path=path, job=job, encoder=self._holder.value, shard_dir=shard_dir, root=root)
 
     return EncodeChunks()
 
 
 def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: EncoderConfig, shard_dir: str,
-                   input_path: str | None = None):
+                   input_path: str | None = None, root: str | None = None):
     """Wire the Beam graph onto pipeline ``p``; its output is the shard files in ``shard_dir``. Workers
-    read the input at ``input_path`` (default: ``job.input``, made absolute)."""
+    read the input at ``input_path`` (default: ``job.input``, made absolute). ``root``: the index
+    folder when ``shard_dir`` is its build folder (:func:`still_inside`)."""
     import apache_beam as beam
 
     pcoll = p | "Chunks" >> beam.Create(chunks)
     if not one_local_worker(p.options):  # one input file spreads over all workers
         pcoll = pcoll | "Spread" >> beam.Reshuffle()
     pcoll | "Encode" >> beam.ParDo(_encode_chunks_dofn(input_path or os.path.abspath(job.input), job, encoder_config,
-                                                       shard_dir))
+                                                       shard_dir, root))
 
 
 # ---------------------------------------------------------------- driver
@@ -410,9 +427,10 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     chunks = plan_chunks(job.input, job.chunk_lines, job.chunk_bytes)
     if not store.is_published(job.index) and not store._ours(Path(job.index).absolute()):
         raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")
+    root = store.index_dir(job.index)  # resolved once: every write of this run stays in it
     build = _build_dir(job, encoder_config, input_sha)
     store.remove_stale_builds(job.index, keep=build)  # shards of other input: never let them fill the disk
-    build.mkdir(parents=True, exist_ok=True)
+    integrity.make_inside(root, build)
     with open(build / "lock", "w") as lock:
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -433,9 +451,11 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
                     staged = shardfs.join(shards, "input.jsonl")
                     shardfs.copy_in(job.input, staged)
                 p = new_pipeline(options, build)
-                build_pipeline(p, job, todo, encoder_config, shards, staged)
+                inside = str(root) if shards == str(build) else None  # shards in the index: kept inside it
+                build_pipeline(p, job, todo, encoder_config, shards, staged, inside)
                 run_to_end(p)
         except Exception as e:
+            integrity.check_inside(root, build)  # a worker stopped by a link put in the way: that, in one line
             store.raise_if_full(e, job.index, kept=build)
             raise
         finally:
@@ -446,7 +466,7 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             report = _publish(shards, job, bundle, chunks, input_sha, options=options, scratch=build)
         except IndexInputError:  # the same input would fail the same way: nothing worth resuming
             shardfs.remove([shards])
-            shutil.rmtree(build, ignore_errors=True)
+            _remove_build(root, build)
             store.remove_if_empty(job.index)  # a first build of unusable input leaves no folder
             raise
         except Exception as e:
@@ -454,9 +474,19 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             raise
         report.seconds, report.resumed_chunks, report.encoder = time.perf_counter() - started, len(resumed), precision
     shardfs.remove([shards])  # done: the shards are in the published index now
-    shutil.rmtree(build, ignore_errors=True)
+    _remove_build(root, build)
     report.published = True
     return report
+
+
+def _remove_build(root: Path, build: Path) -> None:
+    """Remove the build folder, unless a link put in its way meanwhile leads out of the index (then
+    it is left where it is: removing through the link could delete someone else's folder)."""
+    try:
+        integrity.check_inside(root, build)
+    except integrity.IndexCorruptError:
+        return
+    shutil.rmtree(build, ignore_errors=True)
 
 
 def _recorded_precision(job: IndexJob) -> str | None:

@@ -1,6 +1,7 @@
 """Symlinks in and to an index folder: a link inside the index (``generations``, a generation) is
-refused in one line and nothing outside the index is ever read or removed; a link naming the index
-folder itself stands for that folder, for reads and writes. And ``delete --ids`` reads a pipe."""
+refused in one line and nothing outside the index is ever read, written or removed, also when the
+link is put there while a writer runs; a link naming the index folder itself stands for that folder,
+for reads and writes. And ``delete --ids`` reads a pipe."""
 from __future__ import annotations
 
 import os
@@ -10,12 +11,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from relsearch import faults
 from relsearch.cli import cli
 from relsearch.indexer import integrity, mutations, snapshots, store
 from relsearch.indexer.store import IndexCorruptError, open_index
 
 from synthetic_index import answers, build
-from conftest import gen_of
+from conftest import gen_of, write_jsonl
 
 
 @pytest.fixture(autouse=True)
@@ -147,3 +149,43 @@ def test_delete_reads_the_ids_from_a_pipe(index):
         os.close(read)
     assert code == 0, output
     assert open_index(index).manifest.counts.documents == 298
+
+
+def tree(folder: Path) -> list[str]:
+    return sorted(os.path.relpath(os.path.join(top, name), folder)
+                  for top, dirs, files in os.walk(folder) for name in dirs + files)
+
+
+@pytest.mark.parametrize("point", ["index.shard-written", "append.faiss-written", "commit.mirrors-loaded"])
+def test_generations_swapped_for_a_link_during_an_append_leads_no_write_out(small_index, tmp_path, monkeypatch,
+                                                                           point):
+    """`generations` moved aside and replaced by a link to someone's folder while `index --append`
+    runs: after the first encoded shard (the shards used to follow the link: Beam makes the folders
+    of a path it writes), while the new generation is written, and before its manifest. The append
+    stops in one line naming the link, the linked folder receives nothing, and with the folder put
+    back the index is the one it was."""
+    index = tmp_path / "idx"
+    shutil.copytree(small_index, index, symlinks=True)
+    published, documents = store.current_generation(index).name, open_index(index).manifest.counts.documents
+    outside, aside = tmp_path / "outside", tmp_path / "aside"
+    user_data(outside)
+    before = tree(outside)
+    corpus = write_jsonl(tmp_path / "more.jsonl", [{"id": f"new{i}", "text": f"a maker of bicycles, number {i}"}
+                                                   for i in range(6)])
+    swapped = []
+
+    def swap(name: str) -> None:
+        if name == point and not swapped:
+            os.rename(index / store.GENERATIONS, aside)
+            os.symlink(outside, index / store.GENERATIONS)
+            swapped.append(name)
+
+    monkeypatch.setattr(faults, "point", swap)
+    code, output = invoke("index", corpus, "--index", index, "--append", "--chunk-lines", 2, "--quiet")
+    assert swapped and tree(outside) == before
+    assert code == 1 and output.count("\n") == 1, output
+    assert f"{index / store.GENERATIONS} is a symlink now" in output and "publishes nothing" in output, output
+    os.unlink(index / store.GENERATIONS)
+    os.rename(aside, index / store.GENERATIONS)
+    assert store.current_generation(index).name == published
+    assert open_index(index).manifest.counts.documents == documents
