@@ -147,11 +147,22 @@ def _refuse_host(scope, headers: list[tuple[bytes, bytes]], hosts: Hosts) -> JSO
     return None
 
 
-def _refuse_cross_site(scope, headers: dict[bytes, bytes], hosts: Hosts) -> JSONResponse | None:
+# the headers that say where a request comes from: each at most once, else a foreign value could hide
+# before the page's own (a header map keeps the last of a repeated name)
+ONCE = (b"origin", b"sec-fetch-site", b"sec-fetch-mode")
+
+
+def _refuse_cross_site(scope, raw: list[tuple[bytes, bytes]], hosts: Hosts) -> JSONResponse | None:
     """403 for a request a page of another origin made: its ``Origin`` is not this server's, or,
     without one, its ``Sec-Fetch-Site`` is cross-site or same-site (another port or subdomain is
-    another origin). The explorer page's own requests are same-origin; a link followed from
-    another site (a GET navigation) still opens a page."""
+    another origin), or it repeats one of these headers (:data:`ONCE`). The explorer page's own
+    requests are same-origin; a link followed from another site (a GET navigation) still opens a page."""
+    for name in ONCE:
+        if sum(key == name for key, _ in raw) > 1:
+            return error_response(403, name.decode(), f"{name.decode().title()} sent more than once: a request says "
+                                                      "once where it comes from; pages of other origins may not call "
+                                                      "this API")
+    headers = dict(raw)
     origin = headers.get(b"origin", b"").decode("latin-1")
     if b"origin" in headers and not _own_origin(scope, origin, headers.get(b"host", b"").decode("latin-1"), hosts):
         return error_response(403, "origin", f"Origin {_printable(origin, 100)!r} is not this server's: pages of "
@@ -274,7 +285,8 @@ class Guard:
         """The first refusal that applies, in this order: Host (421), another origin (403), the key
         (401), the body's size (413), its type (415)."""
         headers = dict(scope["headers"])
-        refused = _refuse_host(scope, scope["headers"], self.hosts) or _refuse_cross_site(scope, headers, self.hosts)
+        raw = scope["headers"]
+        refused = _refuse_host(scope, raw, self.hosts) or _refuse_cross_site(scope, raw, self.hosts)
         if refused is not None:
             return refused
         if (self.api_key is not None and scope["path"] not in OPEN_PATHS
