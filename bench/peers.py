@@ -27,6 +27,8 @@ import re
 import sys
 from collections import defaultdict
 
+from ..indexer.belonging import short_name
+
 MAX_SECTORS = 3
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _CUE = re.compile(r"\b(compet\w*|rivals?|peers?|alongside|along with|Big (Three|Four|Five|Six)|"
@@ -37,16 +39,6 @@ _CUE = re.compile(r"\b(compet\w*|rivals?|peers?|alongside|along with|Big (Three|
                   r"similar to|other (major|large|leading))\b", re.I)
 MENTIONING = ("text_wikipedia", "text_bloomberg")
 ALL_TEXTS = ("text",) + MENTIONING
-_SUFFIX = re.compile(r"(,?\s+(inc\.?|incorporated|corporation|corp\.?|company|co\.?|holdings?|group|plc|ltd\.?|"
-                     r"limited|llc|l\.?p\.?|n\.?v\.?|s\.?a\.?|bancorp(oration)?|trust|the|& co))+$", re.I)
-
-
-def short_name(name: str) -> str:
-    """The name without "The " and legal suffixes ("The Coca-Cola Company" → "Coca-Cola")."""
-    out, previous = re.sub(r"^the\s+", "", name.strip(), flags=re.I), None
-    while previous != out:
-        previous, out = out, _SUFFIX.sub("", out).strip(" ,&.")
-    return out
 
 
 def _aliases(rows: list[dict]) -> dict[str, str]:

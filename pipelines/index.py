@@ -34,6 +34,7 @@ from ..files import sha256_file
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig, encode_texts, settle_precision
 from ..indexer import integrity, mutations, spool, store
+from ..indexer import belonging
 from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
 from ..indexer.es_mirror import EsTarget, mirrors_for
@@ -47,6 +48,7 @@ from .runners import freeze_long_lived, local_workers, new_pipeline, one_local_w
 
 ENCODER_FILE = "encoder.json"
 PROGRESS_SUFFIX = ".progress"
+FLAGS_FILE = "misattributed.json"  # the driver's flags (indexer/belonging.py), by line, for the workers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +62,9 @@ class IndexJob:
     # with its own vectors and BM25; text_field is then the first. () : the one text_field
     text_fields: tuple[str, ...] = ()
     collapse_field: str | None = None  # recorded in the manifest: queries collapse on it by default
+    # False: a text about another record of the corpus (indexer/belonging.py; names from collapse_field
+    # or "name") is left out of its record's vectors and reported; True: every text is indexed
+    keep_misattributed: bool = False
     faiss_factory: str = DEFAULT_FACTORY  # "auto" or a FAISS index-factory string
     recall_target: float = 0.95  # recall@10 against exact search that the tuned parameters must reach
     faiss_device: str = "auto"  # "auto": GPU for FAISS when present; "cpu"
@@ -98,6 +103,7 @@ class IndexReport:
     faiss: dict = field(default_factory=dict)  # the manifest's faiss section
     backends: dict = field(default_factory=dict)  # mirror counts, e.g. {"elasticsearch": {...}}
     encoder: str | None = None  # "cpu, float32 (why)": what the encoder ran in (model.settle_precision)
+    misattributed: list = field(default_factory=list)  # "ID field: about NAME (ID): why", texts left out
 
     def summary(self) -> str:
         line = f"read {self.read}, indexed {self.indexed}, rejected {self.rejected}"
@@ -183,8 +189,9 @@ def encode_chunk(chunk: Chunk, *, path: str, job: IndexJob, encoder: Encoder, sh
     done = shardfs.join(shard_dir, f"{chunk.number:06d}.npz")  # shard_dir: str (or a local Path)
     if shardfs.exists(done):
         return
-    parsed = [rec.parse_line(n, raw, id_field=job.id_field, text_field=job.text_field, limits=job.limits,
-                             text_fields=job.text_fields)
+    flags = _read_flags(shard_dir)
+    parsed = [belonging.parse_line(n, raw, flags.get(n), id_field=job.id_field, text_field=job.text_field,
+                                   limits=job.limits, text_fields=job.text_fields)
               for n, raw in read_numbered_lines(path, chunk.start, chunk.end, chunk.first_line,
                                                 job.limits.max_line_bytes, opener=shardfs.open_binary)]
     # an id repeated within the chunk is rejected before encoding (the first line wins): a corpus of
@@ -261,6 +268,13 @@ def still_inside(root: str | None, folder: str) -> None:
         integrity.check_inside(root, folder)
 
 
+def _read_flags(shard_dir: str) -> dict[int, list[belonging.Flag]]:
+    path = shardfs.join(shard_dir, FLAGS_FILE)
+    if not shardfs.exists(path):
+        return {}
+    return {int(n): [belonging.Flag(**f) for f in flags] for n, flags in json.loads(shardfs.read(path)).items()}
+
+
 def _save_npz(path: str, **arrays) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
@@ -323,13 +337,15 @@ def build_pipeline(p, job: IndexJob, chunks: list[Chunk], encoder_config: Encode
 
 # ---------------------------------------------------------------- driver
 
-def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str) -> Path:
-    """Where shards of this exact job live: same input and settings → same folder → resumable."""
+def _build_dir(job: IndexJob, encoder_config: EncoderConfig, input_sha: str, flags: str = "") -> Path:
+    """Where shards of this exact job live: same input and settings → same folder → resumable.
+    ``flags``: the texts left out (FLAGS_FILE's contents; none: the key of before)."""
     encoder = {**asdict(encoder_config), "threads": None}  # thread count does not change the vectors
     text = list(job.text_fields) if len(job.text_fields) > 1 else job.text_field  # one field: the key of before
+    left_out = {"misattributed": hashlib.sha256(flags.encode()).hexdigest()} if flags else {}
     key = hashlib.sha256(json.dumps({"input": input_sha, "encoder": encoder, "id": job.id_field, "text": text,
                                      "chunk_lines": job.chunk_lines, "chunk_bytes": job.chunk_bytes,
-                                     "limits": asdict(job.limits)}, sort_keys=True).encode()).hexdigest()[:16]
+                                     "limits": asdict(job.limits), **left_out}, sort_keys=True).encode()).hexdigest()[:16]
     target = Path(job.index).absolute()
     return store.generations_dir(target) / f"build-{key}"
 
@@ -425,10 +441,14 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     # every worker and every query encoder of the index: no process probes the CPU for itself
     encoder_config, precision = settle_precision(encoder_config, recorded=_recorded_precision(job))
     chunks = plan_chunks(job.input, job.chunk_lines, job.chunk_bytes)
+    flags = {} if job.keep_misattributed else belonging.check_corpus(
+        job.input, id_field=job.id_field, text_field=job.text_field, text_fields=job.text_fields, limits=job.limits,
+        name_field=job.collapse_field)
+    flags_json = json.dumps({n: [asdict(f) for f in fs] for n, fs in flags.items()}, sort_keys=True) if flags else ""
     if not store.is_published(job.index) and not store._ours(Path(job.index).absolute()):
         raise FileExistsError(f"{job.index} exists and is not a relsearch index; choose another --index")
     root = store.index_dir(job.index)  # resolved once: every write of this run stays in it
-    build = _build_dir(job, encoder_config, input_sha)
+    build = _build_dir(job, encoder_config, input_sha, flags_json)
     store.remove_stale_builds(job.index, keep=build)  # shards of other input: never let them fill the disk
     integrity.make_inside(root, build)
     with open(build / "lock", "w") as lock:
@@ -446,12 +466,15 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
         try:
             todo = [c for c in chunks if c not in resumed]
             if todo:  # a resumed run with every chunk encoded has nothing for Beam to do
+                inside = str(root) if shards == str(build) else None  # shards in the index: kept inside it
+                if flags_json:  # the workers leave these texts out
+                    still_inside(inside, shards)
+                    shardfs.write(shardfs.join(shards, FLAGS_FILE), flags_json.encode("utf-8"))
                 staged = None
                 if not shardfs.is_local(shards):  # remote workers read the input from beside the shards
                     staged = shardfs.join(shards, "input.jsonl")
                     shardfs.copy_in(job.input, staged)
                 p = new_pipeline(options, build)
-                inside = str(root) if shards == str(build) else None  # shards in the index: kept inside it
                 build_pipeline(p, job, todo, encoder_config, shards, staged, inside)
                 run_to_end(p)
         except Exception as e:
@@ -463,7 +486,8 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             if job.progress:
                 watcher.join()
         try:
-            report = _publish(shards, job, bundle, chunks, input_sha, options=options, scratch=build)
+            report = _publish(shards, job, bundle, chunks, input_sha, options=options, scratch=build,
+                              misattributed=[f"{f.id} {f.reason()}" for fs in flags.values() for f in fs])
         except IndexInputError:  # the same input would fail the same way: nothing worth resuming
             shardfs.remove([shards])
             _remove_build(root, build)
@@ -505,12 +529,14 @@ def _recorded_precision(job: IndexJob) -> str | None:
 
 
 def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str, *, options,
-             scratch: Path) -> IndexReport:
+             scratch: Path, misattributed: list[str] = ()) -> IndexReport:
     """Check the shards' counts, then build a new generation (or append) and publish it. A large IVF
-    index is filled on the runner's workers (pipelines/faiss_add.py; ``options``: this job's)."""
+    index is filled on the runner's workers (pipelines/faiss_add.py; ``options``: this job's).
+    ``misattributed``: the texts left out, reported and recorded in the manifest's run."""
     plan = plan_shards(build, chunks)
     report = IndexReport(index=job.index, read=plan.read, indexed=plan.kept, rejected=len(plan.rejected),
-                         truncated=plan.truncated, reasons=Counter(r["reason"] for r in plan.rejected))
+                         truncated=plan.truncated, reasons=Counter(r["reason"] for r in plan.rejected),
+                         misattributed=list(misattributed))
     if report.indexed + report.rejected != report.read:  # a bug, never user error: refuse to publish
         raise RuntimeError(f"counts do not reconcile: {report.summary()}")
     if report.indexed == 0:
@@ -521,7 +547,8 @@ def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], inp
                               f"rejected lines in {keep_rejections(plan.rejected, job.index)}")
     encoder = json.loads(shardfs.read(shardfs.join(build, ENCODER_FILE)).decode("utf-8"))
     run = {"read": report.read, "indexed": report.indexed, "rejected": report.rejected, "truncated": report.truncated,
-           "input": {"path": os.path.abspath(job.input), "sha256": input_sha}}
+           "input": {"path": os.path.abspath(job.input), "sha256": input_sha},
+           **({"misattributed": list(misattributed)} if misattributed else {})}
     mirrors = mirrors_for(job.es)
     # decided under the lock: an append to a missing index must not overwrite one another writer publishes meanwhile
     with store.writer_lock(job.index):

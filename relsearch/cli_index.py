@@ -66,6 +66,9 @@ def _echo_backends(backends: dict) -> None:
                    "with any of them is indexed, and queries search them fused or one with --field.")
 @click.option("--collapse-field", default=None, help="A metadata field whose equal values are one issuer (share "
               "classes, e.g. name): recorded in the index, and queries collapse on it unless told --no-collapse.")
+@click.option("--keep-misattributed", is_flag=True, help="Index every text. By default a text about another "
+              "record of the corpus (its subject is another's name, or it copies another's text; names from "
+              "--collapse-field or name) is left out of its record's vectors and reported.")
 @click.option("--faiss-index", "faiss_factory", default="auto", show_default=True,
               help="auto (by corpus size: Flat, IVF, IVF-PQ + re-rank) or a FAISS index-factory string, "
                    "e.g. Flat, HNSW32, IVF1024,Flat.")
@@ -101,9 +104,9 @@ def _echo_backends(backends: dict) -> None:
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @es_options
 @click.pass_context
-def index(ctx, corpus, index_dir, model, id_field, text_fields, collapse_field, faiss_factory, recall_target, faiss_device,
-          faiss_add_units, append, max_segments, chunk_lines, max_length, precision, workers, strict, max_line_bytes,
-          max_text_bytes, max_metadata_bytes, quiet, **es):
+def index(ctx, corpus, index_dir, model, id_field, text_fields, collapse_field, keep_misattributed, faiss_factory,
+          recall_target, faiss_device, faiss_add_units, append, max_segments, chunk_lines, max_length, precision,
+          workers, strict, max_line_bytes, max_text_bytes, max_metadata_bytes, quiet, **es):
     """Encode CORPUS (JSONL; - reads standard input) with a Beam pipeline into a FAISS index + docstore at --index.
 
     Unknown options (--runner, --direct_num_workers, ...) pass through to Apache Beam. The new
@@ -124,6 +127,7 @@ def index(ctx, corpus, index_dir, model, id_field, text_fields, collapse_field, 
                                  param_hint="--text-field")
     job = IndexJob(input=corpus, index=index_dir, model=model, id_field=id_field, text_field=text_fields[0],
                    text_fields=text_fields if len(text_fields) > 1 else (), collapse_field=collapse_field,
+                   keep_misattributed=keep_misattributed,
                    faiss_factory=faiss_factory, recall_target=recall_target, faiss_device=faiss_device,
                    faiss_add_units=faiss_add_units, append=append, max_segments=max_segments, es=es_target(**es), chunk_lines=chunk_lines,
                    max_length=max_length, precision=precision, strict=strict, progress=not quiet,
@@ -150,6 +154,10 @@ def index(ctx, corpus, index_dir, model, id_field, text_fields, collapse_field, 
         click.echo(f"{report.truncated} texts were longer than the encoder's max length and were truncated")
     if report.rejected:
         click.echo(f"rejected lines: {os.path.join(index_dir, 'rejected.jsonl')}")
+    if report.misattributed:
+        shown = "; ".join(report.misattributed[:3]) + (" …" if len(report.misattributed) > 3 else "")
+        click.echo(f"misattributed: {len(report.misattributed)} texts about another record left out of their "
+                   f"record's vectors (--keep-misattributed keeps them; all in the manifest's runs): {shown}")
     faiss = report.faiss
     tuning = faiss.get("tuning", {})
     click.echo(f"faiss: {faiss.get('factory')} ({faiss.get('tier')}), search params {faiss.get('search_params')}"

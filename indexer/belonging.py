@@ -1,0 +1,291 @@
+"""Texts that belong: find a corpus's texts that are about *another* record of the same corpus.
+
+Scraped company corpora attach pages to the wrong company: the Russell 3000 set gives Chase
+Corporation (CCF) the Wikipedia intro of JPMorgan Chase's bank, and 18 companies of other names
+Alphabet's. Indexed as a text of its own, such a text makes Chase Corporation a peer of every
+bank. ``relsearch index`` runs :func:`misattributed` over every record's name and texts before
+encoding, and a flagged text is left out of that record's vectors (pipelines/index.py).
+
+Nothing is hand-listed: the names come from the corpus's name field. A name is known by its
+tokens (lower case, ``&`` kept, "V.F." = "VF") in full and in short (:func:`short_name`: "The"
+and legal suffixes cut, "JPMorgan Chase & Co." → "JPMorgan Chase"); a short form claimed by
+several names is ambiguous, and a one-word short form that the corpus also writes in lower case
+("First", "Target") is too common: either names nobody. Records of one :func:`issuer` (one name
+up to a share class: GOOG and GOOGL, "Class A" and "Class C") keep their shared texts. A text of
+record R is flagged when
+
+- **its subject** is another issuer: the text's first phrase (up to its first ``,``, ``(``,
+  ``;``, ``:``, sentence end, or "is", "was", "are", "were") starts with another issuer's name,
+  matched at its longest, and no less of R's own name ("Apple Hospitality" is not about Apple
+  Inc.); a one-word short name must be the whole phrase ("Hudson Yards" is not Hudson Ltd.); or
+- it is **identical or near-identical** (same tokens, or a Jaccard of word 4-shingles ≥
+  :data:`NEAR`) to a text of another issuer that it names, and it does not name R (the other's
+  text must be its own: naming it, not flagged by its subject); or
+- it is held **verbatim by issuers of other names** and names none of them (a page that belongs
+  to none of its holders, as the old ``tools/data/misattributed_texts.py`` repair found), unless
+  it is a placeholder of under :data:`MIN_SHARED_TOKENS` words.
+
+A text that merely names a competitor later on ("... competes with JPMorgan Chase") is not
+flagged: only its subject, or a copy of the other's own text, counts.
+"""
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from . import records as rec
+
+NEAR = 0.8  # word 4-shingle Jaccard at or above which two texts are one text re-scraped
+SHINGLE = 4
+MIN_KEY_CHARS = 3  # a name shorter than this names nobody on its own
+MIN_SHARED_TOKENS = 8  # a shorter text held by several ("No Description Available") is a placeholder, no page
+SHOWN = 3  # holders named in a "held verbatim" reason
+NAME_FIELD = "name"  # the name field of a corpus whose index names no --collapse-field
+MISATTRIBUTED = "misattributed-text"  # the rejection of a record whose every text is about another record
+
+_SUFFIX = re.compile(r"(,?\s+(inc\.?|incorporated|corporation|corp\.?|company|co\.?|holdings?|group|plc|ltd\.?|"
+                     r"limited|llc|l\.?p\.?|n\.?v\.?|s\.?a\.?|bancorp(oration)?|trust|the|& co))+$", re.I)
+_TOKEN = re.compile(r"[^\W_]+|&")
+# a text's first phrase ends at , ( ; : a verb "is"/"was"/"are"/"were", or a sentence end (not "U.S. B…")
+_SUBJECT_END = re.compile(r"[,(;:]|(?<!\b[A-Za-z])\.(\s|$)|\s(is|was|are|were)\s", re.I)
+_CLASS = re.compile(r"(\s+class\s+[a-z]|\s*-\s*[a-z])\s*$", re.I)
+_LOWER_WORD = re.compile(r"(?<![\w./@])[a-z][a-z-]+\b(?!\.\w)")  # not a web address's "autozone.com"
+
+
+def short_name(name: str) -> str:
+    """The name without "The " and legal suffixes ("The Coca-Cola Company" → "Coca-Cola")."""
+    out, previous = re.sub(r"^the\s+", "", name.strip(), flags=re.I), None
+    while previous != out:
+        previous, out = out, _SUFFIX.sub("", out).strip(" ,&.")
+    return out
+
+
+def tokens(text: str) -> tuple[str, ...]:
+    """Lower-case word tokens, ``&`` one of them and a run of single letters one word ("V.F." and
+    "VF" → "vf"): the unit every name and text is matched in."""
+    out: list[str] = []
+    glued = False
+    for t in _TOKEN.findall(text.lower()):
+        if len(t) == 1 and t != "&" and glued:
+            out[-1] += t
+        else:
+            out.append(t)
+            glued = len(t) == 1 and t != "&"
+    return tuple(out)
+
+
+def _name_tokens(name: str) -> tuple[str, ...]:
+    """A name's tokens, a parenthesis ("Equinix, Inc. (REIT)") and a leading "the" cut."""
+    out = tokens(re.sub(r"\s*\([^)]*\)", "", name))
+    return out[1:] if out[:1] == ("the",) else out
+
+
+def issuer(name: str) -> tuple[str, ...]:
+    """The issuer a name stands for: its tokens without a share class ("Alphabet Inc Class A",
+    "Discovery Communications-C"). Records of one issuer share their texts freely."""
+    return _name_tokens(_CLASS.sub("", name))
+
+
+@dataclass(frozen=True)
+class Flag:
+    """Text ``field`` of row ``row`` (record ``id``) is about record ``about_id`` (named
+    ``about_name``: the first record of that issuer; both None for a text that belongs to none of
+    the records holding it), found by ``why``."""
+
+    row: int
+    id: str
+    field: str
+    about_name: str | None
+    about_id: str | None
+    why: str
+
+    def reason(self) -> str:
+        """``text_wikipedia: about JPMorgan Chase & Co. (JPM): its subject``."""
+        if self.about_id is None:
+            return f"{self.field}: {self.why}"
+        return f"{self.field}: about {self.about_name} ({self.about_id}): {self.why}"
+
+
+class _Names:
+    """The corpus's names as token keys (each name in full and short), matched longest first. A
+    one-word short name that the corpus's texts also use as a lower-case word ("First" of First
+    Bancorp, "Target") is no key: it is too common to name anyone."""
+
+    def __init__(self, names: Mapping[tuple[str, ...], str], common: set):
+        claims: dict[tuple[str, ...], set] = defaultdict(set)
+        for who, name in names.items():
+            short = _name_tokens(short_name(re.sub(r"\s*\([^)]*\)", "", _CLASS.sub("", name))))
+            for key in {who, short}:
+                if sum(map(len, key)) >= MIN_KEY_CHARS and not (len(key) == 1 and key[0] in common):
+                    claims[key].add(who)
+        self.keys = {k: frozenset(v) for k, v in claims.items()}
+        self.longest = max(map(len, self.keys), default=0)
+        self.starts = {k[0] for k in self.keys}
+
+    def match_at(self, toks: tuple[str, ...], i: int) -> tuple[str, ...] | None:
+        """The longest key starting at token ``i``, or None."""
+        if toks[i] not in self.starts:
+            return None
+        for n in range(min(self.longest, len(toks) - i), 0, -1):
+            if toks[i:i + n] in self.keys:
+                return toks[i:i + n]
+        return None
+
+    def mentioned(self, toks: tuple[str, ...]) -> set:
+        """Issuers named anywhere in ``toks``, each mention matched at its longest (the "Chase" of
+        "JPMorgan Chase" names JPMorgan Chase, not Chase Corporation)."""
+        out, i = set(), 0
+        while i < len(toks):
+            key = self.match_at(toks, i)
+            if key is None:
+                i += 1
+            else:
+                out |= self.keys[key]
+                i += len(key)
+        return out
+
+    def subject_of(self, text: str, own: tuple[str, ...]) -> tuple[str, ...] | None:
+        """The issuer other than ``own`` that ``text``'s first phrase is about, or None.
+
+        The phrase must start with the issuer's name (its longest key; one claimed by several
+        names names nobody): "JPMorgan Chase Bank, N.A., doing business as ..." is about
+        JPMorgan Chase & Co. A one-word short name must be the whole phrase, legal suffixes cut
+        ("Hudson Yards is a neighborhood" is not about Hudson Ltd.). A phrase that starts with
+        as much of ``own``'s name is ``own``'s ("Apple Hospitality REIT" is not about Apple)."""
+        end = _SUBJECT_END.search(text)
+        phrase = text[:end.start()] if end else text
+        said = _name_tokens(text[:len(phrase) + 40])  # "AutoZone, Inc.": a name may run past the phrase
+        key = self.match_at(said, 0) if said else None
+        if key is None or own in self.keys[key] or len(self.keys[key]) > 1 or _common(said, own) >= len(key):
+            return None
+        if len(key) == 1 and _name_tokens(short_name(phrase)) != key:
+            return None
+        return next(iter(self.keys[key]))
+
+
+def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _shingles(toks: tuple[str, ...]) -> frozenset:
+    return frozenset(toks[i:i + SHINGLE] for i in range(max(1, len(toks) - SHINGLE + 1)))
+
+
+def misattributed(rows: Iterable[tuple[str, str | None, Mapping[str, str]]]) -> list[Flag]:
+    """The texts of ``rows`` — (id, name, {field: text}) each, in corpus order — that are about
+    another record of them, one :class:`Flag` per (row, field), in row and field order. A row
+    without a name is never flagged, and names nobody."""
+    rows = list(rows)
+    issuer_of = [issuer(name) if isinstance(name, str) else () for _, name, _ in rows]
+    first: dict[tuple[str, ...], int] = {}
+    rows_of: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    for i, who in enumerate(issuer_of):
+        if who:
+            first.setdefault(who, i)
+            rows_of[who].append(i)
+    common = {w for _, _, texts in rows for t in texts.values() for w in _LOWER_WORD.findall(t)}
+    names = _Names({who: rows[i][1] for who, i in first.items()}, common)
+    toks = {(i, f): tokens(t) for i, (_, _, texts) in enumerate(rows) for f, t in texts.items()}
+    holders: dict[tuple[str, ...], set] = defaultdict(set)
+    for (i, _), t in toks.items():
+        if issuer_of[i]:
+            holders[t].add(issuer_of[i])
+    found: dict[tuple[int, str], tuple[tuple[str, ...] | None, str]] = {}
+    for i, (_, _, texts) in enumerate(rows):  # its subject: first, so that a copy never vouches for a text
+        for f, text in texts.items():
+            other = names.subject_of(text, issuer_of[i]) if issuer_of[i] else None
+            if other is not None:
+                found[(i, f)] = other, "its subject"
+    by_subject = set(found)
+    mentions: dict[tuple[int, str], set] = {}
+    shingles: dict[tuple[int, str], frozenset] = {}
+
+    def mentioned(where):
+        if where not in mentions:
+            mentions[where] = names.mentioned(toks[where])
+        return mentions[where]
+
+    def shingled(where):
+        if where not in shingles:
+            shingles[where] = _shingles(toks[where])
+        return shingles[where]
+
+    def copied(i: int, f: str):
+        """(the issuer, why) whose own text this one is a copy of, for a text naming others, not ``own``."""
+        own, t = issuer_of[i], toks[(i, f)]
+        if own in mentioned((i, f)):
+            return None
+        for other in sorted(mentioned((i, f)) - {own}, key=lambda x: first[x]):
+            for j in rows_of[other]:
+                for g in rows[j][2]:
+                    if (j, g) in by_subject or other not in mentioned((j, g)):
+                        continue  # not the other's own text: a copy of it proves nothing
+                    if toks[(j, g)] == t:
+                        return other, f"identical to its {g}"
+                    a, b = shingled((i, f)), shingled((j, g))
+                    jaccard = len(a & b) / len(a | b)
+                    if jaccard >= NEAR:
+                        return other, f"near-identical to its {g} (Jaccard {jaccard:.2f})"
+        others = sorted(holders[t] - {own}, key=lambda x: first[x])
+        if others and len(t) >= MIN_SHARED_TOKENS:
+            ids = [rows[first[x]][0] for x in others]
+            shown = ", ".join(ids[:SHOWN]) + (", …" if len(ids) > SHOWN else "")
+            return None, f"held verbatim by {len(ids)} other{'s' * (len(ids) > 1)} ({shown}), naming none of them"
+        return None
+
+    for i, (_, _, texts) in enumerate(rows):
+        for f in texts:
+            if issuer_of[i] and (i, f) not in found:
+                hit = copied(i, f)
+                if hit is not None:
+                    found[(i, f)] = hit
+    flags = []
+    for i, (doc_id, _, texts) in enumerate(rows):
+        for f in texts:
+            if (i, f) in found:
+                other, why = found[(i, f)]
+                name, other_id = (rows[first[other]][1], rows[first[other]][0]) if other else (None, None)
+                flags.append(Flag(i, doc_id, f, name, other_id, why))
+    return flags
+
+
+def check_corpus(path: str, *, id_field: str = "id", text_field: str = "text", text_fields: tuple[str, ...] = (),
+                 limits: rec.Limits = rec.DEFAULT_LIMITS, name_field: str | None = None) -> dict[int, list[Flag]]:
+    """The flagged texts of corpus ``path`` (JSONL, parsed as ``relsearch index`` parses it: lines
+    it would reject, and repeats of an id, take no part), by 1-based line number. ``name_field``:
+    the metadata field that names a record (``relsearch index``: its ``--collapse-field``); None:
+    ``name``. A corpus whose records have no such field gets no flags."""
+    names = tuple(text_fields) if len(text_fields) > 1 else (text_field,)
+    rows, lines, seen = [], [], set()
+    for n, raw in rec.read_numbered_lines(path, max_bytes=limits.max_line_bytes):
+        r = rec.parse_line(n, raw, id_field=id_field, text_field=text_field, limits=limits, text_fields=text_fields)
+        if isinstance(r, rec.Record) and r.id not in seen:
+            seen.add(r.id)
+            texts = r.texts if len(names) > 1 else {text_field: r.text}
+            rows.append((r.id, r.metadata.get(name_field or NAME_FIELD), texts))
+            lines.append(n)
+    if not any(isinstance(name, str) and name.strip() for _, name, _ in rows):
+        return {}
+    out: dict[int, list[Flag]] = defaultdict(list)
+    for flag in misattributed(rows):
+        out[lines[flag.row]].append(flag)
+    return dict(out)
+
+
+def parse_line(line_no: int, raw: bytes, flags: list[Flag] | None = None, **parse) -> rec.Record | rec.Rejection:
+    """:func:`records.parse_line` of the line with its ``flags``' texts set to null: the record
+    is indexed by its other texts, or, when it has none left, rejected as :data:`MISATTRIBUTED`
+    with the flags' reasons."""
+    if not flags:
+        return rec.parse_line(line_no, raw, **parse)
+    obj = rec.decode_line(line_no, raw, parse.get("limits", rec.DEFAULT_LIMITS))
+    kept = rec.json_text({**obj, **{f.field: None for f in flags}}).encode("utf-8")
+    r = rec.parse_line(line_no, kept, **parse)
+    if isinstance(r, rec.Rejection) and r.reason in (rec.NO_TEXT, rec.NULL_TEXT):
+        return rec.Rejection(line_no, MISATTRIBUTED, "; ".join(f.reason() for f in flags), r.raw)
+    return r
