@@ -11,7 +11,7 @@ PACKAGES = ("encoder", "indexer", "retrieval", "pipelines", "bench")
 # What each layer may import besides itself. "base" is the package root every layer sits on
 # (relsearch/__init__.py: the version; relsearch/faults.py: the test-only kill points both writers
 # use); "api" is the Python API, the HTTP server and client (relsearch/api.py, serve/, client.py);
-# "cli" is the rest of relsearch/ (click commands). explorer.py: the server's helpers for the explorer page.
+# "cli" is the rest of relsearch/ (click commands). explorer.py, completion.py: the server's helpers for the explorer page.
 ALLOWED = {
     "base": set(),
     "encoder": {"base"},
@@ -22,7 +22,7 @@ ALLOWED = {
     "bench": {"base", "encoder", "indexer", "retrieval", "pipelines", "api"},
     "cli": {"base", "encoder", "indexer", "retrieval", "pipelines", "api", "bench"},
 }
-API_MODULES = {"api", "serve", "client", "explorer"}
+API_MODULES = {"api", "serve", "client", "explorer", "completion"}
 # relsearch/__init__.py re-exports the API lazily (module __getattr__): its own imports are not an arrow
 EXEMPT = {"relsearch/__init__.py"}
 
