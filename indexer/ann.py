@@ -296,6 +296,38 @@ def rescore(vectors: np.ndarray, q: np.ndarray, candidates: np.ndarray, k: int) 
     return SearchResult(out_p, out_s)
 
 
+# ---------------------------------------------------------------- ties
+
+TIE_TOLERANCE = 1e-5  # float32 products of unit vectors differ by ~1e-7 with a batch's shape
+TIE_MARGIN = 8  # candidates fetched past k so that a tied group at the cut is seen whole
+
+
+def settle_ties(result: SearchResult, q: np.ndarray, vectors, k: int) -> SearchResult:
+    """``result`` cut to ``k``, its near-tied scores settled: every hit within
+    :data:`TIE_TOLERANCE` of a neighbour in its row is scored again in float64 from ``vectors``,
+    one pair at a time, and the row sorted by (score, position). A float32 inner product's last
+    bits depend on the batch's shape and on a vector's place in it (BLAS tiles, FAISS's blocks), so
+    two identical documents (share classes: GOOG and GOOGL) swapped places between a batch of
+    queries and one query; scored pair by pair, identical vectors tie exactly and the smaller
+    position goes first on every path."""
+    scores, positions = result.scores, result.positions
+    with np.errstate(invalid="ignore"):  # -inf pads: nan, not near
+        close = np.abs(np.diff(scores, axis=1)) <= TIE_TOLERANCE
+    near = np.zeros(scores.shape, bool)
+    near[:, 1:] |= close
+    near[:, :-1] |= close
+    near &= positions >= 0
+    if near.any():
+        rows, cols = np.nonzero(near)
+        pairs = np.asarray(vectors[positions[rows, cols]], np.float64) * np.asarray(q, np.float64)[rows]
+        scores = scores.copy()
+        scores[rows, cols] = pairs.sum(axis=1)  # each row's own pairwise sum: the same for the same pair
+        order = np.lexsort((positions, -scores), axis=1)
+        positions = np.take_along_axis(positions, order, 1)
+        scores = np.take_along_axis(scores, order, 1)
+    return SearchResult(positions[:, :k], scores[:, :k])
+
+
 # ---------------------------------------------------------------- the search
 
 def search(index, q: np.ndarray, k: int, *, params: dict | None = None, vectors: np.ndarray | None = None,

@@ -535,11 +535,13 @@ class Searcher:
         ``subset``: the positions allowed (a docstore filter). A selective filter (at most
         ``exact_subset_max`` matches) is searched exactly; a broad one through FAISS with an
         IDSelector, widened and topped up exactly so k hits come back whenever k match.
-        Deleted positions never come back.
+        Deleted positions never come back. Near-tied scores are settled (:func:`~relsearch.indexer.ann.settle_ties`):
+        identical documents tie exactly and rank by position, in a batch as alone.
         """
         qv = np.ascontiguousarray(qv, dtype=np.float32)
         with ann.threads_for(len(qv)):
-            return self._ann(qv, k, subset, params)
+            found = self._ann(qv, k + ann.TIE_MARGIN, subset, params)
+        return ann.settle_ties(found, qv, self.files.vectors, k)
 
     def _ann(self, qv: np.ndarray, k: int, subset: np.ndarray | None, params: dict | None) -> SearchResult:
         if subset is not None and len(subset) <= self.exact_subset_max:

@@ -182,3 +182,30 @@ def test_gpu_search_path_sets_parameters_and_matches_cpu(data):
     on_cpu = ann.search(index, q, 10, params={"nprobe": 4}, vectors=x)
     assert seen == {"nprobe": 4}
     np.testing.assert_array_equal(on_gpu.positions, on_cpu.positions)
+
+
+def test_identical_documents_tie_exactly_and_rank_by_position_in_a_batch_as_alone():
+    """ann.settle_ties: float32 products of identical vectors differ in their last bits with a
+    batch's shape (a bf16-built index swapped GOOG and GOOGL between a lookup batch and one
+    query); near-tied hits are scored again pair by pair, so identical vectors tie exactly and the
+    smaller position goes first, and hits apart by more than the tolerance keep their order."""
+    from relsearch.indexer.ann import TIE_TOLERANCE, SearchResult, settle_ties
+
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((6, 16)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors[4] = vectors[1]  # a share class: the same text
+    q = vectors[[1, 0]] + np.float32(0.1)  # row 0 nearest to 1 and its copy 4
+    exact = [float(q[0].astype(np.float64) @ vectors[p].astype(np.float64)) for p in range(6)]
+    ulp = np.spacing(np.float32(exact[1]))
+    # as a noisy batch gives them: 4 a few ulps above 1, then the other three far apart
+    others = sorted((p for p in (0, 2, 3, 5)), key=lambda p: -exact[p])
+    noisy = SearchResult(np.asarray([[4, 1, *others], [0, 1, 2, 3, 4, 5]]),
+                         np.asarray([[exact[1] + 2 * ulp, exact[1], *(exact[p] for p in others)],
+                                     [1.0, 0.9, 0.9 - TIE_TOLERANCE * 10, 0.5, -np.inf, -np.inf]], np.float32))
+    noisy.positions[1, 4:] = -1
+    settled = settle_ties(noisy, q, vectors, 4)
+    assert settled.positions[0, :2].tolist() == [1, 4] and settled.scores[0, 0] == settled.scores[0, 1]
+    assert settled.positions[0, 2:].tolist() == others[:2]
+    assert settled.positions[1].tolist() == [0, 1, 2, 3]  # nothing near: untouched, cut to k
+    np.testing.assert_array_equal(settled.scores[1], noisy.scores[1, :4])

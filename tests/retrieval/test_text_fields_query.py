@@ -38,14 +38,25 @@ ROWS = [
 
 
 @pytest.fixture(scope="module")
-def multi(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("multi-query")
-    corpus = write_jsonl(tmp / "corpus.jsonl", ROWS)
-    target = tmp / "idx"
-    report = run_index(IndexJob(input=str(corpus), index=str(target), text_field="text", text_fields=NAMES,
-                                collapse_field="name", progress=False))
-    assert (report.indexed, report.rejected) == (7, 0)
-    return target
+def built(tmp_path_factory):
+    """precision → the index of ROWS encoded in it, built once per module when first asked."""
+    indexes = {}
+
+    def build(precision: str):
+        if precision not in indexes:
+            tmp = tmp_path_factory.mktemp(f"multi-query-{precision}")
+            corpus = write_jsonl(tmp / "corpus.jsonl", ROWS)
+            report = run_index(IndexJob(input=str(corpus), index=str(tmp / "idx"), text_field="text",
+                                        text_fields=NAMES, collapse_field="name", precision=precision, progress=False))
+            assert (report.indexed, report.rejected) == (7, 0)
+            indexes[precision] = tmp / "idx"
+        return indexes[precision]
+    return build
+
+
+@pytest.fixture(scope="module")
+def multi(built):
+    return built("fp32")
 
 
 @pytest.fixture(scope="module")
@@ -199,12 +210,17 @@ def test_lookup_collapses_share_classes_and_searches_one_field(multi, tmp_path):
     assert [r["id"] for r in orcl["results"]] == ["MSFT"]  # the one other document with a bloomberg text
 
 
-def test_a_lookup_of_peers_answers_each_anchor_as_its_query_over_every_text(multi, searcher, tmp_path):
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])  # bf16 runs on any CPU: slower without its instructions
+def test_a_lookup_of_peers_answers_each_anchor_as_its_query_over_every_text(built, precision, tmp_path):
     """The Russell lookup's shape (docs/companies.md) on a small index of three texts: a recipe,
     --same, the recorded collapse and --fields, anchors in batches of two and all at once; each
     anchor's peers are its query's (the same ids and scores, to the rounding of a batched matrix
-    product), never itself nor its share class."""
+    product), never itself nor its share class — in an fp32 and a bf16 index (on an AVX-512 BF16
+    CPU, GOOG and GOOGL once swapped between a batch and a single query)."""
     from relsearch.pipelines.lookup import LookupJob, run_lookup
+
+    multi = built(precision)
+    searcher = Searcher(str(multi))
 
     anchors = [r["id"] for r in ROWS]
     path = write_jsonl(tmp_path / "anchors.jsonl", [{"id": a} for a in anchors])
