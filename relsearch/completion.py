@@ -7,26 +7,22 @@ accents and punctuation never matter, a leading article and trailing legal forms
 "Group Incorporated") are dropped, and words compare joined as well as apart ("jp morgan" finds
 "JPMorgan Chase & Co.", "united health" finds "UnitedHealth Group Incorporated").
 
-What the texts give, mined once per generation (:func:`mine`), nothing hand-listed:
-
-- aliases: a capitalised name that a document's own texts use at least ALIAS_MIN_USES times and
-  that few of the corpus's texts contain ("Alphabet Inc. ... the parent company of Google": "google");
-- prominence: how many other texts name the document (its name as a capitalised run), then how
-  much text it has (how many texts, how long), so that "coca" lists The Coca-Cola Company, which
-  other companies' texts name, before Coca-Cola Consolidated.
+What the texts give — aliases and prominence — is mined once per generation, nothing hand-listed
+(indexer/mining.py, which the recipe's prominence part reads too): "coca" lists The Coca-Cola
+Company, which other companies' texts name, before Coca-Cola Consolidated.
 """
 from __future__ import annotations
 
-import json
-import math
 import re
 import threading
-import unicodedata
 import weakref
-from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
+
+from .indexer import mining
+from .indexer.mining import (  # noqa: F401 (capitalised_runs, mine: what completion reads, re-exported)
+    ARTICLES, LEGAL_FORMS, _naming_span, capitalised_runs, fold, mine, name_words, words)
 
 # Completion holds a word-start index in memory for an index of at most this many documents, built
 # at the first /complete of a generation (measured in complete()'s docstring); a bigger index
@@ -36,28 +32,9 @@ COMPLETION_MAX_DOCS = 100_000
 KEY_BYTES = 32  # UTF-8 bytes of a key (a name or id from a word start); a longer prefix is checked per match
 MAX_WORD_STARTS = 16  # words of a name that completion finds (a title's 17th word does not complete)
 MAX_CHECKED = 1_000  # matches per kind that a prefix longer than a key reads to check them whole
-# Mining reads at most this many characters of texts in all, each text's first share of it (at most
-# MAX_TEXT_CHARS; the Russell 3000's three texts: 6.1M characters, 1,800 a text); where a share would be
-# under MIN_TEXT_CHARS (more than ~53k texts) it reads none: no aliases, and prominence is 0 for all.
-MINING_CHARS = 16_000_000
-MAX_TEXT_CHARS = 4_000
-MIN_TEXT_CHARS = 300
-ALIAS_MIN_USES = 3  # uses in a document's own texts that make a capitalised name its alias
-ALIAS_MAX_SHARE = 0.01  # ... when at most this share of the corpus's texts (at least ALIAS_MIN_DF) contain it
-ALIAS_MIN_DF = 5
-MAX_ALIASES = 4  # aliases kept per document, the most used first
-MAX_RUN_WORDS = 4  # words of a capitalised run counted as a name ("Google Cloud Platform": 1 to 3 words)
-# the words that begin or end a company's name without naming it: an article, legal forms
-ARTICLES = frozenset({"the"})
-LEGAL_FORMS = frozenset({"inc", "incorporated", "corp", "corporation", "co", "company", "companies", "plc", "ltd",
-                         "limited", "llc", "lp", "llp", "holdings", "holding", "group", "sa", "ag", "nv", "se"})
-_SEPARATORS = re.compile(r"[\W_]+")  # what separates words: anything but a letter or digit
 # in words(text) + " ": from each word start, the key's characters (one regex call, no Python loop)
 _KEYS_FROM_WORD_STARTS = re.compile(f"(?<![^ ])(?=([^ ].{{0,{KEY_BYTES - 1}}}))", re.DOTALL)
 _REST_FROM_WORD_STARTS = re.compile("(?<![^ ])(?=([^ ].*))", re.DOTALL)
-_CAPITALISED = r"(?<![\w'’.&-])[A-ZÀ-ÖØ-Þ][\w'’.&-]*"  # a word that starts with a capital (Latin letters)
-_RUNS = re.compile(f"{_CAPITALISED}(?:(?: of| &)? {_CAPITALISED})*")
-_POSSESSIVE = re.compile(r"['’]s\b")
 _COMPLETIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → Completions
 _COMPLETIONS_LOCK = threading.Lock()
 
@@ -119,37 +96,6 @@ def complete_by_scan(docs, name_field: str | None, prefix: str, limit: int) -> l
 
 
 # ---------------------------------------------------------------- how names compare
-
-
-def fold(text: str) -> str:
-    """``text`` as completion compares it: casefolded, then accents dropped ("Nestlé" → "nestle", "İ" → "i")."""
-    if text.isascii():  # most ids and names: nothing to decompose (a third of the build time)
-        return text.lower()
-    return "".join(c for c in unicodedata.normalize("NFKD", text.casefold()) if not unicodedata.combining(c))
-
-
-def words(text: str) -> str:
-    """``fold(text)`` with each run of spaces and punctuation one space and none in front: "The
-    Coca-Cola Company" → "the coca cola company". A separator the prefix ends with stays (one space:
-    "coca-" finds "coca cola", not "cocaine"), which is why keys carry one after the last word."""
-    return _SEPARATORS.sub(" ", fold(text)).lstrip()
-
-
-def name_words(text: str) -> list[str]:
-    """The words that name: ``words(text)`` without a leading article or trailing legal forms, at
-    least one kept ("The Coca-Cola Company" → coca, cola; "JPMorgan Chase & Co." → jpmorgan, chase)."""
-    w = words(text).split()
-    start, end = _naming_span(w)
-    return w[start:end]
-
-
-def _naming_span(w: list[str]) -> tuple[int, int]:
-    start, end = 0, len(w)
-    while end - start > 1 and w[start] in ARTICLES:
-        start += 1
-    while end - start > 1 and w[end - 1] in LEGAL_FORMS:
-        end -= 1
-    return start, end
 
 
 def word_keys(text: str) -> list[str]:
@@ -217,100 +163,6 @@ def alias_keys(alias: str, whole: bool = False) -> list[str]:
     return list(dict.fromkeys(spaced + [joined if whole else joined[:KEY_BYTES]])) if w else []
 
 
-# ---------------------------------------------------------------- what the corpus says of each document
-
-
-@dataclass
-class Mined:
-    """What :func:`mine` read from a corpus's texts, per document position."""
-
-    aliases: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # position → [(alias, uses)]
-    prominence: dict[int, float] = field(default_factory=dict)  # position → score (absent: 0)
-
-
-def capitalised_runs(text: str) -> list[str]:
-    """The names in ``text``: runs of capitalised words ("of" and "&" inside one), each as the
-    naming words (:func:`name_words`) of its first 1 to MAX_RUN_WORDS words: "parent company of
-    Google Cloud." → "google", "google cloud". Punctuation other than "." "-" "'" "&" ends a run, and
-    so does a sentence's full stop (not an initial's or a legal form's: "J.P. Morgan", "Inc.")."""
-    out: list[str] = []
-    for run in _RUNS.findall(text):
-        piece: list[str] = []
-        for token in run.split(" "):
-            piece.append(token)
-            if token.endswith(".") and token.count(".") == 1 and len(token) > 2 and token[:-1].lower() not in LEGAL_FORMS:
-                out.extend(_run_names(piece))  # a sentence ends there
-                piece = []
-        out.extend(_run_names(piece))
-    return out
-
-
-def _run_names(tokens: list[str]) -> set[str]:
-    w = words(_POSSESSIVE.sub("", " ".join(tokens))).split()
-    start = 0
-    while start < len(w) - 1 and w[start] in ARTICLES:
-        start += 1
-    found = set()
-    for end in range(start + 1, min(len(w), start + MAX_RUN_WORDS) + 1):
-        if w[end - 1] not in LEGAL_FORMS and w[end - 1] not in ARTICLES and w[end - 1] != "of":
-            found.add(" ".join(w[start:end]))
-    return found
-
-
-def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
-    """Aliases and prominence of each document from ``texts`` (position → its texts) and ``names``
-    (position → name). A text held by several documents (share classes, a copied intro) counts once.
-
-    - An alias of a document is a capitalised run (:func:`capitalised_runs`) its texts use at least
-      ALIAS_MIN_USES times, contained in at most ALIAS_MAX_SHARE of the corpus's distinct texts (at
-      least ALIAS_MIN_DF), that its name does not already start with; the MAX_ALIASES most used.
-    - Prominence = ln(1 + other texts naming it) + ½ ln(1 + its characters of text / 1000): a text
-      names a document when one of its runs is the document's naming words joined."""
-    runs = {t: capitalised_runs(t) for ts in texts.values() for t in ts}
-    joined = {t: {r.replace(" ", "") for r in rs} for t, rs in runs.items()}  # "ExxonMobil" names "Exxon Mobil"
-    df = Counter(r for rs in joined.values() for r in rs)
-    max_df = max(ALIAS_MIN_DF, int(ALIAS_MAX_SHARE * len(runs)))
-    out = Mined()
-    for pos, own in texts.items():
-        own = list(dict.fromkeys(own))
-        name = "".join(name_words(names.get(pos, "")))
-        uses = Counter(r for t in own for r in runs[t])
-        found = [(r, n) for r, n in uses.most_common() if n >= ALIAS_MIN_USES and len(r) > 2
-                 and df[r.replace(" ", "")] <= max_df and not (name and name.startswith(r.replace(" ", "")))]
-        # "standard" is found by the keys of "standard oil" (alias_keys): one alias
-        found = [(r, n) for r, n in found if not any(o != r and o.startswith(r + " ") for o, _ in found)]
-        if found:
-            out.aliases[pos] = found[:MAX_ALIASES]
-        naming = df[name] - sum(name in joined[t] for t in own) if name else 0
-        out.prominence[pos] = math.log1p(naming) + 0.5 * math.log1p(sum(map(len, own)) / 1000)
-    return out
-
-
-def read_texts(docs, text_fields: tuple[str, ...]) -> dict[int, list[str]]:
-    """position → the first characters of each of its texts (``text_fields[1:]`` from the side table,
-    the first from the docstore), MINING_CHARS in all at most; none where that leaves a text under
-    MIN_TEXT_CHARS."""
-    per_text = min(MAX_TEXT_CHARS, MINING_CHARS // max(1, docs.total * max(1, len(text_fields))))
-    out: dict[int, list[str]] = {}
-    if per_text < MIN_TEXT_CHARS:
-        return out
-    for part in docs.parts:
-        for p, t in part.conn.execute("SELECT pos, substr(text, 1, ?) FROM docs", (per_text,)):
-            out.setdefault(p, []).append(t)
-        for name in text_fields[1:]:
-            for p, t in _field_texts(part, name, per_text):
-                out.setdefault(p, []).append(t)
-    return out
-
-
-def _field_texts(part, name: str, chars: int):
-    if part.has_fields_table():
-        q = "SELECT pos, substr(value, 1, ?) FROM fields WHERE field = ? AND type = 'text' AND elem = 0"
-        return part.conn.execute(q, (chars, name))
-    q = "SELECT pos, substr(json_extract(meta, ?), 1, ?) FROM docs"
-    return [(p, v) for p, v in part.conn.execute(q, ("$." + json.dumps(name), chars)) if isinstance(v, str)]
-
-
 # ---------------------------------------------------------------- the keys held per generation
 
 
@@ -350,18 +202,9 @@ class Completions:
 
     @classmethod
     def build(cls, docs, name_field: str | None, text_fields: tuple[str, ...] = ()) -> Completions:
-        live: dict[str, tuple[int, str]] = {}
-        dead = set(docs.deleted.tolist())
-        for part in docs.parts:  # as Documents.positions: a later segment's live row of an id is its newest
-            names = _names(part, name_field)
-            live.update((i, (p, names.get(p, ""))) for p, i in part.conn.execute("SELECT pos, id FROM docs")
-                        if p not in dead)
-        texts = read_texts(docs, text_fields)
-        mined = mine({p: texts.get(p, []) for p, _ in live.values()}, {p: n for p, n in live.values()})
-        del texts
+        live, mined = mining.mined(docs, name_field, tuple(text_fields))
         ranked = sorted((not name, -round(mined.prominence.get(pos, 0.0), 6), len(" ".join(name_words(name))),
                          doc_id, pos, name) for doc_id, (pos, name) in live.items())
-        del live
         n = len(ranked)
         ids, names, inner, alias = ([], []), ([], []), ([], []), ([], [])  # (UTF-8 keys, ranks), encoded as made
         aliases: dict[int, tuple[str, ...]] = {}
@@ -396,15 +239,3 @@ class Completions:
             if len(taken) >= limit:
                 break
         return taken.tolist()
-
-
-def _names(part, name_field: str | None) -> dict[int, str]:
-    """position → text value of ``name_field`` in one segment: one range scan of the side table
-    (or, in an index that predates it, the stored metadata)."""
-    if name_field is None:
-        return {}
-    if part.has_fields_table():
-        q = "SELECT pos, value FROM fields WHERE field = ? AND type = 'text' AND elem = 0"
-        return dict(part.conn.execute(q, (name_field,)))
-    q = "SELECT pos, json_extract(meta, ?) FROM docs"
-    return {p: v for p, v in part.conn.execute(q, ("$." + json.dumps(name_field),)) if isinstance(v, str)}

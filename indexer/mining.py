@@ -1,0 +1,253 @@
+"""What a corpus's texts say of each of its documents, beyond their meaning: the names they use.
+
+Mined from a generation's docstore (or any texts and names), nothing hand-listed, and read by two
+consumers: completion (relsearch/completion.py: aliases, and prominence to order equal matches)
+and the recipe's ``prominence`` part (retrieval/recipe.py: ``w · p(d)``, a major company kept
+above a small one that shares its label). Names compare as people write them (:func:`name_words`):
+case, accents and punctuation never matter, a leading article and trailing legal forms are dropped.
+
+- aliases: a capitalised name that a document's own texts use at least ALIAS_MIN_USES times and
+  that few of the corpus's texts contain ("Alphabet Inc. ... the parent company of Google": "google");
+- prominence: how many other texts name the document (its name as a capitalised run), then how
+  much text it has (how many texts, how long): :func:`mine`; :func:`prominence` scales it to
+  [0, 1] over a generation's live documents.
+
+A generation is mined once, at its first use (:func:`mined`), and again for a new generation: an
+``--append``, a delete or a compaction publishes one, so the figures always describe what is live.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import unicodedata
+import weakref
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+NAME_FIELDS = ("name", "title", "company", "security")  # the first a generation has is what its documents are called
+# Mining reads at most this many characters of texts in all, each text's first share of it (at most
+# MAX_TEXT_CHARS; the Russell 3000's three texts: 6.1M characters, 1,800 a text); where a share would be
+# under MIN_TEXT_CHARS (more than ~53k texts) it reads none: no aliases, and prominence is 0 for all.
+MINING_CHARS = 16_000_000
+MAX_TEXT_CHARS = 4_000
+MIN_TEXT_CHARS = 300
+MINED_MAX_DOCS = 100_000  # a bigger generation is not mined (its texts are not read): no prominence part
+ALIAS_MIN_USES = 3  # uses in a document's own texts that make a capitalised name its alias
+ALIAS_MAX_SHARE = 0.01  # ... when at most this share of the corpus's texts (at least ALIAS_MIN_DF) contain it
+ALIAS_MIN_DF = 5
+MAX_ALIASES = 4  # aliases kept per document, the most used first
+MAX_RUN_WORDS = 4  # words of a capitalised run counted as a name ("Google Cloud Platform": 1 to 3 words)
+# the words that begin or end a company's name without naming it: an article, legal forms
+ARTICLES = frozenset({"the"})
+LEGAL_FORMS = frozenset({"inc", "incorporated", "corp", "corporation", "co", "company", "companies", "plc", "ltd",
+                         "limited", "llc", "lp", "llp", "holdings", "holding", "group", "sa", "ag", "nv", "se"})
+_SEPARATORS = re.compile(r"[\W_]+")  # what separates words: anything but a letter or digit
+_CAPITALISED = r"(?<![\w'’.&-])[A-ZÀ-ÖØ-Þ][\w'’.&-]*"  # a word that starts with a capital (Latin letters)
+_RUNS = re.compile(f"{_CAPITALISED}(?:(?: of| &)? {_CAPITALISED})*")
+_POSSESSIVE = re.compile(r"['’]s\b")
+_MINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → {key: what was mined}
+_MINED_LOCK = threading.Lock()
+
+
+# ---------------------------------------------------------------- how names compare
+
+
+def fold(text: str) -> str:
+    """``text`` as completion compares it: casefolded, then accents dropped ("Nestlé" → "nestle", "İ" → "i")."""
+    if text.isascii():  # most ids and names: nothing to decompose (a third of the build time)
+        return text.lower()
+    return "".join(c for c in unicodedata.normalize("NFKD", text.casefold()) if not unicodedata.combining(c))
+
+
+def words(text: str) -> str:
+    """``fold(text)`` with each run of spaces and punctuation one space and none in front: "The
+    Coca-Cola Company" → "the coca cola company". A separator the prefix ends with stays (one space:
+    "coca-" finds "coca cola", not "cocaine"), which is why keys carry one after the last word."""
+    return _SEPARATORS.sub(" ", fold(text)).lstrip()
+
+
+def name_words(text: str) -> list[str]:
+    """The words that name: ``words(text)`` without a leading article or trailing legal forms, at
+    least one kept ("The Coca-Cola Company" → coca, cola; "JPMorgan Chase & Co." → jpmorgan, chase)."""
+    w = words(text).split()
+    start, end = _naming_span(w)
+    return w[start:end]
+
+
+def _naming_span(w: list[str]) -> tuple[int, int]:
+    start, end = 0, len(w)
+    while end - start > 1 and w[start] in ARTICLES:
+        start += 1
+    while end - start > 1 and w[end - 1] in LEGAL_FORMS:
+        end -= 1
+    return start, end
+
+
+# ---------------------------------------------------------------- what the corpus says of each document
+
+
+@dataclass
+class Mined:
+    """What :func:`mine` read from a corpus's texts, per document position."""
+
+    aliases: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # position → [(alias, uses)]
+    prominence: dict[int, float] = field(default_factory=dict)  # position → score (absent: 0)
+
+
+def capitalised_runs(text: str) -> list[str]:
+    """The names in ``text``: runs of capitalised words ("of" and "&" inside one), each as the
+    naming words (:func:`name_words`) of its first 1 to MAX_RUN_WORDS words: "parent company of
+    Google Cloud." → "google", "google cloud". Punctuation other than "." "-" "'" "&" ends a run, and
+    so does a sentence's full stop (not an initial's or a legal form's: "J.P. Morgan", "Inc.")."""
+    out: list[str] = []
+    for run in _RUNS.findall(text):
+        piece: list[str] = []
+        for token in run.split(" "):
+            piece.append(token)
+            if token.endswith(".") and token.count(".") == 1 and len(token) > 2 and token[:-1].lower() not in LEGAL_FORMS:
+                out.extend(_run_names(piece))  # a sentence ends there
+                piece = []
+        out.extend(_run_names(piece))
+    return out
+
+
+def _run_names(tokens: list[str]) -> set[str]:
+    w = words(_POSSESSIVE.sub("", " ".join(tokens))).split()
+    start = 0
+    while start < len(w) - 1 and w[start] in ARTICLES:
+        start += 1
+    found = set()
+    for end in range(start + 1, min(len(w), start + MAX_RUN_WORDS) + 1):
+        if w[end - 1] not in LEGAL_FORMS and w[end - 1] not in ARTICLES and w[end - 1] != "of":
+            found.add(" ".join(w[start:end]))
+    return found
+
+
+def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
+    """Aliases and prominence of each document from ``texts`` (position → its texts) and ``names``
+    (position → name). A text held by several documents (share classes, a copied intro) counts once.
+
+    - An alias of a document is a capitalised run (:func:`capitalised_runs`) its texts use at least
+      ALIAS_MIN_USES times, contained in at most ALIAS_MAX_SHARE of the corpus's distinct texts (at
+      least ALIAS_MIN_DF), that its name does not already start with; the MAX_ALIASES most used.
+    - Prominence = ln(1 + other texts naming it) + ½ ln(1 + its characters of text / 1000): a text
+      names a document when one of its runs is the document's naming words joined."""
+    runs = {t: capitalised_runs(t) for ts in texts.values() for t in ts}
+    joined = {t: {r.replace(" ", "") for r in rs} for t, rs in runs.items()}  # "ExxonMobil" names "Exxon Mobil"
+    df = Counter(r for rs in joined.values() for r in rs)
+    max_df = max(ALIAS_MIN_DF, int(ALIAS_MAX_SHARE * len(runs)))
+    out = Mined()
+    for pos, own in texts.items():
+        own = list(dict.fromkeys(own))
+        name = "".join(name_words(names.get(pos, "")))
+        uses = Counter(r for t in own for r in runs[t])
+        found = [(r, n) for r, n in uses.most_common() if n >= ALIAS_MIN_USES and len(r) > 2
+                 and df[r.replace(" ", "")] <= max_df and not (name and name.startswith(r.replace(" ", "")))]
+        # "standard" is found by the keys of "standard oil" (alias_keys): one alias
+        found = [(r, n) for r, n in found if not any(o != r and o.startswith(r + " ") for o, _ in found)]
+        if found:
+            out.aliases[pos] = found[:MAX_ALIASES]
+        naming = df[name] - sum(name in joined[t] for t in own) if name else 0
+        out.prominence[pos] = math.log1p(naming) + 0.5 * math.log1p(sum(map(len, own)) / 1000)
+    return out
+
+
+def read_texts(docs, text_fields: tuple[str, ...]) -> dict[int, list[str]]:
+    """position → the first characters of each of its texts (``text_fields[1:]`` from the side table,
+    the first from the docstore), MINING_CHARS in all at most; none where that leaves a text under
+    MIN_TEXT_CHARS."""
+    per_text = min(MAX_TEXT_CHARS, MINING_CHARS // max(1, docs.total * max(1, len(text_fields))))
+    out: dict[int, list[str]] = {}
+    if per_text < MIN_TEXT_CHARS:
+        return out
+    for part in docs.parts:
+        for p, t in part.conn.execute("SELECT pos, substr(text, 1, ?) FROM docs", (per_text,)):
+            out.setdefault(p, []).append(t)
+        for name in text_fields[1:]:
+            for p, t in _field_texts(part, name, per_text):
+                out.setdefault(p, []).append(t)
+    return out
+
+
+def _field_texts(part, name: str, chars: int):
+    if part.has_fields_table():
+        q = "SELECT pos, substr(value, 1, ?) FROM fields WHERE field = ? AND type = 'text' AND elem = 0"
+        return part.conn.execute(q, (chars, name))
+    q = "SELECT pos, substr(json_extract(meta, ?), 1, ?) FROM docs"
+    return [(p, v) for p, v in part.conn.execute(q, ("$." + json.dumps(name), chars)) if isinstance(v, str)]
+
+
+def _names(part, name_field: str | None) -> dict[int, str]:
+    """position → text value of ``name_field`` in one segment: one range scan of the side table
+    (or, in an index that predates it, the stored metadata)."""
+    if name_field is None:
+        return {}
+    if part.has_fields_table():
+        q = "SELECT pos, value FROM fields WHERE field = ? AND type = 'text' AND elem = 0"
+        return dict(part.conn.execute(q, (name_field,)))
+    q = "SELECT pos, json_extract(meta, ?) FROM docs"
+    return {p: v for p, v in part.conn.execute(q, ("$." + json.dumps(name_field),)) if isinstance(v, str)}
+
+
+# ---------------------------------------------------------------- a generation's documents, mined once
+
+
+def name_field(metadata_fields) -> str | None:
+    """The field that names a generation's documents: the first of NAME_FIELDS it has, or None."""
+    return next((f for f in NAME_FIELDS if f in metadata_fields), None)
+
+
+def live_names(docs, name_field: str | None) -> dict[str, tuple[int, str]]:
+    """id → (position, name) of every live document of ``docs`` (a generation's Documents; "" where
+    it has no name); as Documents.positions, a later segment's live row of an id is its newest."""
+    live: dict[str, tuple[int, str]] = {}
+    dead = set(docs.deleted.tolist())
+    for part in docs.parts:
+        names = _names(part, name_field)
+        live.update((i, (p, names.get(p, ""))) for p, i in part.conn.execute("SELECT pos, id FROM docs")
+                    if p not in dead)
+    return live
+
+
+def mined(docs, name_field: str | None, text_fields: tuple[str, ...]) -> tuple[dict[str, tuple[int, str]], Mined]:
+    """(:func:`live_names`, :func:`mine` of their texts) of a generation, mined at the first call
+    and held while its docstore is open: completion and the recipe's prominence share one mining
+    (the Russell 3000's three texts: ~1 s of CPU)."""
+    with _MINED_LOCK:  # once per generation, whichever thread asks first
+        held = _MINED.setdefault(docs, {})
+        key = (name_field, tuple(text_fields))
+        if key not in held:
+            live = live_names(docs, name_field)
+            texts = read_texts(docs, text_fields)
+            held[key] = live, mine({p: texts.get(p, []) for p, _ in live.values()}, {p: n for p, n in live.values()})
+        return held[key]
+
+
+def scaled(prominence: dict[int, float]) -> dict[int, float]:
+    """Each score divided by the largest, so that the most prominent document has 1 ({} when none is above 0)."""
+    top = max(prominence.values(), default=0.0)
+    return {p: v / top for p, v in prominence.items() if v > 0} if top > 0 else {}
+
+
+def prominence(docs, metadata_fields, text_fields: tuple[str, ...]) -> dict[int, float] | None:
+    """position → prominence in (0, 1] of the live documents of a generation (absent: 0), by
+    :func:`mine` over its named texts; None when its documents have no name field (NAME_FIELDS) or it
+    holds more than MINED_MAX_DOCS documents: then the recipe has no prominence part."""
+    field_name = name_field(metadata_fields)
+    if field_name is None or docs.total > MINED_MAX_DOCS:
+        return None
+    _, found = mined(docs, field_name, tuple(text_fields))
+    return scaled(found.prominence)
+
+
+def prominence_of(texts: list[list[str]], names: list[str | None]) -> np.ndarray | None:
+    """(m,) float32 prominence of m documents given as their texts and names (bench and pack
+    fitting: what :func:`prominence` gives an index of them), None when no document has a name."""
+    if not any(isinstance(n, str) and n.strip() for n in names):
+        return None
+    found = scaled(mine(dict(enumerate(texts)), {i: n for i, n in enumerate(names) if isinstance(n, str)}).prominence)
+    return np.asarray([found.get(i, 0.0) for i in range(len(texts))], np.float32)
