@@ -12,12 +12,13 @@ What a mixture means (design.md §3, "one meaning everywhere"):
 - a mixture ``{R: w_R}`` ranks by the weighted recipe of its relations:
   ``mixture = Σ w_R · mixture_R`` (one dense query vector), ``title = Σ w_R · title_R``,
   ``bm25 = Σ w_R · bm25_R / Σ w_R``, ``same_f = Σ w_R · same_R,f / Σ w_R`` and the answer priors
-  ``prior_P = Σ w_R · prior_R,P / Σ w_R``, the neighbours bonus likewise,
+  ``prior_P = Σ w_R · prior_R,P / Σ w_R``, the neighbours bonus and prominence weight likewise,
   ``depth = max depth_R``. Relations without recipes reduce it to the plain vector mixture;
 - ``hybrid="weighted"`` with weight W gives BM25 the share 1 − W of a mixture that has none;
   ``hybrid="rrf"`` fuses the dense list with BM25 by ranks. Either is refused, with the reason,
   when a named relation's recipe already fuses BM25 (it would fuse twice), and rrf also when the
-  recipe adds metadata bonuses, answer priors or a neighbours bonus (rank fusion has no score to add them to).
+  recipe adds metadata bonuses, answer priors, a neighbours bonus or prominence (rank fusion has no score to
+  add them to).
 
 Three modes, each with its own documented score scale (``--min-score`` compares against it):
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..encoder.relations import lookup
+from ..indexer.mining import NAME_FIELDS, name_field
 from .recipe import Recipe, recipe_of
 
 
@@ -95,11 +97,15 @@ def resolve(operators: dict, relations: dict[str, float], *, hybrid: str | None 
         raise PlanError(f"hybrid: {names} already fuse BM25 with the dense search; hybrid would fuse it twice. "
                         "Drop hybrid, or name a relation without a BM25 share (e.g. identity)")
     if hybrid == "rrf" and combined.adds:
-        raise PlanError("hybrid rrf fuses ranks and cannot add the metadata bonuses, answer priors or neighbours bonus of "
+        raise PlanError("hybrid rrf fuses ranks and cannot add the metadata bonuses, answer priors, neighbours bonus or prominence of "
                         f"{', '.join(n for n, r in fused.items() if r.adds)}'s recipe; use hybrid weighted")
     if hybrid == "weighted":
         combined = replace(combined, bm25=1.0 - (0.5 if hybrid_weight is None else hybrid_weight))
     warnings += _bonus_warnings(combined, fused, metadata_fields, text_query)
+    if combined.prominence and name_field(metadata_fields) is None:
+        owners = ", ".join(n for n, r in fused.items() if r.prominence)
+        warnings.append(f"{owners}: the recipe's prominence does not apply: this index has no name field "
+                        f"({', '.join(NAME_FIELDS)}) to find its documents' names in the texts")
     if hybrid == "rrf":
         return Scoring("rrf", combined, tuple(warnings))
     return Scoring("recipe" if combined.reorders else "dense", combined, tuple(warnings))
@@ -124,6 +130,7 @@ def combine(recipes: dict[str, Recipe], weights: dict[str, float]) -> Recipe:
     mixture = {op: w for op, w in mixture.items() if w} or mixture
     return Recipe(mixture=mixture, same=averaged("same"), prior=averaged("prior"),
                   neighbours=sum(weights[n] * r.neighbours for n, r in recipes.items()) / total if total > 0 else 0.0,
+                  prominence=sum(weights[n] * r.prominence for n, r in recipes.items()) / total if total > 0 else 0.0,
                   depth=max(r.depth for r in recipes.values()),
                   bm25=sum(weights[n] * r.bm25 for n, r in recipes.items()) / total if total > 0 else 0.0,
                   title=sum(weights[n] * r.title for n, r in recipes.items()))

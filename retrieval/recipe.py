@@ -5,7 +5,7 @@ similarity that plain cosine and BM25 keep, so a trained relation is stored with
 it that won on its dev split, by whole-corpus retrieval:
 
     score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
-               + Σ_R w_R · prior_R(d) + w_g · [d linked to q in training]
+               + Σ_R w_R · prior_R(d) + w_g · [d linked to q in training] + w_p · prominence(d)
 
 - dense = ⟨Σ_k w_k normalize(op_k(h)) + w_title · normalize(enc(title)), t̂⟩: the operator mixed
   with identity (``mixture``), one query vector and one ANN search, as any relation mixture
@@ -20,7 +20,10 @@ it that won on its dev split, by whole-corpus retrieval:
 - an answer prior per relation (retrieval/prior.py): how often d answered R in training, for
   relations trained on triples whose answers recur (a knowledge graph's "occupation": "actor");
 - a bonus for each candidate that a training triple links to the query (retrieval/graph.py:
-  SimKGC's neighbour re-ranking), for relations trained on a knowledge graph.
+  SimKGC's neighbour re-ranking), for relations trained on a knowledge graph;
+- prominence: how much the corpus itself says of d (indexer/mining.py: how many other texts name it,
+  how much text it has), in [0, 1], so that a company everyone names is not outranked by a small one
+  that shares its label: the same for every query, mined from the index's own texts.
 
 Candidates are the dense list's top ``depth`` and, when b > 0, BM25's: fusion and bonuses only
 reorder this bounded list. The recipe is stored in the operator's bundle entry
@@ -50,6 +53,8 @@ BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
 PRIOR_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # the operator's answer prior (retrieval/prior.py)
 NEIGHBOUR_BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # a candidate linked to the query (retrieval/graph.py)
 NEIGHBOURS = object()  # choose()'s key for the neighbours bonus (no field or operator name is this object)
+PROMINENCE_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # a candidate's prominence (indexer/mining.py)
+PROMINENCE = object()  # choose()'s key for the prominence weight
 MIN_DEV_QUERIES = 10  # fewer dev queries than this: no recipe beats the operator alone (noise_margin)
 MAX_DEPTH = 10_000  # candidates per list (MAX_K)
 MAX_FIELDS = 64  # mixture operators / bonus fields of one recipe
@@ -62,8 +67,9 @@ class Recipe:
     """``mixture``: operator → weight of the dense query vector; ``bm25``: BM25's share in [0, 1];
     ``same``: metadata field → bonus for sharing the query document's value; ``prior``: operator →
     weight of its answer prior (retrieval/prior.py); ``neighbours``: bonus for a candidate the
-    bundle's training graph links to the query (retrieval/graph.py); ``title``: weight of the
-    query's title (first line) vector beside the mixture; ``depth``: candidates taken from each list."""
+    bundle's training graph links to the query (retrieval/graph.py); ``prominence``: weight of a
+    candidate's prominence in the corpus (indexer/mining.py); ``title``: weight of the query's title
+    (first line) vector beside the mixture; ``depth``: candidates taken from each list."""
 
     mixture: dict[str, float]
     bm25: float = 0.0
@@ -71,12 +77,13 @@ class Recipe:
     same: dict[str, float] = field(default_factory=dict)
     prior: dict[str, float] = field(default_factory=dict)
     neighbours: float = 0.0
+    prominence: float = 0.0
     depth: int = DEPTH
 
     def __post_init__(self):
         # bounds checked once, when a bundle's recipe is read: a weight of 1e308 makes scores inf
         # (invalid JSON), a fractional depth breaks the search, 10⁵ bonus fields cost a second a query
-        weights = list(self.mixture.values()) + [self.bm25, self.title, self.neighbours] \
+        weights = list(self.mixture.values()) + [self.bm25, self.title, self.neighbours, self.prominence] \
             + list(self.same.values()) + list(self.prior.values())
         if not self.mixture or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
                                        for w in weights):
@@ -99,6 +106,8 @@ class Recipe:
             raise ValueError(f"prior weights must be in [0, {MAX_BONUS:g}], got {_short(self.prior)}")
         if not 0.0 <= self.neighbours <= MAX_BONUS:
             raise ValueError(f"the neighbours bonus must be in [0, {MAX_BONUS:g}], got {self.neighbours!r}")
+        if not 0.0 <= self.prominence <= MAX_BONUS:
+            raise ValueError(f"the prominence weight must be in [0, {MAX_BONUS:g}], got {self.prominence!r}")
 
     @property
     def reorders(self) -> bool:
@@ -107,8 +116,8 @@ class Recipe:
 
     @property
     def adds(self) -> bool:
-        """Whether the recipe adds scores to pooled candidates (bonuses, priors): rank fusion cannot."""
-        return any(self.same.values()) or any(self.prior.values()) or bool(self.neighbours)
+        """Whether the recipe adds scores to pooled candidates (bonuses, priors, prominence): rank fusion cannot."""
+        return any(self.same.values()) or any(self.prior.values()) or bool(self.neighbours or self.prominence)
 
     def alone(self, name: str) -> bool:
         """True when the recipe ranks as operator ``name`` alone: nothing to mix, fuse or re-order.
@@ -117,7 +126,7 @@ class Recipe:
 
     def to_json(self) -> dict:
         return {"mixture": self.mixture, "bm25": self.bm25, "title": self.title, "same": self.same,
-                "prior": self.prior, "neighbours": self.neighbours, "depth": self.depth}
+                "prior": self.prior, "neighbours": self.neighbours, "prominence": self.prominence, "depth": self.depth}
 
     @classmethod
     def from_json(cls, entry, where: str = "recipe") -> Recipe:
@@ -126,14 +135,15 @@ class Recipe:
             if not isinstance(entry, dict) or not isinstance(entry.get("mixture"), dict) \
                     or not isinstance(entry.get("same", {}), dict) or not isinstance(entry.get("prior", {}), dict):
                 raise ValueError("not an object with a mixture")
-            unknown = set(entry) - {"mixture", "bm25", "title", "same", "prior", "neighbours", "depth"}
+            unknown = set(entry) - {"mixture", "bm25", "title", "same", "prior", "neighbours", "prominence", "depth"}
             if unknown:
                 raise ValueError(f"unknown key {sorted(unknown)[0][:40]!r}")
             return cls(mixture={str(k): v for k, v in entry["mixture"].items()}, bm25=entry.get("bm25", 0.0),
                        title=entry.get("title", 0.0),
                        same={str(k): v for k, v in entry.get("same", {}).items()},
                        prior={str(k): v for k, v in entry.get("prior", {}).items()},
-                       neighbours=entry.get("neighbours", 0.0), depth=entry.get("depth", DEPTH))
+                       neighbours=entry.get("neighbours", 0.0), prominence=entry.get("prominence", 0.0),
+                       depth=entry.get("depth", DEPTH))
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}: malformed recipe ({e})") from None
 
@@ -145,6 +155,7 @@ class Recipe:
         parts += [f"{w:g}·same {f}" for f, w in self.same.items() if w]
         parts += [f"{w:g}·prior({name})" for name, w in self.prior.items() if w]
         parts += [f"{self.neighbours:g}·neighbours"] if self.neighbours else []
+        parts += [f"{self.prominence:g}·prominence"] if self.prominence else []
         return " + ".join(parts)
 
 
@@ -215,18 +226,20 @@ def _short(value) -> str:
 
 def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
                  same: dict[str, np.ndarray], exclude: np.ndarray, prior: dict[str, np.ndarray] | None = None,
-                 linked: np.ndarray | None = None) -> np.ndarray:
+                 linked: np.ndarray | None = None, prominence: np.ndarray | None = None) -> np.ndarray:
     """(n, m) recipe scores, as :func:`search` ranks an index: ``dense`` operator → (n, m) cosines
     (every operator of the mixture, and :data:`TITLE` when the recipe weighs the query title),
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
     "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate,
     ``prior`` operator → (m,) answer prior of each candidate (needed for each of ``recipe.prior``),
     ``linked`` (n, m) bool: the training graph links the query to the candidate (needed when
-    ``recipe.neighbours``). Candidates past the pool score :func:`past_pool` of their dense score."""
+    ``recipe.neighbours``), ``prominence`` (m,) each candidate's prominence in [0, 1]
+    (indexer/mining.py; None: the corpus has no names, and the part adds nothing). Candidates past
+    the pool score :func:`past_pool` of their dense score."""
     mixed = _dense(recipe, dense)
     dense_list = hybrid.minmax_list(mixed, recipe.depth, False, exclude)
     lex = hybrid.minmax_list(lexical, recipe.depth, True, exclude) if recipe.bm25 else None
-    fused = _fused(recipe, dense_list, lex, _additions(recipe, same, prior, linked), mixed.shape)
+    fused = _fused(recipe, dense_list, lex, _additions(recipe, same, prior, linked, prominence), mixed.shape)
     pool = np.zeros(mixed.shape, bool)
     for rows, order, valid, _ in [dense_list] + ([lex] if lex is not None else []):
         pool[rows, order] |= valid
@@ -257,13 +270,14 @@ def _dense(recipe: Recipe, dense: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _additions(recipe: Recipe, same: dict[str, np.ndarray], prior: dict[str, np.ndarray] | None,
-               linked: np.ndarray | None = None) -> list:
+               linked: np.ndarray | None = None, prominence: np.ndarray | None = None) -> list:
     """(weight, array) of every score the recipe adds to a pooled candidate: each ``same`` bonus
-    ((n, m) bools), each operator's answer prior ((m,) weights, the same for every query) and the
-    neighbours bonus ((n, m) bools)."""
+    ((n, m) bools), each operator's answer prior ((m,) weights, the same for every query), the
+    neighbours bonus ((n, m) bools) and the prominence ((m,), none without one)."""
     return [(w, same[f]) for f, w in recipe.same.items() if w] \
         + [(w, (prior or {})[name]) for name, w in recipe.prior.items() if w] \
-        + ([(recipe.neighbours, linked)] if recipe.neighbours else [])
+        + ([(recipe.neighbours, linked)] if recipe.neighbours else []) \
+        + ([(recipe.prominence, prominence)] if recipe.prominence and prominence is not None else [])
 
 
 def _fused(recipe: Recipe, dense_list, lexical_list, additions: list, shape) -> np.ndarray:
@@ -397,15 +411,16 @@ class Choice:
 def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, same: dict[str, np.ndarray],
            exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH, mixes: tuple = MIXES,
            prior: np.ndarray | None = None, linked: np.ndarray | None = None,
-           known: list[set[int]] | None = None) -> Choice:
+           known: list[set[int]] | None = None, prominence: np.ndarray | None = None) -> Choice:
     """The recipe for operator ``name`` chosen on dev: its share of the dense vector against
     identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is given) ×
     the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then a
     bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`), then, when
     ``prior`` (m,) gives the operator's answer prior of each candidate, its weight
     (:data:`PRIOR_WEIGHTS`), then, when ``linked`` (n, m) says which candidates the training graph
-    links to each query, the neighbours bonus (:data:`NEIGHBOUR_BONUSES`), with one more round of
-    the bonuses after those two; ties keep the
+    links to each query, the neighbours bonus (:data:`NEIGHBOUR_BONUSES`), then, when ``prominence``
+    (m,) gives each candidate's, its weight (:data:`PROMINENCE_WEIGHTS`), with one more round of
+    the bonuses after those; ties keep the
     simpler recipe (tried first). The best of these replaces the simplest — the first tried: the
     operator alone under the default ``mixes`` — only when it beats it by more than one paired
     standard error of the per-pair reciprocal-rank differences (:func:`noise_margin`): dev splits
@@ -422,7 +437,7 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         tried += 1
         if (share, recipe.title) not in dense_lists:
             dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, dense), depth, False, exclude)
-        additions = _additions(recipe, same, {name: prior} if prior is not None else None, linked)
+        additions = _additions(recipe, same, {name: prior} if prior is not None else None, linked, prominence)
         return _pool_reciprocal_ranks(recipe, dense_lists[share, recipe.title], lexical_list, additions, pairs)
 
     simplest = best = best_share = best_rr = None
@@ -434,11 +449,12 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         if best is None or rr.mean() > best_rr.mean() + 1e-9:
             best, best_share, best_rr = recipe, share, rr
         simplest = simplest or (recipe, rr)
-    def ascend(key: str, values: tuple):  # key: a same field, the operator (its prior) or NEIGHBOURS
+    def ascend(key, values: tuple):  # key: a same field, the operator (its prior), NEIGHBOURS or PROMINENCE
         nonlocal best, best_rr
         for value in values:
-            recipe = replace(best, same={**best.same, key: value}) if key in same \
-                else replace(best, neighbours=value) if key is NEIGHBOURS else replace(best, prior={key: value})
+            recipe = replace(best, neighbours=value) if key is NEIGHBOURS \
+                else replace(best, prominence=value) if key is PROMINENCE \
+                else replace(best, same={**best.same, key: value}) if key in same else replace(best, prior={key: value})
             rr = evaluate(recipe, best_share)
             if rr.mean() > best_rr.mean() + 1e-9:
                 best, best_rr = recipe, rr
@@ -446,12 +462,13 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     for _ in range(2 if same else 0):
         for f in same:
             ascend(f, BONUSES)
-    offered = [(key, values) for key, values, table in ((name, PRIOR_WEIGHTS, prior), (NEIGHBOURS, NEIGHBOUR_BONUSES, linked))
+    offered = [(key, values) for key, values, table in ((name, PRIOR_WEIGHTS, prior), (NEIGHBOURS, NEIGHBOUR_BONUSES, linked),
+                                                        (PROMINENCE, PROMINENCE_WEIGHTS, prominence))
                if table is not None and table.any()]
     for key, values in offered:
         ascend(key, values)
     if offered:
-        for f in same:  # the bonuses again, beside the prior and the neighbours bonus
+        for f in same:  # the bonuses again, beside the prior, the neighbours bonus and prominence
             ascend(f, BONUSES)
     best = replace(best, same={f: w for f, w in best.same.items() if w},
                    prior={k: w for k, w in best.prior.items() if w})

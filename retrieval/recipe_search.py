@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..indexer import mining
 from ..indexer.ann import SearchResult
 from . import prior as answer_prior
 from .recipe import Recipe, _bounds, past_pool, title_vectors
@@ -122,21 +123,24 @@ def rank(searcher, queries: list[Query], recipe: Recipe, gathered: Gathered, sca
     """Each query's top k of ``gathered`` as hits: the pool (each list's top ``recipe.depth``)
     normalised on ``scale`` and fused with the bonuses, then the dense list past the pool
     (:func:`~.recipe.past_pool`). ``explain`` adds each part (``recipe:dense``, ``recipe:bm25``,
-    ``recipe:same:FIELD``, ``recipe:prior:RELATION``, ``recipe:neighbours``, ``recipe:past-pool``:
-    they add up to the score) beside every operator's own score."""
+    ``recipe:same:FIELD``, ``recipe:prior:RELATION``, ``recipe:neighbours``, ``recipe:prominence``,
+    ``recipe:past-pool``: they add up to the score) beside every operator's own score."""
     g = gathered
     wanted = {f: w for f, w in recipe.same.items() if w and f in searcher.metadata_fields}
     query_meta = _query_metadata(searcher, queries, g.own) if wanted else [{}] * len(queries)
     priors = {name: (w, answer_prior.weights_of(searcher.operators[name])) for name, w in recipe.prior.items() if w}
     # the text keys the training graph links to each query (retrieval/graph.py)
     linked = [searcher.graph.neighbours(t) for t in g.texts] if recipe.neighbours else [set()] * len(queries)
+    # position → prominence, mined from the generation's texts once (indexer/mining.py); None: no names
+    prominence = mining.prominence(searcher.files.docstore, searcher.metadata_fields, searcher.text_fields) \
+        if recipe.prominence else None
     rows_p, rows_s, parts = [], [], []
     pooled = [_pooled(recipe, g.dense, g.lexical, i, scale) for i in range(len(queries))]
     read = bool(wanted or priors or recipe.neighbours)
     for rows, docs in _pool_documents(searcher, [pool for pool, _ in pooled], read=read):
         for i in rows:
             ranked, row_parts = _rank_row(recipe, g.dense, i, *pooled[i], docs, wanted, query_meta[i], priors,
-                                          linked[i], k, explain)
+                                          linked[i], k, explain, prominence)
             rows_p.append([p for p, _ in ranked] + [-1] * (k - len(ranked)))
             rows_s.append([s for _, s in ranked] + [-np.inf] * (k - len(ranked)))
             parts.append(row_parts)
@@ -203,12 +207,14 @@ def _pool_documents(searcher, pools: list[set[int]], *, read: bool) -> Iterator[
 
 def _rank_row(recipe: Recipe, dense: SearchResult, i: int, pool: set[int], contributions: dict[str, dict[int, float]],
               docs: dict[int, dict], wanted: dict, query_meta: dict, priors: dict, linked: set[str], k: int,
-              explain: bool = True) -> tuple[list[tuple[int, float]], dict[int, dict]]:
+              explain: bool = True, prominence: dict[int, float] | None = None
+              ) -> tuple[list[tuple[int, float]], dict[int, dict]]:
     """Query ``i``'s top k as (position, score) and, with ``explain``, each hit's parts: the pool
     (:func:`_pooled`) by fused score (ties to the smaller position), then the dense list past the
     pool in its order. ``docs``: position → document, for every pooled one when ``wanted`` or
     ``priors`` read them. ``priors``: operator → (weight, its answer prior's weights by text key);
-    ``linked``: the text keys the training graph links to the query (``recipe.neighbours``)."""
+    ``linked``: the text keys the training graph links to the query (``recipe.neighbours``);
+    ``prominence``: position → prominence (indexer/mining.py; None: the part adds nothing)."""
     contributions = dict(contributions)
     for f, w in wanted.items():
         values = query_meta.get(f, [])  # the query document's value, or any liked document's
@@ -220,6 +226,8 @@ def _rank_row(recipe: Recipe, dense: SearchResult, i: int, pool: set[int], contr
         contributions[f"recipe:prior:{name}"] = {p: w * v for p, v in found.items() if v}
     if recipe.neighbours:
         contributions["recipe:neighbours"] = {p: recipe.neighbours for p in pool if keys[p] in linked}
+    if recipe.prominence and prominence is not None:
+        contributions["recipe:prominence"] = {p: recipe.prominence * prominence[p] for p in pool if p in prominence}
     # each position's parts added in the parts' order, as sum() adds them (a part without it adds 0.0)
     total = dict.fromkeys(pool, 0)
     for part in contributions.values():

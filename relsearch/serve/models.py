@@ -186,6 +186,8 @@ class RecipeParts(BaseModel):
                                     "(retrieval/prior.py: how often a document answered it in training).")
     neighbours: float = Field(description="Bonus for a document the model's training graph links to the query "
                                           "(retrieval/graph.py).")
+    prominence: float = Field(0.0, description="Weight of a document's prominence in the index's own texts, in [0, 1] "
+                                               "(indexer/mining.py: how many other texts name it, how much text it has).")
     depth: int = Field(description="Candidates taken from each list: the pool the fusion re-orders.")
 
 

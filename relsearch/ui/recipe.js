@@ -19,7 +19,7 @@ export function g(x) {
   return strip(x.toFixed(5 - exponent));
 }
 
-// A bundle's recipe entry as {mixture, bm25, title, same, prior, neighbours, depth}, or null when it is not one
+// A bundle's recipe entry as {mixture, bm25, title, same, prior, neighbours, prominence, depth}, or null when it is not one
 // (a bundle is data: a field of another type is not read as a recipe)
 export function readRecipe(entry) {
   if (!isObject(entry) || !isObject(entry.mixture)) return null;
@@ -28,9 +28,9 @@ export function readRecipe(entry) {
   const prior = entry.prior === undefined ? {} : entry.prior;
   if (!numbers(entry.mixture) || !isObject(same) || !numbers(same) || !isObject(prior) || !numbers(prior)) return null;
   const share = (key) => (entry[key] === undefined ? 0 : entry[key]);
-  if (!isNumber(share("bm25")) || !isNumber(share("title")) || !isNumber(share("neighbours"))) return null;
+  if (!["bm25", "title", "neighbours", "prominence"].every((key) => isNumber(share(key)))) return null;
   return {mixture: {...entry.mixture}, bm25: share("bm25"), title: share("title"), same: {...same},
-          prior: {...prior}, neighbours: share("neighbours"), depth: isNumber(entry.depth) ? entry.depth : 100};
+          prior: {...prior}, neighbours: share("neighbours"), prominence: share("prominence"), depth: isNumber(entry.depth) ? entry.depth : 100};
 }
 
 // Recipe.describe(): e.g. "0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + 0.5·same gics_sub_industry_code"
@@ -41,6 +41,7 @@ export function describe(recipe) {
   for (const [field, w] of Object.entries(recipe.same)) if (w) parts.push(`${g(w)}·same ${field}`);
   for (const [name, w] of Object.entries(recipe.prior || {})) if (w) parts.push(`${g(w)}·prior(${name})`);
   if (recipe.neighbours) parts.push(`${g(recipe.neighbours)}·neighbours`);
+  if (recipe.prominence) parts.push(`${g(recipe.prominence)}·prominence`);
   return parts.join(" + ");
 }
 
