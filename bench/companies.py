@@ -248,7 +248,10 @@ def _distinct(rows: list[dict]) -> list[dict]:
 
 def _competitor_corpus(rows: list[dict], ops, *, competitors: bool, splits: tuple[str, ...] | None):
     """The whole corpus as queries of the companies of ``splits`` (None: every split) whose own texts
-    name others (bench/peers.py), those others their gold; the metadata fields the recipes' bonuses read."""
+    name others (bench/peers.py), those others their gold; the metadata fields the recipes' bonuses read;
+    each company's prominence (indexer/mining.py) mined from the Yahoo texts alone, as an index of them
+    mines it: the judge's Wikipedia and Bloomberg sentences, which name the gold, are never read for it."""
+    from ..indexer.mining import prominence_of
     from ..retrieval.recipe import recipe_of
     from ..retrieval.recipe_fit import Corpus
     from .peers import mine_peers
@@ -261,7 +264,8 @@ def _competitor_corpus(rows: list[dict], ops, *, competitors: bool, splits: tupl
     fields = {f for op in ops if recipe_of(op) for f in recipe_of(op).same}  # the metadata bonuses need
     heads = sorted(gold)
     return Corpus([r["text"] for r in rows], heads, [gold[h] for h in heads],
-                  {f: [r.get(f) for r in rows] for f in sorted(fields | set(COMPANY_FIELDS))})
+                  {f: [r.get(f) for r in rows] for f in sorted(fields | set(COMPANY_FIELDS))},
+                  prominence=prominence_of([[r["text"]] for r in rows], [r.get("name") for r in rows]))
 
 
 def _encoder(job: CompaniesJob, bundle, ops):

@@ -58,7 +58,8 @@ class Corpus:
     text's value, and ``candidate`` (m bools, default all): which texts an index of the split
     holds (a question is a query of qa-entailment, never one of its answers). ``known``: each
     query's answers that training already knows (a knowledge graph's other facts of the query), not
-    ranked and not competing with its golds; None: none. ``encoded``: the
+    ranked and not competing with its golds; None: none. ``prominence``: (m,) each text's prominence
+    in [0, 1] (indexer/mining.py ``prominence_of``), offered to the recipe; None: none. ``encoded``: the
     texts already encoded and indexed (corpora of one :class:`Split` share it); None: :func:`tables`
     encodes them."""
 
@@ -68,6 +69,7 @@ class Corpus:
     metadata: dict[str, list] = field(default_factory=dict)
     candidate: list[bool] | None = None
     known: list[set[int]] | None = None
+    prominence: np.ndarray | None = field(default=None, compare=False, repr=False)
     encoded: Encoded | None = field(default=None, compare=False, repr=False)
 
     @classmethod
@@ -121,6 +123,7 @@ class Tables:
     known: list[set[int]] | None = None  # each query's answers known from training (Corpus.known)
     prior: np.ndarray | None = None  # (m,) the operator's answer prior of each text (retrieval/prior.py)
     linked: np.ndarray | None = None  # (n_queries, m) bool: the training graph links them (retrieval/graph.py)
+    prominence: np.ndarray | None = None  # (m,) each text's prominence (indexer/mining.py)
 
     def priors(self, name: str) -> dict[str, np.ndarray] | None:
         """What :func:`~.recipe.score_matrix` reads as ``prior`` for operator ``name``."""
@@ -171,7 +174,7 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], 
     prior = answer_prior.scores(operator, corpus.texts) if answer_prior.weights_of(operator) is not None else None
     linked = graph.linked(head_texts, corpus.texts) if graph is not None else None
     return Tables(dense, e.bm25.scores(head_texts), corpus.same(), corpus.exclude(), corpus.gold, corpus.known,
-                  prior, linked)
+                  prior, linked, corpus.prominence)
 
 
 def _baseline_scores(t: Tables, name: str) -> dict[str, np.ndarray]:
@@ -204,7 +207,8 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
     # an identity-kind relation (a recipe over plain cosine) has no operator share to choose
     mixes = (1.0,) if operator.kind == "identity" else MIXES
     choice: Choice = choose(operator.name, dev_t.dense, dev_t.lexical, dev_t.same, dev_t.exclude, dev_t.gold,
-                            mixes=mixes, prior=dev_t.prior, linked=dev_t.linked, known=dev_t.known)
+                            mixes=mixes, prior=dev_t.prior, linked=dev_t.linked, known=dev_t.known,
+                            prominence=dev_t.prominence)
     report = {"recipe": choice.recipe.to_json(), "dev": {**baselines(dev_t, operator.name), "recipe": choice.dev_mrr,
                                                           "queries": len(dev.heads), "candidates": dev.candidates,
                                                           "recipes_tried": choice.tried,
@@ -227,7 +231,8 @@ def measure(recipe: Recipe, operator, corpus: Corpus, encode, *, k: int | None =
     with ``k``, also ``at_k``: method → :func:`at_k`."""
     t = tables(corpus, operator, encode, graph if recipe.neighbours else None)
     scores = {**_baseline_scores(t, operator.name),
-              "recipe": score_matrix(recipe, t.dense, t.lexical, t.same, t.exclude, t.priors(operator.name), t.linked)}
+              "recipe": score_matrix(recipe, t.dense, t.lexical, t.same, t.exclude, t.priors(operator.name), t.linked,
+                                     t.prominence)}
     out = {**{m: mrr(v, t.gold, t.exclude, t.known) for m, v in scores.items()},
            "first_hit": {m: first_hit_mrr(v, t.gold, t.exclude, t.known) for m, v in scores.items()},
            "queries": len(corpus.heads), "candidates": corpus.candidates}
@@ -276,7 +281,7 @@ def query_folds(corpus: Corpus, k: int) -> list[list[int]]:
 def _rows(t: Tables, rows: list[int]) -> Tables:
     return Tables({k: v[rows] for k, v in t.dense.items()}, t.lexical[rows], {f: v[rows] for f, v in t.same.items()},
                   t.exclude[rows], [t.gold[i] for i in rows], None if t.known is None else [t.known[i] for i in rows],
-                  t.prior, None if t.linked is None else t.linked[rows])
+                  t.prior, None if t.linked is None else t.linked[rows], t.prominence)
 
 
 def cross_validate(operator, corpus: Corpus, folds: list[list[int]], encode: Callable[[list[str]], np.ndarray], *,
@@ -304,10 +309,10 @@ def cross_validate(operator, corpus: Corpus, folds: list[list[int]], encode: Cal
         held_set = set(held)
         fitting, measured = _rows(t, [i for i in range(len(corpus.heads)) if i not in held_set]), _rows(t, held)
         choice = choose(operator.name, fitting.dense, fitting.lexical, fitting.same, fitting.exclude, fitting.gold,
-                        mixes=mixes)
+                        mixes=mixes, prominence=fitting.prominence)
         scores = {**_baseline_scores(measured, operator.name),
                   "recipe": score_matrix(choice.recipe, measured.dense, measured.lexical, measured.same,
-                                         measured.exclude)}
+                                         measured.exclude, prominence=measured.prominence)}
         row = {"chosen": choice.recipe.to_json(), "queries": len(held)}
         for method, s in scores.items():
             row[method] = at_k(s, measured.gold, measured.exclude, k)

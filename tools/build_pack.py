@@ -192,8 +192,11 @@ def _companies(data: Path) -> list[dict]:
 def company_corpus(data: Path, splits: tuple[str, ...]):
     """The whole company corpus as one index holds it (every company with a description), queried
     by the companies of ``splits`` that have competitors their own texts name (bench/peers.py);
-    GICS codes as metadata for the recipe's bonuses (not the sector: the mining requires it)."""
+    GICS codes as metadata for the recipe's bonuses (not the sector: the mining requires it); each
+    company's prominence (indexer/mining.py) mined from the Yahoo texts alone, never from the
+    Wikipedia and Bloomberg sentences that name the gold."""
     from relsearch.bench.peers import mine_peers
+    from relsearch.indexer.mining import prominence_of
     from relsearch.retrieval.recipe_fit import Corpus
 
     rows = list({c["text"]: c for c in _companies(data)}.values())  # one candidate per distinct text
@@ -204,7 +207,8 @@ def company_corpus(data: Path, splits: tuple[str, ...]):
             gold[position[a]].add(position[b])
     heads = sorted(gold)
     return Corpus([c["text"] for c in rows], heads, [gold[h] for h in heads],
-                  {f: [c.get(f) for c in rows] for f in COMPANY_FIELDS})
+                  {f: [c.get(f) for c in rows] for f in COMPANY_FIELDS},
+                  prominence=prominence_of([[c["text"]] for c in rows], [c.get("name") for c in rows]))
 
 
 def company_extras(data: Path, *, seed: int, threads: int, cache_dir: str | None) -> dict:
