@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..indexer import records as rec
 from ..indexer import store
+from ..retrieval.export import write_csv
 from ..retrieval.inputs import MAX_K, FilterValue, check_at_most
 from .index import Chunk, IndexInputError, check_input, plan_chunks, read_numbered_lines
 from . import shardfs
@@ -80,12 +81,15 @@ class LookupJob:
     id_field: str = "id"
     text_field: str = "text"
     chunk_lines: int = 4096  # input lines per chunk: the unit of parallel work
+    format: str = "jsonl"  # of ``out``; "csv": a row per result (retrieval/export.py), query = the query_id
 
     def __post_init__(self):
         try:
             check_at_most("k", self.k, MAX_K)
         except ValueError as e:
             raise LookupInputError(str(e)) from None
+        if self.format not in ("jsonl", "csv"):
+            raise LookupInputError(f"format must be jsonl or csv, got {self.format!r}")
         if self.batch_size < 1:
             raise LookupInputError(f"batch_size must be at least 1, got {self.batch_size}")
         if self.fields and self.with_metadata:
@@ -103,8 +107,9 @@ class LookupJob:
 
 
 def rejected_path(out: str) -> str:
-    """``RESULTS.jsonl`` → ``RESULTS.rejected.jsonl`` (any other name: ``NAME.rejected.jsonl``)."""
-    return (out[:-len(".jsonl")] if out.endswith(".jsonl") else out) + ".rejected.jsonl"
+    """``RESULTS.jsonl`` (or ``.csv``) → ``RESULTS.rejected.jsonl`` (any other name: ``NAME.rejected.jsonl``)."""
+    stem = next((out[:-len(end)] for end in (".jsonl", ".csv") if out.endswith(end)), out)
+    return stem + ".rejected.jsonl"
 
 
 @dataclass
@@ -468,8 +473,22 @@ def _assemble(work: Path, shards: str, job: LookupJob, total: int) -> LookupRepo
     if report.answered + report.rejected != report.read:  # a bug, never user error: write nothing
         raise RuntimeError(f"counts do not reconcile: {report.summary()}")
     os.replace(work / "rejected.jsonl", report.rejected_path)
-    os.replace(work / "results.jsonl", job.out)
+    os.replace(_as_csv(work / "results.jsonl") if job.format == "csv" else work / "results.jsonl", job.out)
     return report
+
+
+def _as_csv(path: Path) -> Path:
+    """The merged results at ``path`` as CSV beside it: read twice (header, rows), never held whole."""
+    def answers() -> Iterator[tuple[str, list[dict]]]:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                row = json.loads(line)
+                yield row["query_id"], row["results"]
+
+    out = path.with_suffix(".csv")
+    with open(out, "w", encoding="utf-8", newline="") as f:
+        write_csv(f, answers)
+    return out
 
 
 def _read_shard(path: str) -> Iterator[tuple[int, str]]:

@@ -28,6 +28,9 @@ from relsearch.retrieval.inputs import MAX_K
 @click.option("--field", "text_field", default=None, metavar="NAME",
               help="Search one named text field of an index of several (default: all, each document by its best).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSONL (written atomically).")
+@click.option("--format", "out_format", type=click.Choice(["jsonl", "csv"]), default="jsonl", show_default=True,
+              help="Of --out: jsonl, or csv: a row per result, query (the query_id), rank, id, score, then each "
+                   "metadata field kept as a column.")
 @click.option("--with-text", is_flag=True, help="Include each result's text.")
 @click.option("--fields", "fields", multiple=True, callback=field_names, metavar="F1,F2",
               help="Metadata fields each result carries (comma-separated or repeated); default: none.")
@@ -38,14 +41,15 @@ from relsearch.retrieval.inputs import MAX_K
 @click.option("--workers", type=int, default=None, help="Local Beam worker processes (default: in-process).")
 @click.pass_context
 def lookup(ctx, input_file, index_dir, relations, k, filters, same, collapse_field, no_collapse, text_field, out,
-           with_text, fields, with_metadata, model, batch_size, workers):
+           out_format, with_text, fields, with_metadata, model, batch_size, workers):
     """Answer every line of INPUT.jsonl with a Beam job: its top-k documents in --relation.
 
     A line is {"id": ...} (an indexed document) or {"id": ..., "text": ...} (new text; with --same it
     must carry the --same fields, and its --collapse value is the line's). The query document itself
     is never returned, nor with --collapse any result sharing its value of that field. Results go to --out
     in input order, one {"query_id", "results"} line per answered input, each result {"id", "score",
-    "metadata"} with no metadata unless --fields or --with-metadata (and no text unless --with-text);
+    "metadata"} with no metadata unless --fields or --with-metadata (and no text unless --with-text), or with
+    --format csv one row per result;
     lines that cannot be answered go to OUT's .rejected.jsonl with line number and reason. Unknown options (--runner,
     --direct_num_workers, ...) pass through to Apache Beam.
     """
@@ -60,7 +64,7 @@ def lookup(ctx, input_file, index_dir, relations, k, filters, same, collapse_fie
                         filters=filters, same=tuple(dict.fromkeys(same)), collapse=collapse_field, model=model,
                         no_collapse=no_collapse, field=text_field,
                         with_text=with_text, fields=tuple(fields or ()), with_metadata=with_metadata,
-                        batch_size=batch_size)
+                        batch_size=batch_size, format=out_format)
         report = run_lookup(job, beam_args)
     except (LookupInputError, ValueError) as e:
         raise click.ClickException(str(e)) from e

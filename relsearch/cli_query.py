@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import textwrap
 
 import click
 
@@ -98,13 +99,17 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
                    "its best field; the table's field column and --json's \"field\" say which).")
 @click.option("--json", "as_json", is_flag=True,
               help='JSON lines: {"rank", "id", "score", "text", "metadata": {...}} per hit.')
+@click.option("--format", "out_format", type=click.Choice(["table", "json", "csv"]), default=None,
+              help="table (the default), json (as --json) or csv: a row per hit, query (the id or text; a --queries "
+                   "line's query_id), rank, id, score, text, then each metadata field as a column (lists as JSON).")
 @click.option("--fields", "fields", multiple=True, callback=field_names, metavar="F1,F2",
               help="Metadata fields each hit carries (comma-separated or repeated), in this order: columns of the "
                    "table, the only keys of --json's \"metadata\" (default: all in --json, none in the table).")
 @click.option("--no-metadata", "no_metadata", is_flag=True, help='--json: hits carry no metadata ("metadata": {}).')
 @click.option("--explain", is_flag=True,
               help="Add every operator's own score for each hit; a mixture's weighted parts (mixture:NAME, summing "
-                   "to the relational score) or a recipe's parts come first.")
+                   "to the relational score) or a recipe's parts come first. The table starts with the anchor: the "
+                   "--id document's name, texts and fields (or the query text, or the examples).")
 @click.option("--model", default=None, help="Relation bundle folder or model id (default: the index's bundle).")
 @click.option("--ef-search", type=click.IntRange(min=1), default=None, help="HNSW efSearch (default: tuned at build).")
 @click.option("--nprobe", type=click.IntRange(min=1), default=None, help="IVF lists probed (default: tuned at build).")
@@ -135,7 +140,7 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--fusion", type=click.Choice(["server", "client"]), default="server", show_default=True,
               help="--backend es --hybrid: the server's rrf retriever, or two searches fused here.")
 def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json,
-          fields, no_metadata, explain, model, ef_search, nprobe,
+          out_format, fields, no_metadata, explain, model, ef_search, nprobe,
           rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion,
           hybrid_weight, likes, unlikes, like_texts, unlike_texts, facets, facet_depth, highlight, no_collapse,
           text_field):
@@ -143,8 +148,15 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
     from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval import request
     from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
+    from relsearch.retrieval.export import csv_text, query_label
     from relsearch.retrieval.search import QueryError
 
+    if as_json and out_format not in (None, "json"):
+        _fail(f"give --json or --format {out_format}, not both")
+    out_format = out_format or ("json" if as_json else "table")
+    as_json = out_format == "json"
+    if out_format == "csv" and facets:
+        _fail("--facet: a CSV holds the hits alone; use --json for the facet counts")
     like = [_example(v) for v in likes] + [{"text": t} for t in like_texts]
     unlike = [_example(v) for v in unlikes] + [{"text": t} for t in unlike_texts]
     if sum(x is not None for x in (text, doc_id, queries_file)) + bool(like or unlike) != 1:
@@ -196,16 +208,23 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         _fail(f"{OPTION_FLAGS.get(e.field, e.field)}: {e.message}")
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         _fail(e.args[0] if isinstance(e, KeyError) else str(e))
-    if queries_file:
+    if out_format == "csv":
+        labels = [q.query_id for q in queries] if queries_file else [query_label(text, doc_id, like, unlike)]
+        click.echo(csv_text([(label, [h.to_json(rank) for rank, h in enumerate(hits, offset + 1)])
+                             for label, hits in zip(labels, results)]), nl=False)
+    elif queries_file:
         for q, hits, facet in zip(queries, results, counts):
             payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits], **({"facets": facet} if facets else {})}
             click.echo(json.dumps(payload, ensure_ascii=False) if as_json
                        else _table(hits, title=f"query {q.query_id}", first=offset + 1, fields=fields, fused=fused)
                        + _facet_lines(facet))
+    if queries_file:
         for err in errors:
             click.echo(f"{queries_file}:{err['line']}: {err['error']}", err=True)
         if errors:
             sys.exit(1)
+        return
+    if out_format == "csv":
         return
     hits = results[0]
     if as_json:
@@ -214,7 +233,26 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         if facets:  # one last line, after the hits: {"facets": {field: [[value, count], ...]}}
             click.echo(json.dumps({"facets": counts[0]}, ensure_ascii=False))
     else:
-        click.echo(_table(hits, first=offset + 1, fields=fields, fused=fused) + _facet_lines(counts[0]))
+        card = _anchor_card(searcher.local, text, doc_id, like, unlike) if explain else ""
+        click.echo(card + _table(hits, first=offset + 1, fields=fields, fused=fused) + _facet_lines(counts[0]))
+
+
+def _anchor_card(searcher, text: str | None, doc_id: str | None, like: list[dict], unlike: list[dict]) -> str:
+    """What the answer is an answer to, above --explain's table: the --id document's id and name,
+    each of its texts and its other fields on one line; the query text; or the examples."""
+    from relsearch.retrieval.export import query_label, stored_document
+
+    wrap = lambda label, words: textwrap.fill(" ".join(str(words).split()), 110, initial_indent=f"  {label}: ",  # noqa: E731
+                                              subsequent_indent="    ") + "\n"
+    if doc_id is None:
+        return f"anchor: {'text' if text is not None else 'examples'}\n" + wrap("query", query_label(text, None, like, unlike))
+    doc = stored_document(searcher, doc_id)
+    if doc is None:  # validate_request refused an unknown id before the search
+        return ""
+    lines = f"anchor: {doc['id']}" + (f"  {doc['name']}" if doc["name"] else "") + "\n"
+    lines += "".join(wrap(name, value) for name, value in doc["texts"].items())
+    shown = doc["metadata"]
+    return lines + (wrap("fields", " · ".join(f"{f}={_cell(v)}" for f, v in shown.items())) if shown else "")
 
 
 def _facet_lines(facets: dict) -> str:

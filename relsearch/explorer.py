@@ -9,6 +9,8 @@ needs beyond them are read-only, bounded and behind the API key like every other
   field with few distinct values those values (the filter builder's choices).
 - ``GET /complete``: stored documents by the names people use (the id box's completion, relsearch/completion.py:
   "jp morgan" finds "JPMorgan Chase & Co.", "google" Alphabet by its texts), best match first.
+- ``GET /document``: one stored document by id, its name, texts and metadata (the anchor card above
+  an answer to a query by id: retrieval/export.stored_document).
 - ``GET /relations/sources``: what each relation of the bundle was trained on, where the bundle says (the
   relations panel's and sliders' "trained on: ..." note: a relation trained on captions, on a company index).
 - ``POST /filters/parse``: filter expressions in ``relsearch query --filter`` syntax → the JSON form the
@@ -27,6 +29,7 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import completion
+from .retrieval.export import NAME_FIELDS, stored_document
 
 UI_DIR = Path(__file__).parent / "ui"
 UI_ASSETS, DOCS_ASSETS = "/ui/assets", "/docs/assets"
@@ -40,7 +43,7 @@ MAX_FIELDS = 200  # fields listed by /fields
 MAX_VALUES = 50  # distinct text values listed per field (more: none listed)
 MAX_COMPLETIONS = 50  # matches one /complete may ask for
 MAX_PREFIX = 200  # characters of a /complete prefix
-NAME_FIELDS = ("name", "title", "company", "security")  # the first present is what completion calls a name
+MAX_ID = 1_000  # characters of a /document id
 MAX_FILTER_TEXTS = 64  # expressions one /filters/parse may read
 MAX_FILTER_CHARS = 10_000  # characters of one expression
 MAX_SOURCE_CHARS = 300  # characters of a relation's training source as /relations/sources gives it
@@ -216,7 +219,7 @@ def short_source(text: str) -> str:
 
 
 def add_routes(app: FastAPI, run, *, errors: dict) -> None:
-    """``GET /fields``, ``GET /relations/sources``, ``GET /complete`` and ``POST /filters/parse``; ``run(index, fn, *args)`` answers
+    """``GET /fields``, ``GET /relations/sources``, ``GET /complete``, ``GET /document`` and ``POST /filters/parse``; ``run(index, fn, *args)`` answers
     ``fn(searcher, *args)`` on the model thread as ``(name, answer)``."""
 
     @app.get("/fields", summary="Metadata fields of an index, their value types and (few) text values",
@@ -236,6 +239,16 @@ def add_routes(app: FastAPI, run, *, errors: dict) -> None:
                           limit: int = Query(10, ge=1, le=MAX_COMPLETIONS)):
         name, answer = await run(index, complete, prefix, limit)
         return {"index": name, "matches": answer}
+
+    @app.get("/document", summary="A stored document by id: its name, texts and metadata (the explorer's anchor card)",
+             responses=errors)
+    async def document(id: str = Query(min_length=1, max_length=MAX_ID), index: str | None = None):
+        from .api import RequestError
+
+        name, answer = await run(index, stored_document, id)
+        if answer is None:
+            raise RequestError("id", f"document id {id[:80]!r} is not in the index", 404)
+        return {"index": name, "document": answer}
 
     @app.post("/filters/parse", summary="Filter expressions in `relsearch query --filter` syntax → the JSON form of "
               "`filters`; errors per expression", responses=errors)

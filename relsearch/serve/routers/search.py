@@ -8,12 +8,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from typing import Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from ...api import RequestError, SearchRequest
+from ...retrieval.export import CSV_TYPE, JSONL_TYPE, csv_text, jsonl_lines, query_label
 from ...retrieval.paging import SearchStopped, collapse_depth
 from ..batching import request_cost
 from ..errors import READ_ERRORS, SEARCH_ERRORS
@@ -43,6 +45,22 @@ def plan_json(result) -> str:
     so a client reads the score scale and the combined recipe instead of working them out."""
     return (',"mode":' + json.dumps(result.mode) + ',"recipe":'
             + json.dumps(result.recipe.to_json(), ensure_ascii=False, allow_nan=False))
+
+
+EXPORTS = {"csv": CSV_TYPE, "jsonl": JSONL_TYPE}  # format= → the answer's content type
+
+
+def exported(body: SearchBody, hits, fmt: str, max_bytes: int) -> Response:
+    """The hits of one search as a CSV or JSONL download (retrieval/export.py): a row or line per hit,
+    its ``query`` the body's id, text or examples; within ``max_bytes`` like a JSON answer."""
+    examples = [[e.model_dump(exclude_none=True) for e in side] for side in (body.like, body.unlike)]
+    answers = [(query_label(body.text, body.id, *examples), [hit.to_json(rank) for rank, hit in enumerate(hits, body.offset + 1)])]
+    content = csv_text(answers) if fmt == "csv" else "".join(line + "\n" for line in jsonl_lines(answers))
+    if len(content.encode("utf-8")) > max_bytes:
+        raise RequestError("k", f"the response would be larger than {max_bytes:,} bytes (--max-response-bytes): "
+                                "ask for fewer hits (k)")
+    return Response(content, media_type=EXPORTS[fmt],
+                    headers={"Content-Disposition": f'attachment; filename="relsearch-answer.{fmt}"'})
 
 
 def add_routes(router: APIRouter, served: Served) -> None:
@@ -84,13 +102,19 @@ def add_routes(router: APIRouter, served: Served) -> None:
         return result
 
     @router.post("/search", summary="Top-k documents standing in a relation to a text or an indexed document",
-                 responses={200: {"model": SearchAnswer, "description": "The hits and what the query plan ran"},
+                 responses={200: {"model": SearchAnswer, "description": "The hits and what the query plan ran "
+                                  "(format=csv or jsonl: the hits alone, as a file)",
+                                  "content": {"text/csv": {}, "application/x-ndjson": {}}},
                             **SEARCH_ERRORS})
-    async def search(body: SearchBody):
+    async def search(body: SearchBody, fmt: Literal["json", "csv", "jsonl"] = Query(
+            "json", alias="format", description="json (the answer below), or the hits alone as a download: csv (a row "
+            "per hit: query, rank, id, score, text, each metadata field) or jsonl (a line per hit)")):
         requests = costed([body.request(body.text, body.id, like=body.like, unlike=body.unlike)], "k")
         name, generation, [result] = await searched(body.index, requests)
         if isinstance(result, Exception):
             raise failed(result)
+        if fmt != "json":
+            return exported(body, result, fmt, limits.max_response_bytes)
         # written here, hit by hit, within max_response_bytes (FastAPI's generic encoder is not needed)
         content = (head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes])
                    + ',"warnings":' + warnings_json([result]) + facets_json(result) + plan_json(result) + "}")
