@@ -30,7 +30,7 @@ ONLY_FOR = {
     "regime": ("rse", "aspect", "pu"),
     "operator": ("rse",), "negatives": ("rse",), "candidates": ("rse",), "relation_lr": ("rse",),
     "eval_every": ("rse",), "margin": ("rse",), "pre_batch": ("rse",), "lora_rank": ("rse",), "warmup": ("rse",),
-    "chunk": ("rse",), "inverse": ("rse",), "layers": ("rse",),
+    "chunk": ("rse",), "inverse": ("rse",), "layers": ("rse",), "keep_worse": ("rse",),
     "max_candidates": ("rse", "aspect"),
     "relations": ("rse", "transition"),
     "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",), "project": ("aspect",),
@@ -110,6 +110,9 @@ def _description_map(specs) -> dict[str, str]:
               help="rse: the corpus you index, JSONL ({\"text\"}) or text lines (e.g. all entity descriptions of a "
                    "knowledge graph): every relation's softmax also contrasts against it, and recipes are chosen and "
                    "judged on it (without it, on each split's own texts, and the report warns)")
+@click.option("--keep-worse", is_flag=True, default=None,
+              help="rse with --test: keep a recipe that ranks below identity on the test split (by more than 0.005), "
+                   "with a warning, instead of shipping the relation as identity")
 @click.option("--aspect", "aspects", multiple=True, help="aspect: label field (repeatable)")
 @click.option("--combine", type=click.Choice(["separate", "union", "intersection"]), default=None,
               help="aspect: one operator per field, or one for sharing any / all of them")
@@ -176,6 +179,9 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
             raise click.UsageError(f"{_flag(key)} does not apply to --objective {objective} "
                                    f"(only {', '.join(allowed)})")
     minutes = given.pop("time_budget", None)
+    keep_worse = bool(given.pop("keep_worse", False))
+    if keep_worse and not test_files:
+        raise click.UsageError("--keep-worse applies with --test: the split that judges a recipe against identity")
     epochs = given.get("epochs")  # typed by the user; otherwise the objective's default (a limit without a budget)
     fits = objective == "rse" and bool(dev_files or test_files)  # recipes are chosen after training
     run = RunOptions(base=base, out=out, threads=given.pop("threads", None), cache_dir=given.pop("cache_dir", None),
@@ -218,7 +224,7 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
     if fits:
         # fitting must end in time for the bundle to be written again (as long as the first write took)
         deadline = started - earlier + 60 * minutes - (loop.clock() - t_write) if minutes else None
-        _fit_recipes(path, data, run, card, deadline, command_started=started - earlier)
+        _fit_recipes(path, data, run, card, deadline, command_started=started - earlier, keep_worse=keep_worse)
     elif trainer.name.startswith("rse"):
         click.echo("note: without --dev or --test the relations were not compared with identity, BM25 or hybrid "
                    "on a whole corpus, and --relation NAME runs the operator alone", err=True)
@@ -227,10 +233,12 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
     click.echo(f"bundle written to {path} (card: {Path(path) / CARD})")
 
 
-def _fit_recipes(path, data, run, card, deadline: float | None = None, command_started: float | None = None) -> None:
+def _fit_recipes(path, data, run, card, deadline: float | None = None, command_started: float | None = None,
+                 keep_worse: bool = False) -> None:
     """Choose and report each trained relation's recipe (:func:`retrieval.recipe_fit.fit_bundle`),
     its lines echoed here; a figure over a split's own candidates (no ``--candidates``) names the
-    commands that measure it on the corpus a user indexes."""
+    commands that measure it on the corpus a user indexes. A recipe that loses to identity on test
+    ships as identity unless ``keep_worse``."""
     from .retrieval.recipe_fit import fit_bundle
 
     def remeasure(split: str) -> str:
@@ -241,7 +249,7 @@ def _fit_recipes(path, data, run, card, deadline: float | None = None, command_s
 
     fit_bundle(path, data.dev, data.test, train=data.train, card=card, candidates=data.candidates,
                cache_dir=run.cache_dir, deadline=deadline, command_started=command_started, remeasure=remeasure,
-               say=lambda line, err: click.echo(line, err=err))
+               keep_worse=keep_worse, say=lambda line, err: click.echo(line, err=err))
 
 
 def budget_section(bundle) -> str:

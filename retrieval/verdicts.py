@@ -49,10 +49,15 @@ def own_metric(metrics) -> tuple[str, dict] | None:
 def losses(info: dict) -> list[str]:
     """One line per measurement where the relation scores below identity, BM25 or the hybrid:
     its own test (``whole_corpus.test``, the recipe's whole-corpus MRR; without one, the main
-    metric of the operator's test ``metrics``) and its transfer set (``transfer``). Empty when it
-    wins both or the bundle does not say."""
+    metric of the operator's test ``metrics``) and its transfer set (``transfer``); first, when
+    ``relsearch train`` shipped it as identity because its recipe lost there
+    (``whole_corpus.fallback``), that. Empty when it wins both or the bundle does not say."""
     out = []
     corpus = info.get("whole_corpus")
+    fallback = corpus.get("fallback") if isinstance(corpus, dict) else None
+    if isinstance(fallback, dict) and _number(fallback.get("test")) and _number(fallback.get("identity")):
+        out.append(f"ships as identity: its trained recipe ranked below identity on its own test (MRR "
+                   f"{fallback['test']:.3f} vs identity {fallback['identity']:.3f})")
     test = corpus.get("test") if isinstance(corpus, dict) else None
     rivals = _lost(test, "recipe") if isinstance(test, dict) else []
     if rivals:

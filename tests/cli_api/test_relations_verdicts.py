@@ -84,3 +84,16 @@ def test_an_operator_without_a_recipe_lists_its_whole_corpus_test(tmp_path):
     assert ("runs: the operator alone; whole-corpus test on Own set, MRR 0.310 (identity 0.250, BM25 0.330, hybrid "
             "0.300)") in out
     assert "! loses to BM25 on its own test (MRR 0.310 vs BM25 0.330)" in out
+
+
+def test_a_relation_shipped_as_identity_says_so_first():
+    """relsearch train stored identity for a relation whose recipe lost on test (whole_corpus.fallback):
+    its listing says so with both figures; a malformed record says nothing."""
+    test = {"recipe": 0.614, "identity": 0.614, "bm25": 0.6, "hybrid": 0.62}
+    info = {"whole_corpus": {"test": test, "fallback": {"recipe": {"mixture": {"r": 1.0}}, "test": 0.598,
+                                                        "identity": 0.614, "tolerance": 0.005}}}
+    assert losses(info) == ["ships as identity: its trained recipe ranked below identity on its own test "
+                            "(MRR 0.598 vs identity 0.614)",
+                            "loses to the hybrid on its own test (MRR 0.614 vs hybrid 0.620)"]
+    info["whole_corpus"]["fallback"]["test"] = "0.598"
+    assert losses(info) == ["loses to the hybrid on its own test (MRR 0.614 vs hybrid 0.620)"]

@@ -380,3 +380,101 @@ def test_a_split_filters_what_training_knows_of_each_query():
     scores = np.array([[0.5, 0.9, 0.1, 0.2, 0.0]])  # "b", known from training, above the gold "a"
     exclude = corpus.exclude()
     assert mrr(scores, corpus.gold, exclude) == 0.5 and mrr(scores, corpus.gold, exclude, corpus.known) == 1.0
+
+
+def _useless_relation_data(tmp_path, texts: list[str]) -> dict:
+    """Files of a relation whose operator is useless: training and dev triples link a company's
+    first sentence to a random other company (nothing its text says), test triples to the
+    company's own description, which plain similarity finds; ``texts`` are the corpus indexed."""
+    import random
+    import re
+
+    from conftest import write_jsonl
+
+    rng = random.Random(0)
+    first = [re.split(r"(?<=\.)\s", t)[0] for t in texts]
+    triple = lambda i, j: {"head": first[i], "relation": "rel", "tail": texts[j]}  # noqa: E731
+    n = len(texts)
+    return {"train": write_jsonl(tmp_path / "train.jsonl", [triple(i, rng.randrange(n)) for i in range(n // 2)]),
+            "dev": write_jsonl(tmp_path / "dev.jsonl", [triple(i, rng.randrange(n)) for i in range(n // 2, 3 * n // 4)]),
+            "test": write_jsonl(tmp_path / "test.jsonl", [triple(i, i) for i in range(3 * n // 4, n)]),
+            "corpus": write_jsonl(tmp_path / "corpus.jsonl", [{"text": t} for t in texts]), "queries": first[-5:]}
+
+
+def test_a_relation_that_loses_to_identity_on_test_ships_as_identity(tmp_path, small_corpus, small_index):
+    """Issue 51: a user's relation trained with their corpus as candidates never ranks below plain
+    similarity: its recipe, below identity on the test split, is shipped as identity (one line with
+    both figures), so --relation NAME answers exactly as identity on an index of that corpus;
+    --keep-worse keeps the recipe, with a warning."""
+    import re
+
+    from click.testing import CliRunner
+
+    from relsearch.cli import cli
+    from relsearch.retrieval.recipe_fit import IDENTITY
+
+    texts = [json.loads(line)["text"] for line in small_corpus.read_text().splitlines()]
+    files = _useless_relation_data(tmp_path, texts)
+
+    def train(out: str, *extra: str):
+        result = CliRunner().invoke(cli, ["train", str(files["train"]), "--dev", str(files["dev"]), "--test",
+                                          str(files["test"]), "--candidates", str(files["corpus"]), "--epochs", "2",
+                                          "--out", str(tmp_path / out), "--quiet", *extra])
+        assert result.exit_code == 0, result.output
+        return result, json.loads((tmp_path / out / "bundle.json").read_text())["operators"]
+
+    result, operators = train("shipped")
+    line = next(x for x in result.stdout.splitlines() if "shipped as identity" in x)
+    loss = re.fullmatch(r"rel: recipe (\S+) < identity (\S+) on the test corpus: shipped as identity "
+                        r"\(--keep-worse keeps the recipe\)", line)
+    assert loss and float(loss[1]) < float(loss[2]) - 0.005, line
+    rel = next(op for op in operators if op["name"] == "rel")
+    assert Recipe.from_json(rel["recipe"]) == IDENTITY
+    assert f"{rel['whole_corpus']['fallback']['test']:.3f}" == loss[1]
+    assert rel["whole_corpus"]["test"]["recipe"] == rel["whole_corpus"]["test"]["identity"]
+    assert "ships as identity" in (tmp_path / "shipped" / "MODEL_CARD.md").read_text()
+    listed = CliRunner().invoke(cli, ["relations", "--model", str(tmp_path / "shipped")]).output
+    assert f"! ships as identity: its trained recipe ranked below identity on its own test (MRR {loss[1]} vs " \
+           f"identity {loss[2]})" in listed
+
+    def answers(model: str, query: str, *relation: str) -> list[tuple[str, float]]:
+        out = CliRunner().invoke(cli, ["query", query, "--index", str(small_index), "--model", model, "-k", "10",
+                                       "--json", *relation])
+        assert out.exit_code == 0, out.output
+        return [(h["id"], h["score"]) for h in map(json.loads, out.stdout.splitlines())]
+
+    shipped = str(tmp_path / "shipped")
+    for query in files["queries"]:
+        assert answers(shipped, query, "--relation", "rel") == answers(shipped, query)
+    explained = CliRunner().invoke(cli, ["query", files["queries"][0], "--index", str(small_index), "--model", shipped,
+                                         "--relation", "rel", "-k", "3", "--explain"])
+    assert explained.exit_code == 0 and "identity=" in explained.output, explained.output
+
+    result, operators = train("kept", "--keep-worse")
+    assert "shipped as identity" not in result.output
+    assert re.search(r"warning: rel: recipe \S+ < identity \S+ on the test corpus: kept as trained \(--keep-worse\)",
+                     result.stderr)
+    rel = next(op for op in operators if op["name"] == "rel")
+    assert "rel" in rel["recipe"]["mixture"] and "fallback" not in rel["whole_corpus"]
+    kept = str(tmp_path / "kept")  # the recipe kept ranks otherwise: the equality above is not vacuous
+    assert any(answers(kept, q, "--relation", "rel") != answers(kept, q) for q in files["queries"])
+
+
+def test_only_a_recipe_more_than_the_tolerance_below_identity_falls_back():
+    from relsearch.retrieval.recipe_fit import IDENTITY, LOSS_TOLERANCE, fall_back, loses_to_identity
+
+    def report(recipe):
+        figures = {"recipe": recipe, "identity": 0.614, "bm25": 0.5, "hybrid": 0.6, "operator": recipe}
+        return {"recipe": Recipe(mixture={"rel": 0.5, "identity": 0.5}, bm25=0.3).to_json(),
+                "dev": {**figures, "recipe": 0.7}, "test": {**figures, "first_hit": dict(figures)}}
+
+    assert not loses_to_identity(report(0.614 - LOSS_TOLERANCE + 1e-6)) and not loses_to_identity({"dev": {}})
+    lost = report(0.598)
+    assert loses_to_identity(lost)
+    op = linear("rel", 0)
+    op.info["answer_prior"] = {"x": 1.0}
+    fall_back(op, lost)
+    assert Recipe.from_json(op.info["recipe"]) == IDENTITY and "answer_prior" not in op.info
+    assert lost["test"]["recipe"] == lost["test"]["first_hit"]["recipe"] == lost["dev"]["recipe"] == 0.614
+    assert lost["fallback"]["test"] == 0.598 and lost["fallback"]["recipe"]["bm25"] == 0.3
+    assert op.info["whole_corpus"]["fallback"] == lost["fallback"] and not loses_to_identity(lost)
