@@ -42,7 +42,6 @@ LOSS_TOLERANCE = 0.005
 IDENTITY = Recipe(mixture={"identity": 1.0})  # plain similarity: what a losing relation ships as
 
 
-
 @dataclass(frozen=True)
 class Encoded:
     """A corpus's texts encoded once — raw vectors of the bundle's encoder and their unit vectors —
