@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..indexer import ann
 from ..indexer.ann import SearchResult
 from .elastic import MAX_NUM_CANDIDATES, bm25_search, knn_search
 from .inputs import Filters
@@ -93,18 +94,29 @@ class EsSearcher:
                    filters: Filters | None, *, own: np.ndarray) -> tuple[SearchResult, SearchResult | None]:
         """retrieval/backend.py: Elasticsearch's kNN (scores back on the FAISS scale ⟨q, t̂⟩) and its
         own BM25, each hit mapped to the local index's position (a hit the local index lacks is
-        dropped: the mirror is stale)."""
+        dropped: the mirror is stale); the kNN list's near-ties settled as the local index settles them."""
         from ..indexer.elastic import display_url, reported
 
-        n_dense = min(n_dense, MAX_NUM_CANDIDATES)
+        n_dense = min(n_dense, MAX_NUM_CANDIDATES - ann.TIE_MARGIN)
         with reported(f"search {self.options.index} at {display_url(self.options.url)}"):
-            dense = knn_search(self.client, self.options.index, qv, k=n_dense,
-                               num_candidates=max(self.options.num_candidates or 0, n_dense), filters=filters or None)
+            dense = self._knn(qv, n_dense, filters)
             lexical = None if texts is None else bm25_search(self.client, self.options.index, texts,
                                                              k=min(n_lexical, MAX_NUM_CANDIDATES), filters=filters or None)
-        scale = np.linalg.norm(qv, axis=1)
-        return (self._positions(dense, n_dense, scale),
+        return (self._settled(dense, qv, n_dense),
                 None if lexical is None else self._positions(lexical, n_lexical, np.ones(len(texts))))
+
+    def _knn(self, qv: np.ndarray, k: int, filters: Filters | None):
+        """Elasticsearch's kNN top ``k`` + ``TIE_MARGIN`` per query: a tied group at the cut seen whole."""
+        width = k + ann.TIE_MARGIN
+        return knn_search(self.client, self.options.index, qv, k=width,
+                          num_candidates=max(self.options.num_candidates or 0, width), filters=filters or None)
+
+    def _settled(self, rows: list[list[Hit]], qv: np.ndarray, k: int) -> SearchResult:
+        """kNN hits as local positions with scores on the FAISS scale ⟨q, t̂⟩ (Elasticsearch's cosine
+        times ‖q‖), near-ties scored again from the stored vectors and ranked by position, cut to k
+        (indexer/ann.py ``settle_ties``): identical documents (GOOG, GOOGL) rank as on the local index."""
+        result = self._positions(rows, k + ann.TIE_MARGIN, np.linalg.norm(qv, axis=1))
+        return ann.settle_ties(result, qv, self.searcher.files.vectors, k)
 
     def _positions(self, rows: list[list[Hit]], width: int, scale: np.ndarray) -> SearchResult:
         found = self.searcher.files.docstore.positions([h.id for row in rows for h in row])
@@ -120,6 +132,8 @@ class EsSearcher:
                explain: bool = False, params: dict | None = None, hybrid: str | None = None) -> list[list[Hit]]:
         """As :meth:`Searcher.search`; k is clipped to the local index's live documents. Filter values
         go to Elasticsearch typed, where each metadata field has the one type its mapping gave it.
+        kNN hits are mapped to the local index's positions (one the local index lacks is dropped: the
+        mirror is stale), their near-ties settled as there, and read from its docstore.
         ``hybrid="rrf"``: Elasticsearch's BM25 fused by RRF (the server's retriever or here,
         ``EsQueryOptions.fusion``); recipes and weighted fusion run through :meth:`candidates`."""
         if explain:
@@ -131,21 +145,25 @@ class EsSearcher:
             return []
         if self.searcher.projection_of(queries):
             raise QueryError("projection operators search their own projected index: use the FAISS backend")
-        qv = self.searcher.query_vectors(queries, filters).q
-        k = min(k, self.searcher.live_count, MAX_NUM_CANDIDATES - 1)  # k + 1 below: the query document may come back
+        vectors = self.searcher.query_vectors(queries, filters)
+        qv = vectors.q
+        # k + 1 below: the query document may come back
+        k = min(k, self.searcher.live_count, MAX_NUM_CANDIDATES - 1 - ann.TIE_MARGIN)
         texts = self._texts(queries) if hybrid == "rrf" or self.options.hybrid else None
         from ..indexer.elastic import display_url, reported
 
         with reported(f"search {self.options.index} at {display_url(self.options.url)}"):
-            raw = knn_search(self.client, self.options.index, qv, k=k + 1,
-                             num_candidates=self.options.num_candidates, filters=filters or None,
-                             hybrid_text=texts, fusion=self.options.fusion)
-        scale = np.linalg.norm(qv, axis=1)
-        results = []
-        for i, kept in enumerate(drop_own(raw, [q.doc_id for q in queries], k, key=lambda hit: hit.id)):
-            factor = 1.0 if texts is not None else float(scale[i])
-            results.append([Hit(h.id, np.float32(h.score * factor), h.text, h.metadata) for h in kept])
-        return results
+            if texts is None:
+                dense = self._knn(qv, k + 1, filters)
+            else:
+                raw = knn_search(self.client, self.options.index, qv, k=k + 1,
+                                 num_candidates=self.options.num_candidates, filters=filters or None,
+                                 hybrid_text=texts, fusion=self.options.fusion)
+        if texts is None:  # the hits as the local index reads them (its fields), in its order of ties
+            return self.searcher.hits(self._settled(dense, qv, k + 1), queries, k, own=vectors.own)
+        # RRF scores, not cosines: Elasticsearch's (or rrf_fuse's) order
+        return [[Hit(h.id, np.float32(h.score), h.text, h.metadata) for h in kept]
+                for kept in drop_own(raw, [q.doc_id for q in queries], k, key=lambda hit: hit.id)]
 
     def _texts(self, queries: list[Query]) -> list[str]:
         store = self.searcher.files.docstore
