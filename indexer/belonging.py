@@ -165,6 +165,12 @@ class _Names:
         return next(iter(self.keys[key]))
 
 
+def lower_case_words(texts: Iterable[str]) -> set[str]:
+    """The words ``texts`` write in lower case (not a web address's "autozone.com"): a one-word
+    name among them is too common to name anyone."""
+    return {w for t in texts for w in _LOWER_WORD.findall(t)}
+
+
 def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     n = 0
     while n < min(len(a), len(b)) and a[n] == b[n]:
@@ -188,7 +194,7 @@ def misattributed(rows: Iterable[tuple[str, str | None, Mapping[str, str]]]) -> 
         if who:
             first.setdefault(who, i)
             rows_of[who].append(i)
-    common = {w for _, _, texts in rows for t in texts.values() for w in _LOWER_WORD.findall(t)}
+    common = lower_case_words(t for _, _, texts in rows for t in texts.values())
     names = _Names({who: rows[i][1] for who, i in first.items()}, common)
     toks = {(i, f): tokens(t) for i, (_, _, texts) in enumerate(rows) for f, t in texts.items()}
     holders: dict[tuple[str, ...], set] = defaultdict(set)

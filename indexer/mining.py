@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import belonging
+
 NAME_FIELDS = ("name", "title", "company", "security")  # the first a generation has is what its documents are called
 # Mining reads at most this many characters of texts in all, each text's first share of it (at most
 # MAX_TEXT_CHARS; the Russell 3000's three texts: 6.1M characters, 1,800 a text); where a share would be
@@ -135,11 +137,20 @@ def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
       ALIAS_MIN_USES times, contained in at most ALIAS_MAX_SHARE of the corpus's distinct texts (at
       least ALIAS_MIN_DF), that its name does not already start with; the MAX_ALIASES most used.
     - Prominence = ln(1 + other texts naming it) + ½ ln(1 + its characters of text / 1000): a text
-      names a document when one of its runs is the document's naming words joined."""
+      names a document when one of its runs is the document's naming words joined, its share class
+      cut (:func:`naming_key`). A name links nobody when it is ambiguous — claimed by two issuers —
+      or one word that the texts also write in lower case ("Now" of NOW Inc., "Southern", "Target"),
+      as indexer/belonging.py's name matcher decides."""
     runs = {t: capitalised_runs(t) for ts in texts.values() for t in ts}
     joined = {t: {r.replace(" ", "") for r in rs} for t, rs in runs.items()}  # "ExxonMobil" names "Exxon Mobil"
     df = Counter(r for rs in joined.values() for r in rs)
     max_df = max(ALIAS_MIN_DF, int(ALIAS_MAX_SHARE * len(runs)))
+    keys = {pos: naming_key(names.get(pos, "")) for pos in texts}
+    issuers: dict[str, set] = {}
+    for pos, k in keys.items():
+        issuers.setdefault(k, set()).add(belonging.issuer(names[pos]) if k else ())
+    common = belonging.lower_case_words(runs) if any(k and " " not in k for k in keys.values()) else set()
+    linking = {k for k, who in issuers.items() if k and len(who) == 1 and not (" " not in k and k in common)}
     out = Mined()
     for pos, own in texts.items():
         own = list(dict.fromkeys(own))
@@ -151,9 +162,16 @@ def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
         found = [(r, n) for r, n in found if not any(o != r and o.startswith(r + " ") for o, _ in found)]
         if found:
             out.aliases[pos] = found[:MAX_ALIASES]
-        naming = df[name] - sum(name in joined[t] for t in own) if name else 0
+        key = keys[pos].replace(" ", "")
+        naming = df[key] - sum(key in joined[t] for t in own) if keys[pos] in linking else 0
         out.prominence[pos] = math.log1p(naming) + 0.5 * math.log1p(sum(map(len, own)) / 1000)
     return out
+
+
+def naming_key(name: str) -> str:
+    """The naming words of ``name`` without its share class, spaced ("Alphabet Inc Class A" →
+    "alphabet"; "The Coca-Cola Company" → "coca cola"); "" for no name."""
+    return " ".join(name_words(" ".join(belonging.issuer(name)))) if name and belonging.issuer(name) else ""
 
 
 def read_texts(docs, text_fields: tuple[str, ...]) -> dict[int, list[str]]:
