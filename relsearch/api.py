@@ -39,7 +39,8 @@ from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_weight
 from .retrieval.paging import SearchStopped, page
 from .retrieval.recipe import Recipe
 from .retrieval.request import RequestError, SearchOptions, blame
-from .retrieval.search import Example, Hit, Query, Searcher, check_examples
+from .retrieval.es_backend import EsQueryOptions, EsSearcher
+from .retrieval.search import Example, Hit, Query, QueryError, Searcher, check_examples
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,16 +171,23 @@ class Index:
     """A published index opened for search and updates (see the module docstring).
 
     ``model``: a bundle folder to query with (default: the index's own bundle); ``search_params``:
-    FAISS search parameters overriding the ones tuned at build (indexer/ann.py).
+    FAISS search parameters overriding the ones tuned at build (indexer/ann.py). ``es``: searches
+    answer from the index's Elasticsearch mirror (retrieval/es_backend.py; the local index still
+    supplies the bundle, ``id`` vectors and stored documents), and writes re-mirror it.
     """
 
-    def __init__(self, path: str | os.PathLike, model: str | None = None, *, search_params: dict | None = None):
+    def __init__(self, path: str | os.PathLike, model: str | None = None, *, search_params: dict | None = None,
+                 es: EsQueryOptions | None = None):
+        if es is not None and search_params:
+            raise ValueError(f"search parameters {', '.join(sorted(search_params))} apply to the FAISS backend; "
+                             "for Elasticsearch set num_candidates")
         self.path = os.fspath(path)
-        self.model, self.search_params = model, search_params
+        self.model, self.search_params, self.es = model, search_params, es
         self._lock = threading.RLock()
         self._searcher: Searcher | None = None
+        self._es_searcher: EsSearcher | None = None
         self.generations_opened = 0
-        self.searcher()  # a missing or damaged index fails here, not on the first query
+        self.backend()  # a missing or damaged index fails here, not on the first query
 
     # ------------------------------------------------------------ generations
 
@@ -205,6 +213,32 @@ class Index:
             self._searcher = fresh
             self.generations_opened += 1
             return fresh
+
+    def backend(self) -> Searcher | EsSearcher:
+        """What searches answer from: :meth:`searcher`, or with ``es`` an EsSearcher over it (one per
+        generation, sharing one Elasticsearch client)."""
+        with self._lock:
+            searcher = self.searcher()
+            if self.es is None:
+                return searcher
+            if self._es_searcher is None or self._es_searcher.local is not searcher:
+                client = None if self._es_searcher is None else self._es_searcher.client
+                try:
+                    self._es_searcher = EsSearcher(searcher, self.es, client=client)
+                except QueryError as e:  # an index of several text fields
+                    raise ValueError(str(e)) from None
+            return self._es_searcher
+
+    def _mirrors(self) -> tuple:
+        """With ``es``, the mirror a write re-loads and swaps the alias of (indexer/es_mirror.py), in
+        the index type the manifest recorded for it; else none."""
+        if self.es is None:
+            return ()
+        from .indexer.es_mirror import EsTarget, mirrors_for
+
+        recorded = self.searcher().files.manifest.backends.get("elasticsearch") or {}
+        return mirrors_for(EsTarget(url=self.es.url, alias=self.es.index, credentials_file=self.es.credentials_file,
+                                    ca_certs=self.es.ca_certs, index_type=recorded.get("index_type", "int8_hnsw")))
 
     @property
     def generation(self) -> str:
@@ -285,7 +319,7 @@ class Index:
 
     def _search_batch(self, requests: Sequence[SearchRequest], deadlines: Sequence[float] | None) -> BatchAnswer:
         with self._lock:
-            searcher = self.searcher()  # every request of this batch runs on this generation
+            searcher = self.backend()  # every request of this batch runs on this generation
             out: list = [None] * len(requests)
 
             def late(i: int) -> bool:
@@ -307,7 +341,7 @@ class Index:
                     out[i] = result if isinstance(result, Exception) else \
                         Hits(result, [*warnings, *result.warnings], result.facets, mode=result.mode,
                              recipe=result.recipe)
-            return BatchAnswer(searcher.files.root.name, out)
+            return BatchAnswer(searcher.local.files.root.name, out)
 
     def filter_warnings(self, filters: dict | None) -> list[str]:
         """One line per operator of ``filters`` that can never match in the generation the next
@@ -407,7 +441,8 @@ class Index:
         run = {"read": len(docs), "indexed": len(docs), "rejected": 0, "truncated": truncated,
                "input": {"path": "relsearch API"}}
         try:  # the encoder is checked under the writer lock, against the generation appended to
-            return mutations.append(self.path, [block], n=len(docs), run=run, encoder=encoder.identity)
+            return mutations.append(self.path, [block], n=len(docs), run=run, encoder=encoder.identity,
+                                    mirrors=self._mirrors())
         except mutations.EncoderMismatchError as e:
             raise RequestError("documents", str(e), 409) from None
 
@@ -416,11 +451,11 @@ class Index:
         ids = [str(i) for i in ids]
         if not ids:
             raise RequestError("ids", "no ids given")
-        return mutations.delete(self.path, ids)
+        return mutations.delete(self.path, ids, mirrors=self._mirrors())
 
     def compact(self) -> mutations.MutationReport:
         """Rebuild from the live documents (drops tombstones); see ``relsearch compact``."""
-        return mutations.compact(self.path)
+        return mutations.compact(self.path, mirrors=self._mirrors())
 
     def snapshots(self, keep: int | None = None) -> list[snapshots.Snapshot]:
         """The retained generations, newest (the published one) first; see ``relsearch snapshots``.
@@ -435,9 +470,11 @@ class Index:
         return snapshots.rollback(self.path, to)[0]
 
 
-def open_index(path: str | os.PathLike, model: str | None = None, *, search_params: dict | None = None) -> Index:
-    """Open the published index at ``path`` (``relsearch index ... --index PATH``)."""
-    return Index(path, model, search_params=search_params)
+def open_index(path: str | os.PathLike, model: str | None = None, *, search_params: dict | None = None,
+               es: EsQueryOptions | None = None) -> Index:
+    """Open the published index at ``path`` (``relsearch index ... --index PATH``); ``es``: search
+    its Elasticsearch mirror (:class:`Index`)."""
+    return Index(path, model, search_params=search_params, es=es)
 
 
 # ---------------------------------------------------------------- helpers

@@ -27,6 +27,25 @@ def _named_indexes(specs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+def _es_options(backend: str, index_specs: tuple[str, ...], url, alias, credentials, ca_certs, num_candidates):
+    """``--backend es``'s options (retrieval/es_backend.py), None for faiss; a usage error for a
+    missing URL or alias, and for several indexes (one --es-index names one mirror)."""
+    if backend != "es":
+        given = [flag for flag, v in (("--es-url", url), ("--es-index", alias), ("--num-candidates", num_candidates))
+                 if v is not None]
+        if given:
+            raise click.UsageError(f"{', '.join(given)} apply to --backend es")
+        return None
+    if not (url and alias):
+        raise click.UsageError("--backend es needs --es-url and --es-index")
+    if len(index_specs) > 1:
+        raise click.UsageError("--backend es serves one --index (its mirror is --es-index)")
+    from relsearch.retrieval.es_backend import EsQueryOptions
+
+    return EsQueryOptions(url=url, index=alias, credentials_file=credentials, ca_certs=ca_certs,
+                          num_candidates=num_candidates)
+
+
 def _loopback(host: str) -> bool:
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -74,9 +93,20 @@ def _loopback(host: str) -> bool:
                    "clients (docs/performance.md, \"Serving under load\").")
 @click.option("--access-log/--no-access-log", default=True, show_default=True,
               help="One line per request on stderr: time, method, path, status, latency (never bodies or keys).")
+@click.option("--backend", type=click.Choice(["faiss", "es"]), default="faiss", show_default=True,
+              help="es: /search answers from the index's Elasticsearch mirror (the local index still supplies the "
+                   "bundle, --id vectors and documents), and /documents writes re-mirror it.")
+@click.option("--es-url", default=None, help="Elasticsearch URL for --backend es (credentials from the environment).")
+@click.option("--es-index", default=None, help="Elasticsearch alias or index for --backend es.")
+@click.option("--es-credentials", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--es-ca-certs", type=click.Path(exists=True, dir_okay=False), default=None)
+@click.option("--num-candidates", type=click.IntRange(min=1), default=None,
+              help="Elasticsearch kNN candidates per shard (default max(100, 2k)).")
 def serve(index_specs, host, port, allowed_hosts, model, api_key_file, max_body_bytes, max_batch, max_hits,
-          max_response_bytes, timeout_s, body_timeout_s, micro_batch, refill_wait_ms, threads, access_log):
+          max_response_bytes, timeout_s, body_timeout_s, micro_batch, refill_wait_ms, threads, access_log,
+          backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates):
     """Serve indexes over HTTP (JSON; OpenAPI at /docs): search, relations, score, add/delete, health, metrics."""
+    es = _es_options(backend, index_specs, es_url, es_index, es_credentials, es_ca_certs, num_candidates)
     if threads:
         import torch
 
@@ -98,9 +128,16 @@ def serve(index_specs, host, port, allowed_hosts, model, api_key_file, max_body_
         if api_key_file:  # a FIFO or device would hang the start-up, a huge file fill memory
             check_regular_file(api_key_file, limit=MAX_API_KEY_FILE_BYTES, what=f"--api-key-file {api_key_file}")
         api_key = read_api_key(api_key_file)
-        indexes = {name: Index(path, model) for name, path in _named_indexes(index_specs).items()}
+        indexes = {name: Index(path, model, es=es) for name, path in _named_indexes(index_specs).items()}
     except (OSError, ValueError, RuntimeError) as e:
         raise click.ClickException(str(e)) from None
+    if es is not None:
+        from relsearch.cli_query import _warn_if_stale_mirror
+        from relsearch.indexer.elastic import display_url
+
+        for index in indexes.values():
+            _warn_if_stale_mirror(index.searcher().files.manifest, es.index)
+        click.echo(f"backend: Elasticsearch {es.index} at {display_url(es.url)}", err=True)
     if not _loopback(host) and api_key is None:
         click.echo(f"warning: serving on {host} without an API key: anyone who can reach it can read and change "
                    "the indexes (set RELSEARCH_API_KEY or --api-key-file)", err=True)

@@ -40,11 +40,12 @@ def _errors(*statuses: int) -> dict:
             413: "Request body too large (--max-body-bytes)", 415: "The body is not declared application/json",
             421: "The Host header names another server (--allowed-host)",
             422: "Invalid request: the field at fault is named (types, ranges, unknown names, cost and response "
-                 "bounds)", 503: "Timed out (--timeout); the work stopped"}
+                 "bounds)", 502: "The Elasticsearch cluster refused or could not be reached (serve --backend es)",
+            503: "Timed out (--timeout); the work stopped"}
     return {s: {"model": ErrorBody, "description": said[s]} for s in statuses}
 
 
-SEARCH_ERRORS = _errors(400, 401, 403, 404, 408, 413, 415, 421, 422, 503)
+SEARCH_ERRORS = _errors(400, 401, 403, 404, 408, 413, 415, 421, 422, 502, 503)
 WRITE_ERRORS = _errors(400, 401, 403, 404, 408, 409, 413, 415, 421, 422)
 READ_ERRORS = _errors(401, 403, 404, 421, 422)
 

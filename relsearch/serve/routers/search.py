@@ -15,6 +15,7 @@ from fastapi.responses import Response
 from starlette.exceptions import HTTPException
 
 from ...api import RequestError, SearchRequest
+from ...indexer.elastic import ElasticError
 from ...retrieval.export import CSV_TYPE, JSONL_TYPE, csv_text, jsonl_lines, query_label
 from ...retrieval.paging import SearchStopped, collapse_depth
 from ..batching import request_cost
@@ -99,6 +100,8 @@ def add_routes(router: APIRouter, served: Served) -> None:
     def failed(result: Exception) -> HTTPException | Exception:
         if isinstance(result, SearchStopped):
             return HTTPException(503, f"search did not finish within {limits.timeout_s} s")
+        if isinstance(result, ElasticError):  # serve --backend es: what the cluster said (never credentials)
+            return HTTPException(502, str(result))
         return result
 
     @router.post("/search", summary="Top-k documents standing in a relation to a text or an indexed document",
