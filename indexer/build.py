@@ -19,8 +19,8 @@ import numpy as np
 from .. import faults
 from . import lexical, rowfile, store
 from .docstore import DocStore
-from .faiss_index import FaissSpec, build_index, trained_empty
-from .segments import TRAINED_FILE
+from .faiss_index import FaissSpec, write_faiss
+from .rowfile import unit_rows
 from .gpu import GpuFacts
 from .manifest import NO_BUNDLE, Counts, Fields, Manifest
 
@@ -32,13 +32,6 @@ class Block:
     docs: list[dict]  # {"id", "text", "metadata"}
     vectors: np.ndarray  # the first text field's; zero rows for documents without it (several text fields)
     fields: tuple[np.ndarray, ...] = ()  # raw vectors (m, d) of text fields 1… (indexer/text_fields.py), zero rows where absent
-
-
-def unit_rows(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(m, d) raw vectors → (unit vectors float32, norms ‖h‖)."""
-    raw = np.asarray(raw, dtype=np.float32)
-    norms = np.linalg.norm(raw, axis=1)
-    return (raw / np.maximum(norms, 1e-12)[:, None]).astype(np.float32), norms
 
 
 def write_rows(vectors_out, docstore: DocStore, blocks: Iterable[Block],
@@ -78,29 +71,6 @@ def open_memmap(path: Path, n: int, d: int) -> np.ndarray:
 def open_vectors(gen: Path, n: int, d: int) -> np.ndarray:
     """A writable (n, d) float32 ``vectors.npy`` memory map in ``gen``."""
     return open_memmap(gen / store.VECTORS_FILE, n, d)
-
-
-def save_faiss(index, path: Path) -> None:
-    """``faiss.write_index`` through a Python file: FAISS's own writer only prints a failed close
-    (a full disk) to stderr and returns, leaving a truncated file; this raises OSError."""
-    import faiss
-
-    with open(path, "wb") as f:
-        faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
-
-
-def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts | None = None,
-                prefix: str = "") -> dict:
-    """Build, tune and write ``{prefix}index.faiss`` from ``vectors`` (and, for IVF types, its trained
-    empty form ``{prefix}trained.faiss``); returns the manifest's faiss section. ``prefix``: a text
-    field's tag (indexer/text_fields.py)."""
-    index, info = build_index(vectors, spec, facts=facts)
-    save_faiss(index, gen / f"{prefix}{store.FAISS_FILE}")
-    empty = trained_empty(index)
-    if empty is not None:  # what appended segments fill, without training again (indexer/segments.py)
-        save_faiss(empty, gen / f"{prefix}{TRAINED_FILE}")
-    faults.point("build.faiss-written")
-    return info
 
 
 def projection_key(P: np.ndarray) -> str:

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from relsearch import __version__
+from ..version import __version__
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from .. import faults
 from . import gpu, rowfile, sharded_add
+from .gpu import GpuFacts
+from .segments import FAISS, TRAINED_FILE
 from .tuning import AutoPolicy, TuningConfig, choose_factory, exact_scores, tune
 
 DEFAULT_FACTORY = "auto"
@@ -169,3 +173,27 @@ def describe(index, spec: FaissSpec, factory: str, tier: str, reason: str, param
             "spec": {"recall_target": spec.recall_target, "k": spec.k, "tune_queries": spec.tune_queries,
                      "seed": spec.seed, "device": spec.device}}
 
+
+# ---------------------------------------------------------------- writing
+
+def save_faiss(index, path: Path) -> None:
+    """``faiss.write_index`` through a Python file: FAISS's own writer only prints a failed close
+    (a full disk) to stderr and returns, leaving a truncated file; this raises OSError."""
+    import faiss
+
+    with open(path, "wb") as f:
+        faiss.write_index(index, faiss.PyCallbackIOWriter(f.write))
+
+
+def write_faiss(gen: Path, vectors: np.ndarray, spec: FaissSpec, facts: GpuFacts | None = None,
+                prefix: str = "") -> dict:
+    """Build, tune and write ``{prefix}index.faiss`` from ``vectors`` (and, for IVF types, its trained
+    empty form ``{prefix}trained.faiss``); returns the manifest's faiss section. ``prefix``: a text
+    field's tag (indexer/text_fields.py)."""
+    index, info = build_index(vectors, spec, facts=facts)
+    save_faiss(index, gen / f"{prefix}{FAISS}")
+    empty = trained_empty(index)
+    if empty is not None:  # what appended segments fill, without training again (indexer/segments.py)
+        save_faiss(empty, gen / f"{prefix}{TRAINED_FILE}")
+    faults.point("build.faiss-written")
+    return info

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .. import __version__
+from ..version import __version__
 from ..files import replaced_atomically
 from .integrity import IndexCorruptError, open_regular
 from .segments import SegmentSpec

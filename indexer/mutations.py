@@ -31,7 +31,8 @@ from .. import faults
 from . import segments as seg
 from . import store
 from . import text_fields as tf
-from .build import Block, open_memmap, open_vectors, save_faiss, write_faiss, write_lexical, write_rows
+from .build import Block, open_memmap, open_vectors, write_lexical, write_rows
+from .faiss_index import save_faiss, write_faiss
 from .docstore import DocStore
 from .faiss_index import FaissSpec
 from .gpu import GpuFacts

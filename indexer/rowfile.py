@@ -143,3 +143,10 @@ def take(vectors, rows: np.ndarray, *, window_bytes: int = 32 << 20, span_factor
     finally:
         os.close(fd)
     return out
+
+
+def unit_rows(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(m, d) raw vectors → (unit vectors float32, norms ‖h‖)."""
+    raw = np.asarray(raw, dtype=np.float32)
+    norms = np.linalg.norm(raw, axis=1)
+    return (raw / np.maximum(norms, 1e-12)[:, None]).astype(np.float32), norms

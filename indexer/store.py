@@ -58,7 +58,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import __version__
+from ..version import __version__
 from .. import faults
 from ..files import replaced_atomically
 from . import integrity, lexical, spool

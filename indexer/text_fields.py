@@ -26,7 +26,9 @@ import numpy as np
 
 from . import lexical, rowfile
 from .docstore import DocStore
-from .segments import DOCSTORE, FAISS, TRAINED_FILE, VECTORS, SegmentSpec
+from .faiss_index import save_faiss, write_faiss
+from .rowfile import unit_rows
+from .segments import DOCSTORE, FAISS, TRAINED_FILE, VECTORS, SegmentSpec, segment_index
 
 NORMS_FILE = "textnorms.npy"
 
@@ -69,8 +71,6 @@ class FieldRows:
 
     def add(self, row: int, norms0: np.ndarray, fields: tuple[np.ndarray, ...]) -> None:
         """Rows ``row…`` : field 0's norms ``norms0`` (m,) and fields 1…'s raw vectors (m, d) each."""
-        from .build import unit_rows
-
         if len(fields) != len(self.outs):
             raise ValueError(f"a block holds {len(fields)} extra text fields, the index has {len(self.outs)}")
         self.norms[row:row + len(norms0), 0] = norms0
@@ -106,9 +106,6 @@ def write_indexes(gen: Path, spec: SegmentSpec, count: int, *, tuned=None, facts
     """FAISS of fields 1… of segment ``spec``: trained and tuned as a first segment is when ``tuned``
     (a FaissSpec) is given, returning ``{i: the faiss section}``; else filled into the trained
     empty form of each field (``t<i>-trained.faiss``) as an appended segment's is."""
-    from .build import save_faiss, write_faiss
-    from .segments import segment_index
-
     info = {}
     for i in range(1, count):
         fs = field_spec(spec, i)

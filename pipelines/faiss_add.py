@@ -25,7 +25,7 @@ import numpy as np
 
 from .. import faults
 from ..indexer import sharded_add
-from ..indexer.build import unit_rows
+from ..indexer.rowfile import unit_rows
 from . import shardfs
 from .assemble import kept_vectors
 from .runners import new_pipeline, run_to_end

@@ -4,7 +4,7 @@ Sub-packages follow the data flow: ``pipelines`` (Beam jobs) → ``encoder`` (te
 relational query vectors) → ``indexer`` (FAISS, docstore, manifest); ``retrieval`` reads what the
 indexer wrote; ``bench`` measures.
 """
-__version__ = "0.1.0"
+from .version import __version__  # noqa: F401 (the package version)
 
 
 def __getattr__(name: str):

@@ -11,6 +11,7 @@ from fastapi import FastAPI
 
 from .. import explorer
 from ..api import Index
+from ..version import __version__
 from .errors import READ_ERRORS, add_error_handlers
 from .metrics import Metrics
 from .models import ServeLimits
@@ -42,7 +43,7 @@ def create_app(indexes: dict[str, Index], *, api_key: str | None = None, limits:
             task.cancel()
         log.info("stopped after %d requests", sum(metrics.requests.values()))
 
-    app = FastAPI(title="relsearch", version=__import__("relsearch").__version__, lifespan=lifespan, docs_url=None,
+    app = FastAPI(title="relsearch", version=__version__, lifespan=lifespan, docs_url=None,
                   description="Relational vector search over HTTP. Errors: `{\"error\": {\"field\", \"message\"}}`.")
     # Each feature adds its routes to the app's own APIRouter (as explorer.add_routes does), in this
     # order: the order of the paths in /openapi.json and on /docs. Not include_router: in FastAPI 0.165

@@ -29,14 +29,14 @@ EXEMPT = {"relsearch/__init__.py"}
 
 def _layer(dotted: tuple[str, ...]) -> str:
     """The layer of an absolute module path inside the installed package (``relsearch.x.y``)."""
-    if len(dotted) == 1 or dotted[1] in ("faults", "files"):
+    if len(dotted) == 1 or dotted[1] in ("faults", "files", "version"):
         return "base"
     if dotted[1] in PACKAGES:
         return dotted[1]
     if dotted[1] in API_MODULES:
         return "api"
     cli_module = (ROOT / "relsearch" / f"{dotted[1]}.py").is_file() or (ROOT / "relsearch" / dotted[1]).is_dir()
-    return "cli" if cli_module else "base"  # from relsearch import __version__
+    return "cli" if cli_module else "base"
 
 
 def _module_path(folder: str, file: Path) -> tuple[str, ...]:
@@ -126,3 +126,63 @@ def test_the_check_sees_imports_inside_functions(tmp_path, monkeypatch):
     found = list(_imports(("relsearch", "retrieval", "search"), tree, is_package=False))
     assert found == [("relsearch", "pipelines", "index")]
     assert _layer(found[0]) == "pipelines" and "pipelines" not in ALLOWED["retrieval"]
+
+
+def import_cycles() -> list[list[str]]:
+    """Groups of modules that import each other, directly or round a loop, counting imports inside
+    functions (a cycle hidden in a function still ties the modules into one unit)."""
+    modules: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for folder in (*PACKAGES, "relsearch"):
+        for file in sorted((ROOT / folder).rglob("*.py")):
+            module = _module_path(folder, file)
+            is_package = file.name == "__init__.py"
+            modules[module[:-1] if is_package else module] = set(
+                _imports(module[:-1] if is_package else module, ast.parse(file.read_text(encoding="utf-8")), is_package))
+    graph = {}
+    for module, targets in modules.items():
+        edges = set()
+        for target in targets:
+            while target and target not in modules:  # `from a.b import name`: the module a.b
+                target = target[:-1]
+            if target and target != module:
+                edges.add(target)
+        graph[module] = edges
+    # strongly connected groups (Tarjan, iterative)
+    index, low, on, stack, groups = {}, {}, set(), [], []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on.discard(member)
+                    group.append(".".join(member))
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return groups
+
+
+def test_no_module_imports_itself_round_a_loop():
+    assert import_cycles() == []

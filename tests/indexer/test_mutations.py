@@ -178,7 +178,7 @@ def test_a_full_disk_mid_append_is_one_error_and_keeps_the_index(tmp_path, encod
     import sqlite3
     from pathlib import Path
 
-    from relsearch.indexer import build as build_mod
+    from relsearch.indexer import faiss_index
     from relsearch.indexer.docstore import DocStore
 
     target = tmp_path / "idx"
@@ -196,7 +196,7 @@ def test_a_full_disk_mid_append_is_one_error_and_keeps_the_index(tmp_path, encod
     monkeypatch.setattr(*{"vectors": (os, "posix_fallocate", no_fallocate),
                           "docstore": (DocStore, "add", sqlite_full),
                           "faiss": (mutations, "save_faiss",
-                                    lambda index, path: build_mod.save_faiss(index, Path("/dev/full")))}[where])
+                                    lambda index, path: faiss_index.save_faiss(index, Path("/dev/full")))}[where])
     with pytest.raises(store.NoSpaceError, match="^no space left on device while writing .*; nothing was published$"):
         mutations.append(str(target), [docs([f"d{i}" for i in range(1000, 1050)], seed=3)], n=50, run={"read": 50})
     assert os.listdir(tmp_path / "idx" / "generations") == before  # the half-written generation is gone
