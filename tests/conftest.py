@@ -28,6 +28,21 @@ def shared(*parts: str) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def auto_precision():
+    """``RELSEARCH_TEST_AUTO_PRECISION=bf16`` (make test-bf16): ``auto`` precision picks bf16 as an
+    AVX-512 BF16 or AMX machine does, so an AVX2-only machine runs the suite that machine would."""
+    if os.environ.get("RELSEARCH_TEST_AUTO_PRECISION") != "bf16":
+        yield
+        return
+    from relsearch.encoder import model
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(model, "bf16_choice", lambda *a, **k: model.Bf16Choice(True, "bf16: RELSEARCH_TEST_AUTO_PRECISION"))
+    yield
+    patch.undo()
+
+
 @pytest.fixture(scope="session")
 def encoder():
     from relsearch.encoder.model import Encoder, EncoderConfig
