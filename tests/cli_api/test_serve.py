@@ -744,6 +744,8 @@ def test_the_cli_table_says_fused_scores_and_shows_a_mixtures_parts_first(index_
     plain = table("cloud software")
     assert plain[0].split()[:2] == ["rank", "score"] and "fused" not in plain[-1]
     mixed = table("--id", "MMM", "-r", "contradiction=0.7", "-r", "identity=0.3", "--explain")  # operators alone
+    assert mixed[0].startswith("anchor: MMM")  # --explain shows the anchor's card first
+    mixed = mixed[next(i for i, line in enumerate(mixed) if line.split()[:1] == ["rank"]):]
     score = float(mixed[1].split()[1])
     parts = mixed[2].split()
     assert parts[0].startswith("mixture:contradiction=") and parts[2].startswith("mixture:identity=")
