@@ -1,17 +1,19 @@
 // The explorer: form ↔ URL state, side-by-side search (identity vs the chosen mixture) of a text, a stored
 // document or examples (like / not like), facet counts that add a filter, highlighted query terms, score and
-// relations panels.
-import {ApiError, call, get, setKey} from "./api.js";
+// relations panels; above the hits the anchor card, under each hit the link that makes it the query, and the
+// mixture's answer as a CSV or JSONL download.
+import {ApiError, call, file, get, setKey} from "./api.js";
 import {FILTER_OPS, examplesBody, facetFilter, readState, rowParts, writeFilter, writeState} from "./query.js";
 import {NO_HIGHLIGHTS} from "./marks.js";
 import {ranWords} from "./recipe.js";
-import {bars, el, hitList, relationRows, trainedOn} from "./view.js";
+import {anchorCard, bars, el, hitList, relationRows, trainedOn} from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const NAME_FIELDS = ["name", "title", "company", "security"];
 let fields = []; // GET /fields: [{name, types, values?}]
 let bundleRelations = []; // GET /relations: [{name, kind, description, recipe?, ...}]
 let retry = null; // what to run again once an API key is given
+let exported = null; // the body of the mixture's last search: what the download links fetch as a file
 
 // ---------------------------------------------------------------- errors, next to the field at fault
 
@@ -125,7 +127,7 @@ function filterText(row) {
 }
 
 // One example of a query by examples: like / not like, a stored document (completed as the id box is) or
-// a text, and an optional weight (blank: 1)
+// a text, and an optional weight (blank: the server's default, 1 for a like, 0.5 for an unlike)
 function exampleRow(kind = "like", example = {id: ""}) {
   const byText = "text" in example;
   const polarity = el("select", {class: "polarity", "aria-label": "like or not like"},
@@ -134,9 +136,9 @@ function exampleRow(kind = "like", example = {id: ""}) {
   const source = el("select", {class: "source", "aria-label": "a stored document or a text"},
     el("option", {value: "id", selected: !byText}, "document"),
     el("option", {value: "text", selected: byText}, "text"));
-  const weight = el("input", {type: "number", class: "weight", min: "0", step: "any", placeholder: "1",
+  const weight = el("input", {type: "number", class: "weight", min: "0", step: "any", placeholder: "auto",
                               value: example.weight === null || example.weight === undefined ? null : String(example.weight),
-                              "aria-label": "example weight", title: "weight (blank: 1)"});
+                              "aria-label": "example weight", title: "weight (blank: 1 for like, 0.5 for not like)"});
   const value = el("input", {class: "example-value", value: byText ? example.text : example.id, spellcheck: "false",
                              "aria-label": "example"});
   const remove = el("button", {type: "button", class: "remove", title: "remove this example"}, "×");
@@ -244,7 +246,15 @@ function fillForm(state, operators, sources) {
 
 // ---------------------------------------------------------------- searching
 
+// no answer to download, and no anchor above hits that are not its answer
+function clearAnswer() {
+  exported = null;
+  $("downloads").hidden = true;
+  anchorCard($("anchor"), null, null);
+}
+
 function clearHits() {
+  clearAnswer();
   $("identity-hits").replaceChildren();
   $("mixture-hits").replaceChildren();
   $("mixture-name").textContent = "";
@@ -383,22 +393,29 @@ async function search({push = true} = {}) {
   // highlights are asked of both searches: a search with a BM25 part (the server's plan decides) carries them
   const answer = await guarded(() => Promise.all([
     call("/search", {...base, relations: {identity: 1}, highlight: true}),
-    call("/search", {...base, relations: mixture, highlight: true, ...counted})]), form);
+    call("/search", {...base, relations: mixture, highlight: true, ...counted}),
+    state.mode === "id" ? get("/document", {index: state.index, id: state.id}) : null]), form);
   $("results").classList.remove("loading");
   $("results").removeAttribute("aria-busy");
   $("search").disabled = false;
   if (!answer) {
+    clearAnswer();
     $("status").textContent = "The search failed: see the message next to the field.";
     return;
   }
-  const [plain, mixed] = answer;
+  const [plain, mixed, anchor] = answer;
+  anchorCard($("anchor"), state, anchor ? anchor.document : null);
+  exported = {...base, relations: mixture};
+  $("downloads").hidden = false;
+  // each hit links to the same search from it: relations, filters, k and the rest kept, the hit as the stored document
+  const next = (hit) => writeState({...state, mode: "id", id: hit.id, like: [], unlike: []});
   const before = new Map(plain.results.map((hit) => [hit.id, hit.rank]));
   const kept = new Set(mixed.results.map((hit) => hit.id));
   // each answer says what its query plan ran (mode: the scale its scores are on; the combined recipe)
-  hitList($("identity-hits"), plain.results, {columns: state.columns, kept, mode: plain.mode,
+  hitList($("identity-hits"), plain.results, {columns: state.columns, kept, mode: plain.mode, next,
                                               single: "identity", chosen: new Set(["identity"])});
   const names = Object.keys(mixture);
-  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, mode: mixed.mode,
+  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, mode: mixed.mode, next,
                                              single: names.length === 1 ? names[0] : "score",
                                              chosen: new Set([...names, ...Object.keys(mixed.recipe?.mixture || {})])});
   $("mixture-name").textContent = Object.entries(mixture).map(([name, w]) => `${name} ${w}`).join(" + ");
@@ -408,6 +425,34 @@ async function search({push = true} = {}) {
   const moved = mixed.results.filter((hit) => before.get(hit.id) !== hit.rank).length;
   $("status").textContent = `${mixed.results.length} hits · ${moved} ranked differently from identity · ` +
                             `generation ${mixed.generation}`;
+}
+
+// A hit's "→ query" link: the page moves to its URL (a new history entry, so Back returns) and searches it;
+// a click that asks for a new tab or window is the browser's
+$("results").addEventListener("click", (event) => {
+  const link = event.target.closest("a.next-query");
+  if (!link || event.button !== 0 || event.ctrlKey || event.metaKey || event.shiftKey || event.altKey) return;
+  event.preventDefault();
+  history.pushState(null, "", link.getAttribute("href"));
+  openIndex(readState(location.search));
+});
+
+// The mixture's answer as a file: the same search again with format=csv|jsonl (the API's rows, not a copy made
+// here), saved under the link's download name
+for (const link of document.querySelectorAll("#downloads a[data-format]")) {
+  link.addEventListener("click", async (event) => {
+    event.preventDefault();
+    if (!exported) return;
+    const body = exported;
+    const blob = await guarded(() => file(link.getAttribute("href"), body)); // POST /search?format=csv|jsonl
+    if (!blob) return;
+    const url = URL.createObjectURL(blob);
+    const save = el("a", {href: url, download: link.getAttribute("download"), hidden: true});
+    document.body.append(save);
+    save.click();
+    save.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  });
 }
 
 // ---------------------------------------------------------------- completion of stored document ids

@@ -95,9 +95,10 @@ function snippetOf(hit) {
 }
 
 // before: id → rank under identity (the mixture list shows movement); kept: ids the mixture kept (identity list);
-// mode: the answer's mode (what its query plan ran), whose scale labels each score; single: what a score of one part is called
+// mode: the answer's mode (what its query plan ran), whose scale labels each score; single: what a score of one part is called;
+// next: hit → the URL of the same search with that hit as its stored document (a link on each hit)
 export function hitList(list, hits, {columns, mode = "dense", single = "cosine", before = null, kept = null,
-                                     chosen = new Set()}) {
+                                     chosen = new Set(), next = null}) {
   const scale = SCALES[mode] || SCALES.dense;
   const partsOfHits = hits.map((hit) => scoreParts(hit, mode, single));
   const range = trackRange(partsOfHits, mode);
@@ -111,7 +112,9 @@ export function hitList(list, hits, {columns, mode = "dense", single = "cosine",
         el("strong", {class: "id"}, hit.id),
         hit.field ? el("span", {class: "matched-field", title: "the text whose score this is"}, hit.field) : null,
         el("span", {class: "score", title: scale.title, "data-score": String(hit.score)},
-          el("span", {class: "scale"}, scale.label), " ", el("span", {class: "value"}, round(hit.score, 4)))),
+          el("span", {class: "scale"}, scale.label), " ", el("span", {class: "value"}, round(hit.score, 4))),
+        next ? el("a", {class: "next-query", href: next(hit), title: `search from ${hit.id}: the same relations and ` +
+                        "filters, this hit as the query (Back returns here)"}, "→ query") : null),
       columns.length ? el("dl", {class: "meta"}, columns.flatMap((c) => isObject(hit.metadata) && Object.hasOwn(hit.metadata, c)
         ? [el("dt", {}, c), el("dd", {}, String(hit.metadata[c]))] : [])) : null,
       snippetOf(hit),
@@ -195,4 +198,25 @@ export function relationRows(tbody, relations, sources = {}) {
     el("td", {}, el("strong", {}, String(r.name)), trainedOn(own(sources, r.name))), el("td", {}, String(r.kind ?? "")),
     el("td", {}, typeof r.description === "string" ? r.description : "", recipeWords(r), lossMarks(r)),
     el("td", {}, metricCells(r.metrics)), el("td", {}, wholeCorpusCells(r)), el("td", {}, transferCells(r)))));
+}
+
+// The anchor card above an answer: what the hits stand in relation to. A stored document (GET /document: its
+// name, id, each text, its fields folded), or the query's text; hidden for a query by examples (the query line)
+export function anchorCard(box, state, doc) {
+  box.hidden = !(doc || (state && state.mode === "text"));
+  if (box.hidden) {
+    box.replaceChildren();
+    return;
+  }
+  const texts = doc ? Object.entries(isObject(doc.texts) ? doc.texts : {}) : [["text", state.text]];
+  const shown = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+  const fields = doc && isObject(doc.metadata) ? Object.entries(doc.metadata) : [];
+  box.replaceChildren(
+    el("div", {class: "anchor-head"}, el("span", {class: "muted"}, "anchor "),
+      doc ? [el("strong", {class: "anchor-name"}, String(doc.name || doc.id)), " ", el("code", {class: "anchor-id"}, String(doc.id))]
+        : el("strong", {class: "anchor-name"}, "query text")),
+    ...texts.map(([name, text]) => el("p", {class: "anchor-text", "data-field": name},
+      texts.length > 1 ? el("span", {class: "muted"}, `${name}: `) : null, String(text))),
+    fields.length ? el("details", {class: "anchor-fields"}, el("summary", {}, `${fields.length} fields`),
+      el("dl", {class: "meta"}, fields.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, shown(value))]))) : null);
 }

@@ -7,6 +7,7 @@ movements are compared with the CLI's JSON for the same query.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -29,13 +30,13 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-b
 RELSEARCH = [sys.executable, "-m", "relsearch.cli"]
 
 
-@pytest.fixture(scope="module")
-def served(small_index, tmp_path_factory):
-    """`relsearch serve` on a free loopback port, with an API key; yields (url, index dir)."""
-    key_file = tmp_path_factory.mktemp("key") / "key"
+@contextlib.contextmanager
+def serving(index: Path, folder: Path):
+    """`relsearch serve --index INDEX` on a free loopback port, with an API key; yields its url."""
+    key_file = folder / "key"
     key_file.write_text(KEY + "\n")
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([*RELSEARCH, "serve", "--index", str(small_index), "--port", "0", "--api-key-file",
+    proc = subprocess.Popen([*RELSEARCH, "serve", "--index", str(index), "--port", "0", "--api-key-file",
                              str(key_file), "--no-access-log"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)
     line = proc.stdout.readline()
@@ -43,9 +44,16 @@ def served(small_index, tmp_path_factory):
     if match is None:
         proc.kill()
         pytest.fail(f"relsearch serve did not start: {line}{proc.stderr.read()}")
-    yield match[1], small_index
+    yield match[1]
     proc.terminate()
     proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def served(small_index, tmp_path_factory):
+    """`relsearch serve` on the small index; yields (url, index dir)."""
+    with serving(small_index, tmp_path_factory.mktemp("key")) as url:
+        yield url, small_index
 
 
 def cli(index: Path, *args: str) -> list[dict]:
@@ -61,13 +69,13 @@ def artifacts(tmp_path_factory) -> Path:
     return folder
 
 
-@pytest.fixture
-def browser_page(served, tmp_path):
-    """A fresh Chromium profile; every request and console error of the page is recorded."""
-    url = served[0]
+@contextlib.contextmanager
+def browsing(url: str, folder: Path):
+    """A fresh Chromium profile; every request and console error of the page is recorded, and none may
+    leave ``url`` (a download's blob: URL of this origin is the page's own bytes)."""
     with playwright_api.sync_playwright() as p:
-        context = p.chromium.launch_persistent_context(str(tmp_path / "profile"), executable_path=CHROMIUM,
-                                                       headless=True, args=CHROMIUM_ARGS,
+        context = p.chromium.launch_persistent_context(str(folder / "profile"), executable_path=CHROMIUM,
+                                                       headless=True, args=CHROMIUM_ARGS, accept_downloads=True,
                                                        viewport={"width": 1400, "height": 1800})
         page = context.new_page()
         page.requests, page.console_errors = [], []
@@ -76,9 +84,15 @@ def browser_page(served, tmp_path):
         page.on("pageerror", lambda e: page.console_errors.append(str(e)))
         yield page
         context.close()
-    off_host = [u for u in page.requests if not u.startswith(url + "/") and not u.startswith("data:")]
+    off_host = [u for u in page.requests if not u.startswith((url + "/", "data:", f"blob:{url}/"))]
     assert not off_host, off_host  # nothing left 127.0.0.1
     assert not any(KEY in u for u in page.requests)  # the key never went into a URL
+
+
+@pytest.fixture
+def browser_page(served, tmp_path):
+    with browsing(served[0], tmp_path) as page:
+        yield page
 
 
 def listed(page, which: str) -> list[str]:
@@ -618,3 +632,92 @@ def test_a_page_on_another_origin_can_neither_write_nor_read(small_index, tmp_pa
     finally:
         attacker.shutdown()
         server.should_exit = True
+
+
+# ------------------------------------------------------------------------------ the anchor, the next query, a download
+@pytest.fixture(scope="module")
+def sp500_served(tmp_path_factory):
+    """`relsearch serve` on all 500 demo companies (what `make demo` indexes); yields (url, index dir)."""
+    from conftest import DEMO_CORPUS
+
+    from relsearch.pipelines.index import IndexJob, run_index
+
+    index = tmp_path_factory.mktemp("sp500") / "demo-index"
+    assert run_index(IndexJob(input=str(DEMO_CORPUS), index=str(index), progress=False)).indexed == 500
+    with serving(index, tmp_path_factory.mktemp("key")) as url:
+        yield url, index
+
+
+def downloaded(page, selector: str):
+    """Click the download link ``selector``: (the file name the page gave it, its text)."""
+    with page.expect_download() as info:
+        page.click(selector)
+    return info.value.suggested_filename, Path(info.value.path()).read_text(encoding="utf-8")
+
+
+def next_queries(page, which: str = "mixture") -> list[tuple[str, dict]]:
+    """Each hit's id and the query string of its "→ query" link."""
+    from urllib.parse import parse_qs, urlsplit
+
+    links = page.eval_on_selector_all(f"#{which}-hits > li", "items => items.map(li => "
+                                      "[li.dataset.id, li.querySelector('a.next-query').getAttribute('href')])")
+    return [(hit, parse_qs(urlsplit(href).query)) for hit, href in links]
+
+
+def test_the_anchor_card_next_queries_and_the_answer_as_a_file(sp500_served, tmp_path, artifacts):
+    """Issue 52, 1-3: /?id=JPM&relation=similar-company:1&k=5 shows JPM's own text above its 5 hits, each
+    hit links to the same search from it (Back returns), and the answer downloads as CSV and JSONL with the
+    page's hits, nothing leaving the machine."""
+    import csv
+    import io
+
+    from conftest import DEMO_CORPUS
+
+    url, index = sp500_served
+    jpm = next(json.loads(line) for line in DEMO_CORPUS.read_text().splitlines() if '"id": "JPM"' in line)
+    with browsing(url, tmp_path) as page:
+        _open_with_key(page, url)
+        page.goto(f"{url}/?id=JPM&relation=similar-company:1&k=5")
+        page.wait_for_selector("#mixture-hits > li")
+        mixture = cli(index, "--id", "JPM", "-r", "similar-company", "-k", "5")
+        assert listed(page, "mixture") == [h["id"] for h in mixture] and len(mixture) == 5
+        # 1. the anchor card: name, id, its own text, its fields folded
+        assert page.text_content("#anchor .anchor-name") == jpm["name"] == "JPMorgan Chase & Co."
+        assert page.text_content("#anchor .anchor-id") == "JPM"
+        assert page.text_content("#anchor .anchor-text") == jpm["text"]
+        assert page.eval_on_selector("#anchor details.anchor-fields", "d => d.open") is False
+        assert "gics_sector" in page.text_content("#anchor details.anchor-fields dl")
+        page.screenshot(path=str(artifacts / "explorer-anchor-jpm.png"), full_page=True)
+        # 2. a next query on each hit: the same relation and k, the hit as the stored document
+        links = next_queries(page)
+        assert [hit for hit, _ in links] == [h["id"] for h in mixture]
+        assert all((q["id"], q["relation"], q["k"]) == ([hit], ["similar-company:1"], ["5"]) and "filter" not in q
+                   for hit, q in links), links
+        # 3. the answer as files: the page's hits, in its order, as the API writes them
+        name, text = downloaded(page, "#download-csv")
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        assert name == "relsearch-answer.csv" and [r["id"] for r in rows] == listed(page, "mixture")
+        assert {r["query"] for r in rows} == {"JPM"} and [r["rank"] for r in rows] == ["1", "2", "3", "4", "5"]
+        assert [r["name"] for r in rows] == [h["metadata"]["name"] for h in mixture]
+        name, text = downloaded(page, "#download-jsonl")
+        lines = [json.loads(line) for line in text.splitlines()]
+        assert name == "relsearch-answer.jsonl" and [line["id"] for line in lines] == listed(page, "mixture")
+
+        first = mixture[0]["id"]
+        page.click(f'#mixture-hits > li[data-id="{first}"] a.next-query')
+        onward = cli(index, "--id", first, "-r", "similar-company", "-k", "5")
+        wait_until(page, lambda: listed(page, "mixture") == [h["id"] for h in onward], f"the search from {first}")
+        assert f"id={first}" in page.url and page.text_content("#anchor .anchor-id") == first
+        page.go_back()  # the browser's Back: JPM's answer again
+        wait_until(page, lambda: listed(page, "mixture") == [h["id"] for h in mixture], "JPM's answer after Back")
+        assert "id=JPM" in page.url and page.text_content("#anchor .anchor-id") == "JPM"
+
+        # filters travel with the next query too, and a text query's card is its text
+        page.goto(f"{url}/?id=JPM&relation=similar-company:1&filter=gics_sector%3DFinancials&k=5")
+        page.wait_for_selector("#mixture-hits > li")
+        assert all(q["filter"] == ["gics_sector=Financials"] and q["relation"] == ["similar-company:1"]
+                   for _, q in next_queries(page) + next_queries(page, "identity"))
+        page.goto(f"{url}/?text=investment+banking&k=3")
+        page.wait_for_selector("#mixture-hits > li")
+        assert page.text_content("#anchor .anchor-text") == "investment banking"
+        assert not page.console_errors, page.console_errors
