@@ -40,7 +40,7 @@ from .retrieval.paging import SearchStopped, page
 from .retrieval.recipe import Recipe
 from .retrieval.request import RequestError, SearchOptions, blame
 from .retrieval.es_backend import EsQueryOptions, EsSearcher
-from .retrieval.search import Example, Hit, Query, QueryError, Searcher, check_examples
+from .retrieval.search import DEFAULT_WEIGHT, Example, Hit, Query, QueryError, Searcher, check_examples
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,7 +109,9 @@ def examples(items, name: str) -> tuple[Example, ...]:
         if not isinstance(item, dict) or set(item) - {"id", "text", "weight"} or ("id" in item) == ("text" in item):
             raise RequestError(name, f"each {name} example is {{\"id\": ...}} or {{\"text\": ...}}, with an "
                                      f"optional \"weight\"; got {str(item)[:60]!r}")
-        out.append(Example(doc_id=item.get("id"), text=item.get("text"), weight=item.get("weight", 1.0)))
+        weight = item.get("weight")
+        out.append(Example(doc_id=item.get("id"), text=item.get("text"),
+                           weight=DEFAULT_WEIGHT[name] if weight is None else weight))
     return tuple(out)
 
 

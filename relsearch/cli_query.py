@@ -73,7 +73,7 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--like", "likes", multiple=True, metavar="ID[=W]",
               help="Query by examples: documents like this indexed one (repeatable, optional weight); never returned.")
 @click.option("--unlike", "unlikes", multiple=True, metavar="ID[=W]",
-              help="With --like: push documents like this indexed one down (repeatable, optional weight).")
+              help="With --like: push documents like this indexed one down (repeatable, optional weight, default 0.5).")
 @click.option("--like-text", "like_texts", multiple=True, metavar="TEXT", help="With or instead of --like: a text example.")
 @click.option("--unlike-text", "unlike_texts", multiple=True, metavar="TEXT", help="A text to push away from.")
 @click.option("--facet", "facets", multiple=True, metavar="FIELD",

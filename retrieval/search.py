@@ -63,6 +63,9 @@ class Example:
     weight: float = 1.0
 
 
+# An example's weight when none is given. One unlike at 1 pushed the whole sector out with the copies it
+# was meant to remove; 0.5 is the smallest weight that removes at least 3/4 of them (tools/unlike_weight.py).
+DEFAULT_WEIGHT = {"like": 1.0, "unlike": 0.5}
 MAX_EXAMPLES = 64  # likes and unlikes of one query
 
 

@@ -75,7 +75,7 @@ Filters = Annotated[dict[str, Any], WithJsonSchema({
 class ExampleBody(_Body):
     id: str | None = Field(None, min_length=1, description="An indexed document (never returned itself).")
     text: Text | None = Field(None, description="Or a text.")
-    weight: FiniteFloat = Field(1.0, gt=0, description="The example's weight.")
+    weight: FiniteFloat | None = Field(None, gt=0, description="The example's weight (default: 1 for a like, 0.5 for an unlike).")
 
 
 _EXAMPLES = ("Query by examples instead of text or id (Qdrant's recommend): each example is moved by the relation "

@@ -97,3 +97,22 @@ def test_the_cli_and_the_api_take_examples_and_name_what_is_wrong(small_index):
         assert caught.value.field == field
     bad = CliRunner().invoke(cli, ["query", "x", "--index", str(small_index), "--like", "BAC"])
     assert bad.exit_code != 0 and "exactly one of TEXT, --id, --like examples or --queries" in bad.output
+
+
+def test_an_unlike_without_a_weight_weighs_half_on_every_interface(small_index, searcher):
+    """docs/how-a-query-runs.md: one unlike at 1 emptied the sector; unweighted, it weighs 0.5."""
+    from relsearch.serve.models import SearchBody
+
+    half = run(searcher, [Query(like=(Example(doc_id="BAC"),), unlike=(Example(doc_id="C", weight=0.5),))],
+               SearchOptions(k=5))[0]
+    whole = run(searcher, [Query(like=(Example(doc_id="BAC"),), unlike=(Example(doc_id="C", weight=1.0),))],
+                SearchOptions(k=5))[0]
+    assert [(h.id, h.score) for h in half] != [(h.id, h.score) for h in whole]
+    index = open_index(small_index)
+    api = index.search(like=[{"id": "BAC"}], unlike=[{"id": "C"}], k=5)
+    assert [(h.id, round(h.score, 5)) for h in api] == [(h.id, round(h.score, 5)) for h in half]
+    out = CliRunner().invoke(cli, ["query", "--index", str(small_index), "--like", "BAC", "--unlike", "C", "-k", "5", "--json"])
+    assert out.exit_code == 0, out.output
+    assert [json.loads(line)["id"] for line in out.output.splitlines() if line.startswith("{")] == [h.id for h in half]
+    body = SearchBody.model_validate({"like": [{"id": "BAC"}], "unlike": [{"id": "C"}]})
+    assert body.unlike[0].weight is None and body.like[0].weight is None  # the API layer fills in the default
