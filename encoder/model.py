@@ -389,7 +389,8 @@ class Encoder:
 
     def __init__(self, config: EncoderConfig = EncoderConfig()):
         import torch
-        from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+        from . import bert
 
         self.config = config
         self.path = resolve_model_path(config.model)
@@ -398,21 +399,31 @@ class Encoder:
         self.pooling = config.pooling or st_pooling or "mean"
         if self.pooling not in POOLINGS:
             raise ValueError(f"unknown pooling {self.pooling!r}; choose one of {', '.join(POOLINGS)}")
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()  # one bar per worker process is noise, not progress
         check_safetensors_weights(self.path)
         from safetensors import SafetensorError
 
+        # a BERT folder runs without transformers (encoder/bert.py): importing it costs a query seconds
+        plain = bert.plain_config(self.path)
         try:
-            model_config = AutoConfig.from_pretrained(self.path)
+            if plain is None:
+                from transformers import AutoConfig
+
+            model_config = plain or AutoConfig.from_pretrained(self.path)
             self.device, self.dtype, self.precision_reason = choose_precision(
                 config.device, config.precision, cuda_available=torch.cuda.is_available(),
                 widths=model_widths(model_config))
-            self.tokenizer = AutoTokenizer.from_pretrained(self.path)
-            # safetensors only: pytorch_model.bin is a pickle, which can run code when it is loaded
-            self.model = AutoModel.from_pretrained(self.path, config=model_config, dtype=self.dtype,
-                                                   use_safetensors=True)
+            loaded = bert.load(self.path, plain, self.dtype) if plain else None
+            if loaded:
+                self.model, self.tokenizer = loaded
+            else:
+                from transformers import AutoModel, AutoTokenizer
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()  # one bar per worker process is noise, not progress
+                self.tokenizer = AutoTokenizer.from_pretrained(self.path)
+                # safetensors only: pytorch_model.bin is a pickle, which can run code when it is loaded
+                self.model = AutoModel.from_pretrained(self.path, config=model_config, dtype=self.dtype,
+                                                       use_safetensors=True)
         except SafetensorError as e:
             raise RuntimeError(f"the weights of encoder {config.model!r} are not a safetensors file ({e}); "
                                "refusing to load") from None

@@ -7,7 +7,12 @@ import os
 # Models come from local folders or installed packages unless the user opts into the hub.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# transformers' warnings and progress bars are noise to a CLI user. Said through its environment, read
+# when (and if) a command imports it: importing transformers here to say it cost an id query 1-2 s.
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
+import importlib  # noqa: E402
 import logging  # noqa: E402
 
 import click  # noqa: E402
@@ -20,7 +25,31 @@ def _fail(message: str) -> None:
     raise click.ClickException(message)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """A group whose subcommands live in other modules, imported when one is asked for (or when
+    ``--help`` lists them): ``relsearch query`` never loads the Beam pipelines, the trainers or the server."""
+
+    def __init__(self, *args, lazy: dict[str, str], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy  # command name → "module:attribute"
+
+    def list_commands(self, ctx) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx, name: str):
+        if name in self.lazy and name not in self.commands:
+            module, attribute = self.lazy[name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return super().get_command(ctx, name)
+
+
+LAZY_COMMANDS = {name: f"relsearch.{module}:{name}" for module, names in (
+    ("cli_index", ("index", "delete", "compact", "snapshots", "rollback")), ("cli_query", ("query",)),
+    ("cli_lookup", ("lookup",)), ("cli_train", ("train",)), ("cli_bench", ("bench",)), ("cli_serve", ("serve",)))
+    for name in names}
+
+
+@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="relsearch")
 def cli():
     """relsearch: relational vector search.
@@ -28,10 +57,6 @@ def cli():
     Index a JSONL corpus, then ask what stands in a relation to a text:
     `relsearch query "How do I reset my password?" --index idx --relation duplicate-question`.
     """
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
 
 
 model_option = click.option(
@@ -155,25 +180,6 @@ def score(text_a, text_b, model, as_json):
         return
     for name, value in sorted(scores.items(), key=lambda kv: -kv[1]):
         click.echo(f"{value:8.4f}  {name}")
-
-
-from relsearch.cli_bench import bench  # noqa: E402
-from relsearch.cli_index import compact, delete, index, rollback, snapshots  # noqa: E402  (many options)
-from relsearch.cli_lookup import lookup  # noqa: E402
-from relsearch.cli_query import query  # noqa: E402
-from relsearch.cli_serve import serve  # noqa: E402
-from relsearch.cli_train import train  # noqa: E402
-
-cli.add_command(index)
-cli.add_command(query)
-cli.add_command(delete)
-cli.add_command(compact)
-cli.add_command(snapshots)
-cli.add_command(rollback)
-cli.add_command(lookup)
-cli.add_command(train)
-cli.add_command(bench)
-cli.add_command(serve)
 
 
 def main() -> None:
