@@ -20,16 +20,17 @@ with a ``warning:`` that it may not hold on a larger index and the command that 
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
-from ..encoder.relations import normalize
-from ..indexer.lexical import BM25
 from . import hybrid
 from . import prior as answer_prior
-from .graph import MAX_EDGES, Graph
+from .fit_corpus import Corpus, Encoded, Split, Training, read, relation_pairs, split_corpora
+from .graph import Graph
 from .recipe import (MIXES, TITLE, Choice, Recipe, choose, first_hit_mrr, first_line, mrr, pair_reciprocal_ranks,
                      score_matrix, title_vectors)
 
@@ -40,81 +41,6 @@ BASELINES = ("identity", "bm25", "hybrid", "operator")
 # a test split of ~90 queries is 0.01-0.03, and the loser that prompted this lost by 0.016.
 LOSS_TOLERANCE = 0.005
 IDENTITY = Recipe(mixture={"identity": 1.0})  # plain similarity: what a losing relation ships as
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """A corpus's texts encoded once — raw vectors of the bundle's encoder and their unit vectors —
-    and indexed once by BM25: what :func:`tables` scores a corpus with."""
-
-    raw: np.ndarray
-    unit: np.ndarray
-    bm25: BM25
-
-    @classmethod
-    def of(cls, texts: list[str], encode: Callable[[list[str]], np.ndarray]) -> Encoded:
-        raw = encode(texts)
-        return cls(raw, normalize(raw), BM25(texts))
-
-
-@dataclass(frozen=True)
-class Corpus:
-    """One split's whole corpus: ``texts`` (m) the candidates and the queries, the queries
-    (``heads``: positions in ``texts``), each query's gold positions, ``metadata`` field → each
-    text's value, and ``candidate`` (m bools, default all): which texts an index of the split
-    holds (a question is a query of qa-entailment, never one of its answers). ``known``: each
-    query's answers that training already knows (a knowledge graph's other facts of the query), not
-    ranked and not competing with its golds; None: none. ``prominence``: (m,) each text's prominence
-    in [0, 1] (indexer/mining.py ``prominence_of``), offered to the recipe; None: none. ``encoded``: the
-    texts already encoded and indexed (corpora of one :class:`Split` share it); None: :func:`tables`
-    encodes them."""
-
-    texts: list[str]
-    heads: list[int]
-    gold: list[set[int]]
-    metadata: dict[str, list] = field(default_factory=dict)
-    candidate: list[bool] | None = None
-    known: list[set[int]] | None = None
-    prominence: np.ndarray | None = field(default=None, compare=False, repr=False)
-    encoded: Encoded | None = field(default=None, compare=False, repr=False)
-
-    @classmethod
-    def of_pairs(cls, pairs: list[tuple[str, str]], texts: list[str] = (), *, heads: bool = True) -> Corpus:
-        """The candidates are every tail of ``pairs`` (head, tail), every text of ``texts`` (the
-        rest of the split: negatives, a corpus) and, with ``heads``, every head (questions of a
-        forum are its documents; questions of answer selection are not its answers: heads=False
-        keeps a head only when it is among the others). Each distinct head is a query."""
-        index: dict[str, int] = {t: i for i, t in enumerate(dict.fromkeys(
-            [*texts, *(t for _, t in pairs), *(h for h, _ in pairs if heads)]))}
-        candidates = len(index)
-        for head, _ in pairs:
-            index.setdefault(head, len(index))
-        gold: dict[int, set[int]] = {}
-        for head, tail in pairs:
-            if head != tail:
-                gold.setdefault(index[head], set()).add(index[tail])
-        return cls(list(index), list(gold), list(gold.values()), candidate=[i < candidates for i in range(len(index))])
-
-    def same(self) -> dict[str, np.ndarray]:
-        """field → (n_queries, m) bool: the candidate holds the query's (non-null) value."""
-        out = {}
-        for f, values in self.metadata.items():
-            column = np.asarray([str(v) if v is not None else "\0none" for v in values])
-            query = column[self.heads]
-            out[f] = (column[None, :] == query[:, None]) & (query[:, None] != "\0none")
-        return out
-
-    def exclude(self) -> np.ndarray:
-        """(n_queries, m) bool: each query itself, and every text that is not a candidate."""
-        mask = np.zeros((len(self.heads), len(self.texts)), bool)
-        mask[np.arange(len(self.heads)), self.heads] = True
-        if self.candidate is not None:
-            mask |= ~np.asarray(self.candidate, bool)[None, :]
-        return mask
-
-    @property
-    def candidates(self) -> int:
-        return len(self.texts) if self.candidate is None else int(sum(self.candidate))
 
 
 @dataclass(frozen=True)
@@ -134,35 +60,6 @@ class Tables:
     def priors(self, name: str) -> dict[str, np.ndarray] | None:
         """What :func:`~.recipe.score_matrix` reads as ``prior`` for operator ``name``."""
         return None if self.prior is None else {name: self.prior}
-
-
-class Split:
-    """The texts of one split that the corpora of every relation fitted on it share: the
-    ``candidates`` (what an index of the split holds), then the ``queries`` that are not among them;
-    encoded, normalised and indexed by BM25 once (:class:`Encoded`), so that fitting a hundred
-    relations on a split does that once, not once per relation. :meth:`corpus` gives a relation's."""
-
-    def __init__(self, candidates: list[str], queries: list[str], encode: Callable[[list[str]], np.ndarray]):
-        candidates = list(dict.fromkeys(candidates))
-        self.texts = list(dict.fromkeys([*candidates, *queries]))
-        self.candidate = [i < len(candidates) for i in range(len(self.texts))]
-        self.position = {t: i for i, t in enumerate(self.texts)}
-        self.encoded = Encoded.of(self.texts, encode)
-
-    def corpus(self, pairs: list[tuple[str, str]], known: list[tuple[str, str]] = ()) -> Corpus:
-        """The corpus of ``pairs`` (head, tail): each distinct head with a tail other than itself is a
-        query, every tail a gold (heads among ``queries``, tails among ``candidates``); ``known``
-        (head, tail) pairs from training give each query's :attr:`Corpus.known` answers."""
-        gold: dict[int, set[int]] = {}
-        for head, tail in pairs:
-            if head != tail:
-                gold.setdefault(self.position[head], set()).add(self.position[tail])
-        answers: dict[int, set[int]] = {}
-        for head, tail in known:
-            if head in self.position and tail in self.position:
-                answers.setdefault(self.position[head], set()).add(self.position[tail])
-        return Corpus(self.texts, list(gold), list(gold.values()), candidate=self.candidate, encoded=self.encoded,
-                      known=[answers.get(h, set()) - gold[h] - {h} for h in gold] if known else None)
 
 
 def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], graph: Graph | None = None) -> Tables:
@@ -422,8 +319,6 @@ OWN_TEXTS = "the {split} split's own candidates"  # the label of a figure not me
 
 
 def _echo(line: str, err: bool = False) -> None:
-    import sys
-
     print(line, file=sys.stderr if err else sys.stdout)
 
 
@@ -461,101 +356,125 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
     A relation whose recipe ranks more than :data:`LOSS_TOLERANCE` below identity on test ships as
     identity (:func:`fall_back`), and a line says so with both figures; ``keep_worse`` keeps the
     recipe, with a ``warning:``."""
-    from ..encoder.bundle import load_bundle
-    from ..encoder.model import Encoder
-    from ..encoder.training import encode_cached, loop
-    from ..encoder.training.data import INVERSE_SUFFIX, read_triples
+    from ..encoder.training import loop
     from ..encoder.training.loop import write_bundle
 
     started = loop.clock()
+    bundle, encode = _load(path, cache_dir)
+    triples = {s: read(files) for s, files in (("dev", dev), ("test", test))}
+    training = Training.read(train, say)
+    pairs = relation_pairs(bundle, triples)
+    splits = split_corpora(triples, pairs, candidates, encode)
+    reports, budget = {}, _Budget(deadline)
+    own: dict[str, int] = {}  # split → its texts, for each split judged on its own candidates only
+    for name, by_split in sorted(pairs.items(), key=lambda item: -sum(map(len, item[1].values()))):
+        op, size = bundle.operators[name], sum(map(len, by_split.values()))
+        if not budget.fits(name, op, size):
+            continue
+        t0 = loop.clock()
+        reports[name], has_dev = _fit_relation(name, op, by_split, splits, training, encode)
+        budget.spent(size, loop.clock() - t0)
+        judged = _judge(name, op, reports[name], has_dev, bool(candidates), keep_worse, say)
+        if judged and not candidates:
+            own[judged] = sum(splits[judged].candidate)
+    _say_caveats(own, budget.late, len(pairs), remeasure, say)
+    _record(bundle, training.graph, reports, budget.late, started, command_started)
+    if reports or budget.late:
+        write_bundle(bundle, path, card=card(bundle) + card_section(reports, own_texts=bool(own)))
+    return reports
+
+
+def _load(path, cache_dir) -> tuple[object, Callable[[list[str]], np.ndarray]]:
+    """The bundle at ``path`` and its encoder's cached ``encode`` (with towers when an operator reads text)."""
+    from ..encoder.bundle import load_bundle
+    from ..encoder.model import Encoder
+    from ..encoder.training import encode_cached
+
     bundle = load_bundle(str(path))
     encoder = Encoder(bundle.encoder_config())
     if any(op.needs_text for op in bundle.operators.values()):
         from ..encoder.tower import attach_towers
 
         attach_towers(bundle.operators, encoder)
+    return bundle, partial(encode_cached, encoder, cache_dir=cache_dir, progress=False)
 
-    def encode(texts):
-        return encode_cached(encoder, texts, cache_dir=cache_dir, progress=False)
 
-    triples = {s: [t for f in files for t in read_triples(f)] for s, files in (("dev", dev), ("test", test))}
-    answers: dict[str, list[str]] = {}  # relation (and R^-1) → its training answers, one per triple
-    training = [t for f in train for t in read_triples(f)]
-    known: dict[str, list[tuple[str, str]]] = {}  # relation (and R^-1) → its training (query, answer) pairs
-    for t in training:
-        answers.setdefault(t.relation, []).append(t.tail)
-        answers.setdefault(t.relation + INVERSE_SUFFIX, []).append(t.head)
-        known.setdefault(t.relation, []).append((t.head, t.tail))
-        known.setdefault(t.relation + INVERSE_SUFFIX, []).append((t.tail, t.head))
-    graph = Graph.build((t.head, t.tail) for t in training) if training else None
-    if graph is not None and len(graph.edges) > MAX_EDGES:
-        say(f"warning: the training graph has {len(graph.edges)} links, more than a bundle stores "
-            f"({MAX_EDGES}); no relation is offered the neighbours bonus", True)
-        graph = None
-    pairs = {}  # relation to fit → split → its (head, tail) pairs
-    for name, op in sorted(bundle.operators.items()):
-        base, inverse = name.removesuffix(INVERSE_SUFFIX), name.endswith(INVERSE_SUFFIX)
-        pairs[name] = {s: [(t.tail, t.head) if inverse else (t.head, t.tail) for t in rows if t.relation == base]
-                       for s, rows in triples.items()}
-        if not (pairs[name]["dev"] or pairs[name]["test"]) or op.kind == "identity" or op.both_sides:
-            del pairs[name]
-    # what an index of the split would hold: every head, tail and hard negative; with candidates
-    # (the corpus a user indexes) those texts, the tails and negatives, and heads only among them.
-    # Encoded and indexed once per split, shared by every relation.
-    splits = {}
-    for s, rows in triples.items():
-        queries = sorted({h for by_split in pairs.values() for h, _ in by_split[s]})
-        if queries:
-            texts = {x for t in rows for x in (t.tail, t.negative) if x} \
-                | (set(candidates) if candidates else {t.head for t in rows})
-            splits[s] = Split(sorted(texts), queries, encode)
-    reports, late, fitted_pairs, fitting_seconds = {}, [], 0, 0.0
-    own: dict[str, int] = {}  # split → its texts, for each split judged on its own candidates only
-    for name, by_split in sorted(pairs.items(), key=lambda item: -sum(map(len, item[1].values()))):
-        op, size = bundle.operators[name], sum(map(len, by_split.values()))
-        estimate = size * fitting_seconds / fitted_pairs if fitted_pairs else 0.0
-        if deadline is not None and loop.clock() + estimate > deadline:
-            late.append(name)
-            op.info["recipe"] = Recipe(mixture={name: 1.0}).to_json()
-            op.info["whole_corpus"] = {"not_fitted": "time budget"}
-            continue
-        t0 = loop.clock()
-        if len(set(answers.get(name, ()))) < len(answers.get(name, ())):  # some answer recurs
-            op.info["answer_prior"] = answer_prior.table(answers[name])
-        # what training knows of a query is filtered from its ranks, as link prediction filters it
-        corpus = {s: splits[s].corpus(by_split[s], known.get(name, ())) if by_split[s] else None for s in triples}
-        reports[name] = fit(op, corpus["dev"], corpus["test"], encode, graph)
-        fitting_seconds, fitted_pairs = fitting_seconds + loop.clock() - t0, fitted_pairs + size
-        if not {"dev", "test"} & set(reports[name]):  # no query whose gold is another text
-            continue
-        wins, line = verdict(name, reports[name])
-        judged = "test" if "test" in reports[name] else "dev"
-        if not candidates:
-            own[judged] = sum(splits[judged].candidate)
-        say(line + ("" if corpus["dev"] else " [no --dev: the operator alone, no recipe chosen]")
-            + ("" if candidates else f" [{OWN_TEXTS.format(split=judged)}: --candidates CORPUS judges it on the "
-                                     "corpus you index]"), False)
-        if loses_to_identity(reports[name]):
-            if keep_worse:
-                test = reports[name]["test"]
-                say(f"warning: {name}: recipe {test['recipe']:.3f} < identity {test['identity']:.3f} on the test "
-                    "corpus: kept as trained (--keep-worse); query with identity or --hybrid instead", True)
-            else:
-                fall_back(op, reports[name])
-                say(fallback_line(name, reports[name]["fallback"]), False)
-        elif not wins:
-            unused = name not in reports[name]["recipe"]["mixture"]  # dev chose plain cosine (and BM25) over it
-            say(f"warning: {name} does not beat plain retrieval on its whole-corpus {judged} split; "
-                + ("its recipe leaves the operator out, so --relation " + name + " answers without it"
-                   if unused else "query with identity or --hybrid instead"), True)
+class _Budget:
+    """:func:`fit_bundle`'s time budget: relations that do not fit (``late``) keep their operator alone."""
+
+    def __init__(self, deadline: float | None):
+        self.deadline, self.late, self.pairs, self.seconds = deadline, [], 0, 0.0
+
+    def fits(self, name: str, op, size: int) -> bool:
+        """Whether relation ``name`` of ``size`` pairs fits; if not, ``op`` is marked not fitted."""
+        from ..encoder.training import loop
+
+        estimate = size * self.seconds / self.pairs if self.pairs else 0.0
+        if self.deadline is None or loop.clock() + estimate <= self.deadline:
+            return True
+        self.late.append(name)
+        op.info["recipe"] = Recipe(mixture={name: 1.0}).to_json()
+        op.info["whole_corpus"] = {"not_fitted": "time budget"}
+        return False
+
+    def spent(self, size: int, seconds: float) -> None:
+        self.seconds, self.pairs = self.seconds + seconds, self.pairs + size
+
+
+def _fit_relation(name: str, op, by_split: dict, splits: dict[str, Split], training: Training, encode):
+    """Fit relation ``name`` (:func:`fit`), its known training answers filtered from its ranks and its
+    answer prior offered when some answer recurs. Returns its report and whether it had dev pairs."""
+    answers = training.answers.get(name, ())
+    if len(set(answers)) < len(answers):  # some answer recurs
+        op.info["answer_prior"] = answer_prior.table(training.answers[name])
+    corpus = {s: splits[s].corpus(by_split[s], training.known.get(name, ())) if by_split[s] else None
+              for s in by_split}
+    return fit(op, corpus["dev"], corpus["test"], encode, training.graph), corpus["dev"] is not None
+
+
+def _judge(name: str, op, report: dict, has_dev: bool, on_candidates: bool, keep_worse: bool,
+           say: Callable[[str, bool], None]) -> str | None:
+    """Say how relation ``name`` did, falling back to identity when it ranks below it (unless
+    ``keep_worse``). Returns the split judged on (None: no query whose gold is another text)."""
+    if not {"dev", "test"} & set(report):
+        return None
+    wins, line = verdict(name, report)
+    judged = "test" if "test" in report else "dev"
+    say(line + ("" if has_dev else " [no --dev: the operator alone, no recipe chosen]")
+        + ("" if on_candidates else f" [{OWN_TEXTS.format(split=judged)}: --candidates CORPUS judges it on the "
+                                    "corpus you index]"), False)
+    if loses_to_identity(report):
+        if keep_worse:
+            say(f"warning: {name}: recipe {report['test']['recipe']:.3f} < identity {report['test']['identity']:.3f} "
+                "on the test corpus: kept as trained (--keep-worse); query with identity or --hybrid instead", True)
+        else:
+            fall_back(op, report)
+            say(fallback_line(name, report["fallback"]), False)
+    elif not wins:
+        unused = name not in report["recipe"]["mixture"]  # dev chose plain cosine (and BM25) over it
+        say(f"warning: {name} does not beat plain retrieval on its whole-corpus {judged} split; "
+            + ("its recipe leaves the operator out, so --relation " + name + " answers without it"
+               if unused else "query with identity or --hybrid instead"), True)
+    return judged
+
+
+def _say_caveats(own: dict[str, int], late: list[str], relations: int, remeasure, say) -> None:
+    """Warn of figures measured on a split's own candidates only, and of relations left unfitted."""
     for split, texts in sorted(own.items(), key=lambda item: item[0] != "test"):
         say(f"warning: the whole-corpus {split} figures above rank each query among {OWN_TEXTS.format(split=split)} "
             f"only (its heads, tails and negatives: {texts} texts), not the corpus you will index; they may not hold "
             f"on a larger index. Measure them there: "
             + (remeasure(split) if remeasure else "fit again with that corpus as the candidates"), True)
     if late:
-        say(f"time budget: {len(late)} of {len(pairs)} relations were not fitted in the time left and "
+        say(f"time budget: {len(late)} of {relations} relations were not fitted in the time left and "
             f"keep their operator alone: {', '.join(sorted(late))}", True)
+
+
+def _record(bundle, graph: Graph | None, reports: dict, late: list[str], started: float,
+            command_started: float | None) -> None:
+    """Record in the bundle how the time budget was spent, and the training graph when a recipe reads it."""
+    from ..encoder.training import loop
+
     if "time_budget" in bundle.info and command_started is not None:
         bundle.info["time_budget"].update(fitting_seconds=round(loop.clock() - started, 1),
                                           relations_fitted=len(reports), relations_not_fitted=sorted(late),
@@ -564,6 +483,3 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
         bundle.info.pop("graph", None)
         if any(Recipe.from_json(op.info["recipe"]).neighbours for op in bundle.operators.values() if "recipe" in op.info):
             bundle.info["graph"] = graph.to_json()
-    if reports or late:
-        write_bundle(bundle, path, card=card(bundle) + card_section(reports, own_texts=bool(own)))
-    return reports
