@@ -146,10 +146,8 @@ class AnonPeak:
 
 
 def run(args) -> dict:
-    from relsearch.bench.speed import raw_fetch, raw_search
     from relsearch.indexer import ann, sharded_add
-    from relsearch.retrieval import request
-    from relsearch.retrieval.search import Query, Searcher
+    from relsearch.retrieval.search import Searcher
 
     anon = AnonPeak()
     base, identity = encode_base(args.corpus, args.base, args.cache)
@@ -160,14 +158,46 @@ def run(args) -> dict:
     build_rss = {"peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                  "peak_rss_anon_mib": round(anon.peak_kib / 1024, 1)}
     searcher = Searcher(target)
-    index = searcher.files.faiss
-    params = dict(searcher.tuned_params)
     k = args.k
     _, h, _ = next(synthesise(base, args.queries, args.noise, args.seed + 1, block=args.queries))
     q = (h / np.linalg.norm(h, axis=1, keepdims=True)).astype(np.float32)
     vectors = searcher.files.vectors
     truth = ann.exact_search(vectors, q, k)
+    paths = _paths(searcher, h, q, k, args.n)
+    times, cpu = _timed(paths, args.repeats)
+    report = {
+        "n": args.n, "dim": int(base.shape[1]), "base_sentences": len(base), "noise": args.noise,
+        "queries": len(q), "k": k, "faiss": {key: manifest.faiss[key] for key in ("factory", "tier", "search_params")},
+        "tuning_validation_recall": manifest.faiss["tuning"]["validation_recall"],
+        "build_seconds": round(build_s, 1),
+        "exact_neighbour_cosine": {"1st": round(float(truth.scores[:, 0].mean()), 3),
+                                   f"{k}th": round(float(truth.scores[:, -1].mean()), 3)},
+        f"recall@{k}": _recall(searcher, paths, truth, h, q, k),
+        **_speeds(times, cpu, len(q)),
+        "build_peak_rss": build_rss,
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_anon_mib": anon.stop(),
+        # each FAISS add worker's own peak (VmHWM; --add-workers > 1): it reads its rows with pread
+        "peak_rss_add_workers_mib": sharded_add.last_worker_peaks_mib,
+        "vectors_npy_gib": round(args.n * base.shape[1] * 4 / 2**30, 2),
+        "index_faiss_mib": round(os.path.getsize(searcher.files.root / "index.faiss") / 2**20, 1),  # the generation folder
+        "threads": _threads(),
+    }
+    if not args.out and not args.keep:
+        shutil.rmtree(out, ignore_errors=True)
+    return report
 
+
+def _paths(searcher, h: np.ndarray, q: np.ndarray, k: int, n: int) -> dict:
+    """name → a call answering the (b, d) raw queries ``h`` (``q``: unit) one way: raw FAISS and
+    relsearch's ANN, each with and without the documents, and bench speed's batch of ``b`` indexed
+    documents as --id queries (FAISS by ids, search, the query plan)."""
+    from relsearch.bench.speed import raw_fetch, raw_search
+    from relsearch.indexer import ann
+    from relsearch.retrieval import request
+    from relsearch.retrieval.search import Query
+
+    index, params = searcher.files.faiss, dict(searcher.tuned_params)
     raw_params = ann.faiss_parameters(index, {p: v for p, v in params.items() if p != "rerank"})
     depth = params.get("rerank", 0)
 
@@ -194,72 +224,69 @@ def run(args) -> dict:
 
     # bench speed's batch at this size: indexed documents as --id queries, spread over the index
     by_id = [Query(doc_id=i) for i in searcher.files.docstore.read(
-        np.linspace(0, args.n - 1, len(q)).astype(np.int64).tolist()).ids]
+        np.linspace(0, n - 1, len(q)).astype(np.int64).tolist()).ids]
     q_ids = np.ascontiguousarray(searcher.raw_vectors(by_id))
     q_ids /= np.linalg.norm(q_ids, axis=1, keepdims=True)
     options = request.SearchOptions(k=k)
+    return {"faiss": raw_faiss, "relsearch": relsearch_path, "relsearch+docs": relsearch_docs,
+            "faiss+docs": raw_faiss_docs, "faiss_ids": raw_search(searcher, q_ids, k + 1),
+            "search": lambda: searcher.search(by_id, k=k), "plan": lambda: request.run(searcher, by_id, options)}
 
-    paths = {"faiss": raw_faiss, "relsearch": relsearch_path, "relsearch+docs": relsearch_docs,
-             "faiss+docs": raw_faiss_docs, "faiss_ids": raw_search(searcher, q_ids, k + 1),
-             "search": lambda: searcher.search(by_id, k=k), "plan": lambda: request.run(searcher, by_id, options)}
+
+def _timed(paths: dict, repeats: int) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Each path's wall and CPU seconds per round, after one warming call each; the paths of a
+    round run back to back, so a round's timings share the machine's load."""
     for fn in paths.values():
         fn()  # warm: page cache, OpenMP threads
     times = {name: [] for name in paths}
     cpu = {name: [] for name in paths}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, fn in paths.items():
             t, c = time.perf_counter(), time.process_time()
             fn()
             times[name].append(time.perf_counter() - t)
             cpu[name].append(time.process_time() - c)
-    qps = {name: len(q) / statistics.median(ts) for name, ts in times.items()}
-    best = {name: len(q) / min(ts) for name, ts in times.items()}
+    return times, cpu
 
+
+def _recall(searcher, paths: dict, truth, h: np.ndarray, q: np.ndarray, k: int) -> dict:
+    """Recall@k of relsearch's and raw FAISS's answers, and of a search filtered to a tenth of the index."""
+    from relsearch.indexer import ann
+
+    vectors = searcher.files.vectors
     shard = np.asarray(searcher.files.docstore.matching({"shard": 3}), np.int64)
     filtered = searcher.ann(searcher.transform(h, {"identity": 1.0}), k, subset=shard)
-    filtered_truth = ann.exact_search(searcher.files.vectors, q, k, shard)
-    report = {
-        "n": args.n, "dim": int(base.shape[1]), "base_sentences": len(base), "noise": args.noise,
-        "queries": len(q), "k": k, "faiss": {key: manifest.faiss[key] for key in ("factory", "tier", "search_params")},
-        "tuning_validation_recall": manifest.faiss["tuning"]["validation_recall"],
-        "build_seconds": round(build_s, 1),
-        "exact_neighbour_cosine": {"1st": round(float(truth.scores[:, 0].mean()), 3),
-                                   f"{k}th": round(float(truth.scores[:, -1].mean()), 3)},
-        f"recall@{k}": {"relsearch": round(recall_at(relsearch_path(), truth, vectors, q), 4),
-                        "faiss": round(recall_at(raw_faiss(), truth, vectors, q), 4),
-                        "filtered_10pct": round(recall_at(filtered.positions, filtered_truth, vectors, q), 4),
-                        "filtered_10pct_full_rows": bool((filtered.positions >= 0).all())},
+    filtered_truth = ann.exact_search(vectors, q, k, shard)
+    return {"relsearch": round(recall_at(paths["relsearch"](), truth, vectors, q), 4),
+            "faiss": round(recall_at(paths["faiss"](), truth, vectors, q), 4),
+            "filtered_10pct": round(recall_at(filtered.positions, filtered_truth, vectors, q), 4),
+            "filtered_10pct_full_rows": bool((filtered.positions >= 0).all())}
+
+
+def _paired(times: dict[str, list[float]], base: str, path: str) -> float:
+    """The median over rounds of ``base``'s time over ``path``'s: the two timings of a round are
+    adjacent, so load from other processes on a shared machine cancels out."""
+    return round(statistics.median(f / r for f, r in zip(times[base], times[path])), 4)
+
+
+def _speeds(times: dict[str, list[float]], cpu: dict[str, list[float]], queries: int) -> dict:
+    """Queries per second of each path (median and best round) and relsearch's against FAISS's."""
+    qps = {name: queries / statistics.median(ts) for name, ts in times.items()}
+    best = {name: queries / min(ts) for name, ts in times.items()}
+    return {
         "qps_median": {name: round(v, 1) for name, v in qps.items()},
         "qps_best": {name: round(v, 1) for name, v in best.items()},
         "ratio_relsearch_vs_faiss": round(qps["relsearch"] / qps["faiss"], 4),
-        # the same ratio per round (the two timings of a round are adjacent, so load from other
-        # processes on a shared machine cancels out), then the median over rounds
-        "ratio_paired_median": round(statistics.median(
-            f / r for f, r in zip(times["faiss"], times["relsearch"])), 4),
+        "ratio_paired_median": _paired(times, "faiss", "relsearch"),
         # CPU seconds of this process (all threads) per round: insensitive to other jobs' load
         "ratio_cpu_time": round(statistics.median(cpu["faiss"]) / statistics.median(cpu["relsearch"]), 4),
         "ratio_with_docs_vs_faiss": round(qps["relsearch+docs"] / qps["faiss"], 4),
-        "ratio_with_docs_paired_median": round(statistics.median(
-            f / r for f, r in zip(times["faiss"], times["relsearch+docs"])), 4),
+        "ratio_with_docs_paired_median": _paired(times, "faiss", "relsearch+docs"),
         "ratio_with_docs_vs_faiss_with_docs": round(qps["relsearch+docs"] / qps["faiss+docs"], 4),
-        "ratio_with_docs_vs_faiss_with_docs_paired_median": round(statistics.median(
-            f / r for f, r in zip(times["faiss+docs"], times["relsearch+docs"])), 4),
-        "ratio_search_vs_faiss_ids_paired_median": round(statistics.median(
-            f / r for f, r in zip(times["faiss_ids"], times["search"])), 4),
-        "ratio_plan_vs_faiss_ids_paired_median": round(statistics.median(
-            f / r for f, r in zip(times["faiss_ids"], times["plan"])), 4),
-        "build_peak_rss": build_rss,
-        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "peak_rss_anon_mib": anon.stop(),
-        # each FAISS add worker's own peak (VmHWM; --add-workers > 1): it reads its rows with pread
-        "peak_rss_add_workers_mib": sharded_add.last_worker_peaks_mib,
-        "vectors_npy_gib": round(args.n * base.shape[1] * 4 / 2**30, 2),
-        "index_faiss_mib": round(os.path.getsize(searcher.files.root / "index.faiss") / 2**20, 1),  # the generation folder
-        "threads": _threads(),
+        "ratio_with_docs_vs_faiss_with_docs_paired_median": _paired(times, "faiss+docs", "relsearch+docs"),
+        "ratio_search_vs_faiss_ids_paired_median": _paired(times, "faiss_ids", "search"),
+        "ratio_plan_vs_faiss_ids_paired_median": _paired(times, "faiss_ids", "plan"),
     }
-    if not args.out and not args.keep:
-        shutil.rmtree(out, ignore_errors=True)
-    return report
 
 
 def _threads() -> int:
