@@ -85,8 +85,28 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
     texts = [r["text"] for r in rows]
     labels = {name: [str(r[field]) for r in rows] for name, field in ASPECTS}
     bm25 = BM25(texts)
+    methods, views, bundles = _methods(job, texts, bm25)
+    results = _aspect_rows(methods, labels)
+    cross = [dict(c, method=(f"{ref or 'pack'}:" if len(bundles) > 1 and c["method"] != "bm25" else "") + c["method"])
+             for ref, bundle in zip(job.models, bundles)
+             for c in _cross_source(rows, bundle, bm25, job, with_bm25=bundle is bundles[0])]
+    held_out, folded = _competitors(job, bundles)
+    tables = [_aspect_table(job, rows, labels, results)] + _other_tables(job, cross, held_out, folded)
+    payload = {"protocol": __doc__.split("\n\n")[1], "split": job.split, "companies": len(rows), "k": K,
+               "rows": results, "cross_source": cross, "competitors": held_out, "competitors_cv": folded}
+    res = finish("companies", payload, tables, inputs={"corpus": file_fingerprint(job.corpus)}, bundle=bundles[0],
+                 command=command, started=started, clock=clock, json_out=json_out, precision=job.precision)
+    if plot_out:
+        res.plot = _plot(views, labels["sector"], plot_out)
+    return res
+
+
+def _methods(job: CompaniesJob, texts: list[str], bm25: BM25) -> tuple[list[tuple[str, np.ndarray]], dict, list]:
+    """Every method the aspect table compares — BM25, each model's operators (query towers left
+    to the competitor tables) and its re-ranking heads — as (name, seed × candidate scores); the
+    operators' query vectors (for the plot) and the loaded bundles."""
     lexical = np.vstack([bm25.scores(texts[i:i + 256]) for i in range(0, len(texts), 256)])
-    methods: list[tuple[str, np.ndarray]] = [("bm25", lexical)]  # (name, seed × candidate scores)
+    methods: list[tuple[str, np.ndarray]] = [("bm25", lexical)]
     views = {}  # for the plot: method → query vectors
     bundles = []
     for ref in job.models:
@@ -104,6 +124,11 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
         for name, head in sorted(bundle.heads.items()):
             methods.append((f"{prefix}{name} (re-ranks identity top {job.depth})",
                             _rerank_scores(head, h, unit @ unit.T, job.depth)))
+    return methods, views, bundles
+
+
+def _aspect_rows(methods: list[tuple[str, np.ndarray]], labels: dict[str, list[str]]) -> list[dict]:
+    """Each method's P@K, R@K and MRR@K per aspect (same industry, same sector)."""
     results = []
     for method, scores in methods:
         row = {"method": method}
@@ -111,9 +136,12 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
             m = aspect_retrieval_metrics(lambda a, b, s=scores: s[a:b], labels[aspect], K)
             row[aspect] = {key: m[key] for key in (f"p@{K}", f"r@{K}", f"mrr@{K}", "seeds")}
         results.append(row)
-    cross = [dict(c, method=(f"{ref or 'pack'}:" if len(bundles) > 1 and c["method"] != "bm25" else "") + c["method"])
-             for ref, bundle in zip(job.models, bundles)
-             for c in _cross_source(rows, bundle, bm25, job, with_bm25=bundle is bundles[0])]
+    return results
+
+
+def _competitors(job: CompaniesJob, bundles: list) -> tuple[list[dict], list[dict]]:
+    """Every bundle's competitor and named-peer rows: those measured on the held-out split, and
+    those cross-validated over companies (when some bundle trained a similar-company operator)."""
     # a trained similar-company operator (a query tower) has seen the training companies' competitors:
     # then every bundle's recipe is cross-validated over the other companies only, so the rows compare
     trained = any(b.operators.get("similar-company") is not None and b.operators["similar-company"].kind != "identity"
@@ -121,16 +149,24 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
     peers = [dict(p, method=(f"{ref or 'pack'}:" if len(bundles) > 1 else "") + p["method"])
              for ref, bundle in zip(job.models, bundles) for competitors in (True, False)
              for p in _peers(job, bundle, competitors=competitors, cv_splits=("dev", "test") if trained else None)]
-    held_out = [p for p in peers if "folds" not in p]
-    folded = [p for p in peers if "folds" in p]
+    return [p for p in peers if "folds" not in p], [p for p in peers if "folds" in p]
+
+
+def _aspect_table(job: CompaniesJob, rows: list[dict], labels: dict[str, list[str]], results: list[dict]) -> Table:
+    """The similar-companies table: each method's industry and sector figures, and its gain over identity."""
     ident = next(r for r in results if r["method"].endswith("identity"))
     table_rows = [[r["method"]] + [r[a][key] for a, _ in ASPECTS for key in (f"p@{K}", f"r@{K}", f"mrr@{K}")]
                   + [r["industry"][f"p@{K}"] - ident["industry"][f"p@{K}"]] for r in results]
     title = (f"similar companies: {len(rows)} {job.split} companies of {job.corpus} — relevant = same GICS industry "
              f"({len(set(labels['industry']))} in the pool) / same GICS sector ({len(set(labels['sector']))})")
-    tables = [Table(title, ["method", "ind P@10", "ind R@10", "ind MRR@10", "sec P@10", "sec R@10", "sec MRR@10",
-                            "ΔP@10 ind vs id"], table_rows,
-                    note="AspectCSE protocol: each company a seed, the other test companies its candidates; macro means")]
+    return Table(title, ["method", "ind P@10", "ind R@10", "ind MRR@10", "sec P@10", "sec R@10", "sec MRR@10",
+                         "ΔP@10 ind vs id"], table_rows,
+                 note="AspectCSE protocol: each company a seed, the other test companies its candidates; macro means")
+
+
+def _other_tables(job: CompaniesJob, cross: list[dict], held_out: list[dict], folded: list[dict]) -> list[Table]:
+    """The cross-source, competitor and cross-validated competitor tables, each when it has rows."""
+    tables = []
     if cross:
         tables.append(Table("cross-source: Wikipedia / Bloomberg text as the query, Yahoo descriptions as candidates",
                             ["query source", "method", "queries", "same company MRR@10", "same company H@1",
@@ -158,19 +194,18 @@ def run_companies(job: CompaniesJob, *, json_out: str | None = None, plot_out: s
                             note="folds: connected groups of companies (a company and those it names, or that name it, "
                                  "stay in one fold: retrieval/recipe_fit.py query_folds); sd = sample standard "
                                  "deviation over folds"))
-    payload = {"protocol": __doc__.split("\n\n")[1], "split": job.split, "companies": len(rows), "k": K,
-               "rows": results, "cross_source": cross, "competitors": held_out, "competitors_cv": folded}
-    res = finish("companies", payload, tables, inputs={"corpus": file_fingerprint(job.corpus)}, bundle=bundles[0],
-                 command=command, started=started, clock=clock, json_out=json_out, precision=job.precision)
-    if plot_out:
-        from . import plots
+    return tables
 
-        aspect_view = next((n for n in views if "sector" in n), None) or next((n for n in views if n != "identity"), None)
-        shown = {"identity (generic)": normalize(views["identity"] if "identity" in views else next(iter(views.values())))}
-        if aspect_view:
-            shown[aspect_view] = views[aspect_view]
-        res.plot = plots.embedding_figure(shown, labels["sector"], plot_out, title="test companies by GICS sector")
-    return res
+
+def _plot(views: dict[str, np.ndarray], sectors: list[str], plot_out: str):
+    """The companies by sector, as generic vectors and as an aspect operator's (a sector one first)."""
+    from . import plots
+
+    aspect_view = next((n for n in views if "sector" in n), None) or next((n for n in views if n != "identity"), None)
+    shown = {"identity (generic)": normalize(views["identity"] if "identity" in views else next(iter(views.values())))}
+    if aspect_view:
+        shown[aspect_view] = views[aspect_view]
+    return plots.embedding_figure(shown, sectors, plot_out, title="test companies by GICS sector")
 
 
 def _cross_source(rows: list[dict], bundle, bm25: BM25, job: CompaniesJob, *, with_bm25: bool = True) -> list[dict]:
