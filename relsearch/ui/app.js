@@ -6,7 +6,7 @@ import {ApiError, call, file, get, setKey} from "./api.js";
 import {FILTER_OPS, examplesBody, facetFilter, readState, rowParts, writeFilter, writeState} from "./query.js";
 import {NO_HIGHLIGHTS} from "./marks.js";
 import {ranWords} from "./recipe.js";
-import {anchorCard, bars, el, hitList, relationRows, trainedOn} from "./view.js";
+import {anchorCard, bars, el, folded, hitList, relationRows, trainedOn} from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const NAME_FIELDS = ["name", "title", "company", "security"];
@@ -14,6 +14,8 @@ let fields = []; // GET /fields: [{name, types, values?}]
 let bundleRelations = []; // GET /relations: [{name, kind, description, recipe?, ...}]
 let retry = null; // what to run again once an API key is given
 let exported = null; // the body of the mixture's last search: what the download links fetch as a file
+const unfolded = new Set(); // the facets whose values past the first FACET_SHOWN someone unfolded: kept across searches
+const FACET_SHOWN = 10;
 
 // ---------------------------------------------------------------- errors, next to the field at fault
 
@@ -283,7 +285,8 @@ function showQuery(state) {
     el("span", {class: "muted"}, " · the examples themselves are left out of the hits"));
 }
 
-// The answer's facet counts, per field, each a button that adds its filter (field = value) and searches again
+// The answer's facet counts, per field, each a button that adds its filter (field = value) and searches again;
+// a field's first FACET_SHOWN values (the most frequent: the server sends them in order) and "more (N)" for the rest
 function showFacets(counts, state) {
   const active = new Set(state.filters.map((spec) => spec.trim()));
   const button = (field, value, count) => {
@@ -306,7 +309,9 @@ function showFacets(counts, state) {
     const valid = rows.filter((r) => Array.isArray(r) && r.length === 2);
     return el("div", {class: "facet", "data-field": field},
       el("span", {class: "facet-name", title: `over the mixture's first ${depth} hits under the filters`}, field),
-      valid.length ? valid.map(([value, count]) => button(field, value, count))
+      valid.length ? folded(valid.map(([value, count]) => button(field, value, count)), {
+        shown: FACET_SHOWN, open: unfolded.has(field), what: `values of ${field}`,
+        onToggle: (open) => (open ? unfolded.add(field) : unfolded.delete(field))})
         : el("span", {class: "muted"}, `no value in the first ${depth} hits`));
   }));
 }

@@ -12,6 +12,28 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A row of chips folded after its first `shown`: a "more (N)" button (aria-expanded) shows the rest in place,
+// "fewer" hides them again; `open` starts it unfolded and `onToggle(open)` hears each change. A row of at most
+// `shown` chips is returned as it is.
+export function folded(chips, {shown = 10, open = false, what = "values", onToggle = () => {}} = {}) {
+  if (chips.length <= shown) return chips;
+  const rest = chips.slice(shown);
+  const toggle = el("button", {type: "button", class: "more"});
+  const show = (unfolded) => {
+    rest.forEach((chip) => { chip.hidden = !unfolded; });
+    toggle.setAttribute("aria-expanded", String(unfolded));
+    toggle.textContent = unfolded ? "fewer" : `more (${rest.length})`;
+    toggle.title = unfolded ? `show only the first ${shown} ${what}` : `show the other ${rest.length} ${what}`;
+  };
+  show(open);
+  toggle.addEventListener("click", () => {
+    const unfolded = toggle.getAttribute("aria-expanded") !== "true";
+    show(unfolded);
+    onToggle(unfolded);
+  });
+  return [...chips, toggle];
+}
+
 const round = (x, digits = 3) => (typeof x === "number" ? x.toFixed(digits) : String(x));
 
 // One labelled bar per entry; a cosine of -1..1 fills from the middle, anything else from 0 up to the largest

@@ -507,6 +507,53 @@ def test_a_facet_count_adds_its_filter(served, api_index, browser_page, artifact
     assert not page.console_errors, page.console_errors
 
 
+def test_a_long_facet_shows_ten_values_and_more(served, api_index, browser_page, artifacts):
+    """Issue 52, 6: a facet of more than 10 values shows its 10 most frequent and a "more (N)" button
+    (aria-expanded, Enter works) that shows the rest in place and "fewer" that folds them; unfolded, it stays
+    so when the search runs again, and a value past the tenth still adds its filter."""
+    url, page, field = served[0], browser_page, "gics_sub_industry"
+    row = f'#facets .facet[data-field="{field}"]'
+    query = {"id": DOC, "relations": {"similar-company": 1.0}, "k": 10}
+    want = api_index.search(**query, facets=[field]).facets[field]
+    assert len(want) > 11  # the 120 companies' first 100 hits hold many sub-industries
+
+    def shown() -> list[list]:
+        return page.eval_on_selector_all(f"{row} .facet-value", "bs => bs.filter(b => b.checkVisibility()).map(b => "
+                                         "[JSON.parse(b.dataset.value), Number(b.querySelector('.count').textContent)])")
+
+    def toggle() -> tuple[str, str]:
+        return tuple(page.eval_on_selector(f"{row} button.more", "b => [b.textContent, b.getAttribute('aria-expanded')]"))
+
+    _open_with_key(page, url)
+    page.goto(f"{url}/?id={DOC}&relation=similar-company:1&k=10&facet={field}&cols=name,{field}")
+    page.wait_for_selector(f"{row} .facet-value")
+    assert facet_counts(page, field) == want and shown() == want[:10]
+    assert toggle() == (f"more ({len(want) - 10})", "false")
+    page.click(f"{row} button.more")
+    assert shown() == want and toggle() == ("fewer", "true")
+    page.screenshot(path=str(artifacts / "explorer-facet-more.png"), full_page=True)
+    page.focus(f"{row} button.more")
+    page.keyboard.press("Enter")  # the keyboard folds it again
+    assert shown() == want[:10] and toggle() == (f"more ({len(want) - 10})", "false")
+    page.keyboard.press("Enter")
+    assert shown() == want
+
+    before = page.query_selector(f"{row} button.more")
+    page.click("#search")  # the same search again: drawn anew, still unfolded
+    wait_until(page, lambda: not before.evaluate("b => b.isConnected"), "the facets drawn again")
+    page.wait_for_selector(f"{row} button.more")
+    assert shown() == want and toggle() == ("fewer", "true")
+
+    at, value = next((i, v) for i, (v, _) in enumerate(want) if i >= 10 and isinstance(v, str))
+    page.locator(f"{row} .facet-value").nth(at).click()  # a value past the tenth filters as the first ten do
+    narrowed = ids(api_index.search(**query, filters={field: value}))
+    wait_until(page, lambda: listed(page, "mixture") == narrowed and [v for v, _ in facet_counts(page, field)] == [value],
+               f"the answer filtered on {value}")
+    assert not page.query_selector(f"{row} button.more")  # one value: nothing to fold
+    assert page.eval_on_selector_all("#filters .filter", "rows => rows.length") == 1
+    assert not page.console_errors, page.console_errors
+
+
 def test_highlighted_terms_are_marked(served, api_index, browser_page, artifacts):
     """Every search asks for highlights; one with a BM25 part (the server's plan says) carries them: each
     <mark> holds one text node, a term of the query; one without (identity) neither marks nor shows the
