@@ -49,7 +49,6 @@ Interrupted runs resume from ``OUT.checkpoint`` (:class:`~.loop.Checkpoint`), bu
 from __future__ import annotations
 
 import math
-import re
 import time
 from dataclasses import dataclass
 
@@ -64,10 +63,10 @@ from .card import hyperparameters
 from .data import INVERSE_SUFFIX, load_triple_splits
 from .loop import Budget, Checkpoint, EarlyStopping, seed_everything
 from .splits import text_ids
+from .tower_weights import LORA_TARGETS, lora_state, tune_whole_weights, tuned_layers, whole_deltas
 
 NEGATIVES = ("table", "batch")
 TOWER_NAME = "query-tower"
-LORA_TARGETS = ("query", "key", "value", "dense")  # BERT-family linear layers (attention and feed-forward)
 MAX_INV_TEMPERATURE = 100.0
 PROTOCOL = ("link prediction on the test triples: candidates = the whole text table (every head, tail and "
             "negative of train/dev/test plus --candidates); filtered (other true tails of (head, relation) "
@@ -221,52 +220,6 @@ def query_groups(data: _Data) -> list[np.ndarray]:
     return [np.array(rows, dtype=np.int64) for rows in groups.values()]
 
 
-def tuned_layers(model, layers: int | None) -> list[int] | None:
-    """Indices of the top ``layers`` transformer layers of ``model``; None for all of them."""
-    n = int(model.config.num_hidden_layers)
-    return list(range(n - layers, n)) if layers and layers < n else None
-
-
-def tune_whole_weights(model, layers: list[int] | None) -> dict[str, object]:
-    """Freeze ``model`` except the weights of its ``LORA_TARGETS`` linear layers in transformer layers
-    ``layers`` (None: all); returns those weights by module path. Biases and layer norms stay frozen:
-    the tuned state is then exactly a set of weight deltas, which the bundle stores as LoRA pairs."""
-    import torch
-
-    for p in model.parameters():
-        p.requires_grad_(False)
-    out = {}
-    for name, module in model.named_modules():
-        index = re.search(r"\.layer\.(\d+)\.", name)
-        if (isinstance(module, torch.nn.Linear) and name.rsplit(".", 1)[-1] in LORA_TARGETS and index
-                and (layers is None or int(index.group(1)) in layers)):
-            out[name] = module.weight.requires_grad_(True)
-    return out
-
-
-def whole_deltas(weights: dict[str, object], base: dict[str, object]) -> dict[str, np.ndarray]:
-    """``weights`` − ``base`` per module as an exact LoRA pair of full rank, scale 1: ``B = ΔW, A = I``
-    (or ``B = I, A = ΔW`` when the layer widens), so W + B A is the tuned weight."""
-    out = {}
-    for module, w in weights.items():
-        delta = (w.detach().float() - base[module]).cpu().numpy()
-        eye = np.eye(min(delta.shape), dtype=np.float32)
-        a, b = (eye, delta) if delta.shape[1] <= delta.shape[0] else (delta, eye)
-        out[f"{module}.lora_A"], out[f"{module}.lora_B"] = a, np.ascontiguousarray(b)
-    return out
-
-
-def _lora_state(model) -> dict[str, object]:
-    """``{"<module>.lora_A": (r, in), "<module>.lora_B": (out, r)}`` tensors of a peft LoRA model, named
-    by the module's path in the base model (what encoder/tower.py merges)."""
-    out = {}
-    for name, p in model.named_parameters():
-        if ".lora_A." in name or ".lora_B." in name:
-            module, kind = name.split(".lora_")
-            out[f"{module.removeprefix('base_model.model.')}.lora_{kind[0]}"] = p
-    return out
-
-
 def train_tower(train_files, *, dev_files=(), test_files=(), config: TowerConfig = TowerConfig(), base=None,
                 out=None, candidates: list[str] | None = None) -> Bundle:
     """Train one query tower for the relations of ``train_files``; returns a bundle of ``encoder``
@@ -333,7 +286,7 @@ class _Run:
                                    target_modules=list(LORA_TARGETS), layers_to_transform=self.layers,
                                    layers_pattern="layer" if self.layers else None)
             self.encoder.model = get_peft_model(self.encoder.model, self.lora)
-            self.tuned = _lora_state(self.encoder.model)
+            self.tuned = lora_state(self.encoder.model)
             self.scale = self.lora.lora_alpha / self.lora.r
         else:  # the tuned layers' whole weights
             self.tuned = tune_whole_weights(self.encoder.model, self.layers)

@@ -14,7 +14,8 @@ from relsearch.encoder.relations import KINDS, Operator, mixture_query, normaliz
 from relsearch.encoder.tower import MARKER, attach_towers, marked
 from relsearch.encoder.training.loop import write_bundle
 from relsearch.encoder.training.tower import (TowerConfig, _Data, even_batches, lr_factor, query_groups, tower_loss,
-                                              train_tower, tune_whole_weights, tuned_layers, whole_deltas)
+                                              train_tower)
+from relsearch.encoder.training.tower_weights import tune_whole_weights, tuned_layers, whole_deltas
 from relsearch.retrieval.search import Query, Searcher, score_pair
 
 from conftest import write_jsonl
