@@ -67,7 +67,7 @@ def _hand_model(lora_rank: int | None, layers: int | None = None):
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModel.from_pretrained(path, dtype=torch.float32)
     if layers:
-        from ..encoder.training.tower import tune_whole_weights, tuned_layers
+        from ..encoder.training.tower_weights import tune_whole_weights, tuned_layers
 
         tune_whole_weights(model, tuned_layers(model, layers))
         model.set_attn_implementation("eager")
@@ -75,7 +75,7 @@ def _hand_model(lora_rank: int | None, layers: int | None = None):
     if lora_rank:
         from peft import LoraConfig, get_peft_model
 
-        from ..encoder.training.tower import LORA_TARGETS
+        from ..encoder.training.tower_weights import LORA_TARGETS
 
         model = get_peft_model(model, LoraConfig(r=lora_rank, lora_alpha=2 * lora_rank, lora_dropout=0.0,
                                                  target_modules=list(LORA_TARGETS)))
