@@ -22,7 +22,6 @@ import os
 import shutil
 import threading
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
@@ -33,20 +32,17 @@ from .. import faults
 from ..files import sha256_file
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig, encode_texts, settle_precision
-from ..indexer import integrity, mutations, spool, store
+from ..indexer import integrity, spool, store
 from ..indexer import belonging
 from ..indexer import records as rec
-from ..indexer.build import write_generation, write_projections
-from ..indexer.es_mirror import EsTarget, mirrors_for
+from ..indexer.es_mirror import EsTarget
 from ..indexer.faiss_index import DEFAULT_FACTORY, FaissSpec
-from ..indexer.manifest import Fields, Manifest
 from ..indexer.tuning import AutoPolicy
-from .assemble import (IndexInputError, check_same_encoder, check_same_text_fields, keep_rejections, plan_shards,
-                       shard_blocks)
-from . import faiss_add, shardfs
+from .assemble import IndexInputError
+from . import shardfs
+from .publish import ENCODER_FILE, IndexReport, publish
 from .runners import freeze_long_lived, local_workers, new_pipeline, one_local_worker, pipeline_options, run_to_end
 
-ENCODER_FILE = "encoder.json"
 PROGRESS_SUFFIX = ".progress"
 FLAGS_FILE = "misattributed.json"  # the driver's flags (indexer/belonging.py), by line, for the workers
 
@@ -85,31 +81,6 @@ class IndexJob:
     def faiss_spec(self, fill=None) -> FaissSpec:
         return FaissSpec(factory=self.faiss_factory, recall_target=self.recall_target, device=self.faiss_device,
                          policy=self.auto_policy, fill=fill)
-
-
-@dataclass
-class IndexReport:
-    index: str
-    read: int
-    indexed: int
-    rejected: int
-    truncated: int
-    reasons: Counter = field(default_factory=Counter)
-    seconds: float = 0.0
-    resumed_chunks: int = 0
-    published: bool = False
-    replaced: int = 0  # --append: indexed documents whose id was already in the index
-    documents: int = 0  # live documents in the published index
-    faiss: dict = field(default_factory=dict)  # the manifest's faiss section
-    backends: dict = field(default_factory=dict)  # mirror counts, e.g. {"elasticsearch": {...}}
-    encoder: str | None = None  # "cpu, float32 (why)": what the encoder ran in (model.settle_precision)
-    misattributed: list = field(default_factory=list)  # "ID field: about NAME (ID): why", texts left out
-
-    def summary(self) -> str:
-        line = f"read {self.read}, indexed {self.indexed}, rejected {self.rejected}"
-        if self.reasons:
-            line += " (" + ", ".join(f"{r}: {n}" for r, n in self.reasons.most_common()) + ")"
-        return line
 
 
 @dataclass(frozen=True)
@@ -420,18 +391,8 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
     NoSpaceError (nothing published; the encoded shards kept to resume) when the disk fills up.
     """
     started = time.perf_counter()
-    if job.es is not None and len(job.text_fields) > 1:  # the mirror has one dense field; a lacking text is a zero vector
-        raise IndexInputError("the Elasticsearch mirror holds an index of one text field; index several "
-                              f"({', '.join(job.text_fields)}) without --es-url")
-    spool.sweep(job.index)  # standard-input copies of killed runs: never let them fill the disk this run needs
-    check_input(job.input)
-    if store.legacy(job.index):  # an index of the old layout becomes one folder before its build folder is chosen
-        with store.writer_lock(job.index):
-            pass
-    if bundle is None and job.model is None and job.append and store.is_published(job.index):
-        recorded = recorded_ref(store.read_manifest(store.current_generation(job.index)).bundle)
-        bundle = load_bundle(recorded) if recorded else None
-    bundle = bundle or load_bundle(job.model)
+    _check_job(job)
+    bundle = bundle or _recorded_bundle(job) or load_bundle(job.model)
     options = pipeline_options(list(beam_args))
     encoder_config = EncoderConfig(model=bundle.encoder["model"], pooling=bundle.encoder.get("pooling"),
                                    max_length=job.max_length or bundle.encoder.get("max_length"),
@@ -458,49 +419,86 @@ def run_index(job: IndexJob, beam_args: list[str] = (), *, bundle: Bundle | None
             raise IndexInputError(f"another `relsearch index` is building {job.index} from the same input") from None
         shards = _shard_dir(build, options)
         resumed = [c for c in chunks if shardfs.exists(shardfs.join(shards, f"{c.number:06d}.npz"))]
-        stop = threading.Event()  # no bar asked for (--quiet, the API): nothing polls the shard files
-        watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
-            shards, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, encoder_config.model))
-        if job.progress:
-            watcher.start()
-        try:
-            todo = [c for c in chunks if c not in resumed]
-            if todo:  # a resumed run with every chunk encoded has nothing for Beam to do
-                inside = str(root) if shards == str(build) else None  # shards in the index: kept inside it
-                if flags_json:  # the workers leave these texts out
-                    still_inside(inside, shards)
-                    shardfs.write(shardfs.join(shards, FLAGS_FILE), flags_json.encode("utf-8"))
-                staged = None
-                if not shardfs.is_local(shards):  # remote workers read the input from beside the shards
-                    staged = shardfs.join(shards, "input.jsonl")
-                    shardfs.copy_in(job.input, staged)
-                p = new_pipeline(options, build)
-                build_pipeline(p, job, todo, encoder_config, shards, staged, inside)
-                run_to_end(p)
-        except Exception as e:
-            integrity.check_inside(root, build)  # a worker stopped by a link put in the way: that, in one line
-            store.raise_if_full(e, job.index, kept=build)
-            raise
-        finally:
-            stop.set()
-            if job.progress:
-                watcher.join()
-        try:
-            report = _publish(shards, job, bundle, chunks, input_sha, options=options, scratch=build,
-                              misattributed=[f"{f.id} {f.reason()}" for fs in flags.values() for f in fs])
-        except IndexInputError:  # the same input would fail the same way: nothing worth resuming
-            shardfs.remove([shards])
-            _remove_build(root, build)
-            store.remove_if_empty(job.index)  # a first build of unusable input leaves no folder
-            raise
-        except Exception as e:
-            store.raise_if_full(e, job.index, kept=build)
-            raise
+        _encode_missing(job, chunks, resumed, encoder_config, options, root=root, build=build, shards=shards,
+                        flags_json=flags_json)
+        report = _publish_shards(job, bundle, chunks, input_sha, options, root=root, build=build, shards=shards,
+                                 misattributed=[f"{f.id} {f.reason()}" for fs in flags.values() for f in fs])
         report.seconds, report.resumed_chunks, report.encoder = time.perf_counter() - started, len(resumed), precision
     shardfs.remove([shards])  # done: the shards are in the published index now
     _remove_build(root, build)
     report.published = True
     return report
+
+
+def _check_job(job: IndexJob) -> None:
+    """Refuse a job that cannot run, before any work: several text fields with the Elasticsearch
+    mirror, unusable input. Also clears what killed runs left and upgrades an old layout."""
+    if job.es is not None and len(job.text_fields) > 1:  # the mirror has one dense field; a lacking text is a zero vector
+        raise IndexInputError("the Elasticsearch mirror holds an index of one text field; index several "
+                              f"({', '.join(job.text_fields)}) without --es-url")
+    spool.sweep(job.index)  # standard-input copies of killed runs: never let them fill the disk this run needs
+    check_input(job.input)
+    if store.legacy(job.index):  # an index of the old layout becomes one folder before its build folder is chosen
+        with store.writer_lock(job.index):
+            pass
+
+
+def _recorded_bundle(job: IndexJob) -> Bundle | None:
+    """The bundle an append without --model encodes with: the one the published index records (None: none)."""
+    if job.model is None and job.append and store.is_published(job.index):
+        recorded = recorded_ref(store.read_manifest(store.current_generation(job.index)).bundle)
+        return load_bundle(recorded) if recorded else None
+    return None
+
+
+def _encode_missing(job: IndexJob, chunks: list[Chunk], resumed: list[Chunk], encoder_config: EncoderConfig, options,
+                    *, root: Path, build: Path, shards: str, flags_json: str) -> None:
+    """Encode with Beam every chunk not ``resumed`` into ``shards``, with a progress bar when the
+    job asks for one. A failure stopped by a link put in the way, or a full disk, says so in one line."""
+    stop = threading.Event()  # no bar asked for (--quiet, the API): nothing polls the shard files
+    watcher = threading.Thread(target=_watch_progress, daemon=True, args=(
+        shards, sum(c.lines for c in chunks), sum(c.lines for c in resumed), stop, encoder_config.model))
+    if job.progress:
+        watcher.start()
+    try:
+        todo = [c for c in chunks if c not in resumed]
+        if todo:  # a resumed run with every chunk encoded has nothing for Beam to do
+            inside = str(root) if shards == str(build) else None  # shards in the index: kept inside it
+            if flags_json:  # the workers leave these texts out
+                still_inside(inside, shards)
+                shardfs.write(shardfs.join(shards, FLAGS_FILE), flags_json.encode("utf-8"))
+            staged = None
+            if not shardfs.is_local(shards):  # remote workers read the input from beside the shards
+                staged = shardfs.join(shards, "input.jsonl")
+                shardfs.copy_in(job.input, staged)
+            p = new_pipeline(options, build)
+            build_pipeline(p, job, todo, encoder_config, shards, staged, inside)
+            run_to_end(p)
+    except Exception as e:
+        integrity.check_inside(root, build)  # a worker stopped by a link put in the way: that, in one line
+        store.raise_if_full(e, job.index, kept=build)
+        raise
+    finally:
+        stop.set()
+        if job.progress:
+            watcher.join()
+
+
+def _publish_shards(job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str, options, *, root: Path,
+                    build: Path, shards: str, misattributed: list[str]) -> IndexReport:
+    """Publish the encoded ``shards`` (pipelines/publish.py). Input the same run would refuse again
+    removes the shards and the build folder (nothing worth resuming); a full disk keeps them."""
+    try:
+        return publish(shards, job, bundle, chunks, input_sha, options=options, threads=_threads_per_worker(options),
+                       scratch=build, misattributed=misattributed)
+    except IndexInputError:  # the same input would fail the same way: nothing worth resuming
+        shardfs.remove([shards])
+        _remove_build(root, build)
+        store.remove_if_empty(job.index)  # a first build of unusable input leaves no folder
+        raise
+    except Exception as e:
+        store.raise_if_full(e, job.index, kept=build)
+        raise
 
 
 def _remove_build(root: Path, build: Path) -> None:
@@ -526,70 +524,3 @@ def _recorded_precision(job: IndexJob) -> str | None:
                               f"--precision {job.precision} would mix two dtypes in one index. Leave --precision "
                               "out, or rebuild the index in the new precision")
     return recorded
-
-
-def _publish(build: str, job: IndexJob, bundle: Bundle, chunks: list[Chunk], input_sha: str, *, options,
-             scratch: Path, misattributed: list[str] = ()) -> IndexReport:
-    """Check the shards' counts, then build a new generation (or append) and publish it. A large IVF
-    index is filled on the runner's workers (pipelines/faiss_add.py; ``options``: this job's).
-    ``misattributed``: the texts left out, reported and recorded in the manifest's run."""
-    plan = plan_shards(build, chunks)
-    report = IndexReport(index=job.index, read=plan.read, indexed=plan.kept, rejected=len(plan.rejected),
-                         truncated=plan.truncated, reasons=Counter(r["reason"] for r in plan.rejected),
-                         misattributed=list(misattributed))
-    if report.indexed + report.rejected != report.read:  # a bug, never user error: refuse to publish
-        raise RuntimeError(f"counts do not reconcile: {report.summary()}")
-    if report.indexed == 0:
-        hint = rec.missing_field_hint(job.input, report.reasons, id_field=job.id_field, text_field=job.text_field)
-        raise IndexInputError(f"no valid records in {job.input}: {report.summary()}" + (f"; {hint}" if hint else ""))
-    if job.strict and report.rejected:
-        raise IndexInputError(f"--strict: {report.summary()}; nothing published, "
-                              f"rejected lines in {keep_rejections(plan.rejected, job.index)}")
-    encoder = json.loads(shardfs.read(shardfs.join(build, ENCODER_FILE)).decode("utf-8"))
-    run = {"read": report.read, "indexed": report.indexed, "rejected": report.rejected, "truncated": report.truncated,
-           "input": {"path": os.path.abspath(job.input), "sha256": input_sha},
-           **({"misattributed": list(misattributed)} if misattributed else {})}
-    mirrors = mirrors_for(job.es)
-    # decided under the lock: an append to a missing index must not overwrite one another writer publishes meanwhile
-    with store.writer_lock(job.index):
-        if job.append and store.is_published(job.index):
-            check_same_encoder(job.index, encoder)
-            check_same_text_fields(job.index, job.text_fields or (job.text_field,))
-            recorded = store.read_manifest(store.current_generation(job.index)).precision
-            if encoder.get("precision", recorded) != recorded:  # the index was rebuilt meanwhile
-                raise IndexInputError(f"--append: {job.index} is now encoded in {recorded}, these documents in "
-                                      f"{encoder['precision']}; run the append again")
-            done = mutations.append(job.index, shard_blocks(build, chunks, plan), n=plan.kept, run=run, encoder=encoder,
-                                    rejected=plan.rejected, mirrors=mirrors, max_segments=job.max_segments)
-            report.replaced, report.documents, report.backends = done.replaced, done.documents, done.backends
-            report.faiss = store.read_manifest(store.current_generation(job.index)).faiss
-            return report
-
-        def fill(gen: Path) -> Manifest:
-            with open(gen / store.REJECTED_FILE, "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in plan.rejected)
-            units = faiss_add.units_for(plan.kept, job.faiss_add_units)
-            fill = faiss_add.WorkerAdd(build, scratch, tuple(faiss_add.plan_units(chunks, plan.keep, units)), options,
-                                       threads=_threads_per_worker(options)) if units > 1 else None
-            texts = tuple(job.text_fields) if len(job.text_fields) > 1 else ()
-            parts = write_generation(gen, shard_blocks(build, chunks, plan), n=plan.kept, d=plan.dim,
-                                     spec=job.faiss_spec(fill), text_fields=texts)
-            if job.collapse_field is not None and job.collapse_field not in parts.metadata_fields:
-                raise IndexInputError(f"--collapse-field {job.collapse_field!r} is not a metadata field of the "
-                                      f"documents; fields: {', '.join(parts.metadata_fields) or '(none)'}")
-            manifest = Manifest(
-                encoder=encoder, dim=parts.dim, counts=parts.counts, faiss=parts.faiss,
-                field_faiss=parts.field_faiss or {}, collapse=job.collapse_field,
-                fields=Fields(job.id_field, texts[0] if texts else job.text_field, parts.metadata_fields, texts),
-                bundle={"path": os.path.abspath(bundle.path) if bundle.path else None, "ref": bundle.ref,
-                        "fingerprint": bundle.fingerprint, "operators": sorted(bundle.operators)},
-                runs=({"op": "build", **run, "at": store.utc_now()},), input=run["input"])
-            projections = {n: op.params["P"] for n, op in bundle.operators.items() if op.both_sides}
-            if projections:  # the bundle's both-sides operators get their projected copy of the index
-                vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
-                manifest = manifest.replace(projections=write_projections(gen, vectors, projections))
-            return manifest
-
-        written = store.publish_new(job.index, fill, mirrors)
-    report.documents, report.faiss, report.backends = plan.kept, written.faiss, written.backends
-    return report
