@@ -164,7 +164,6 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
 
     An interrupted run resumes from OUT.checkpoint when rerun with the same settings.
     """
-    from dataclasses import replace
     from pathlib import Path
 
     from .encoder.training import loop
@@ -173,16 +172,7 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
     from .encoder.training.registry import trainer_for
 
     started = loop.clock()  # --time-budget covers the whole command: training, recipe fitting and writing
-    given = {k: v for k, v in options.items() if v not in (None, ())}
-    for key, allowed in ONLY_FOR.items():
-        if key in given and objective not in allowed:
-            raise click.UsageError(f"{_flag(key)} does not apply to --objective {objective} "
-                                   f"(only {', '.join(allowed)})")
-    minutes = given.pop("time_budget", None)
-    keep_worse = bool(given.pop("keep_worse", False))
-    if keep_worse and not test_files:
-        raise click.UsageError("--keep-worse applies with --test: the split that judges a recipe against identity")
-    epochs = given.get("epochs")  # typed by the user; otherwise the objective's default (a limit without a budget)
+    given, minutes, keep_worse = _checked_options(objective, options, bool(test_files))
     fits = objective == "rse" and bool(dev_files or test_files)  # recipes are chosen after training
     run = RunOptions(base=base, out=out, threads=given.pop("threads", None), cache_dir=given.pop("cache_dir", None),
                      progress=not quiet)
@@ -192,26 +182,15 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
                                "encodes with the base encoder's own maximum")
     try:
         data = _data(objective, data, dev_files, test_files, given)
-        if minutes:  # the trainer's share: the budget less what is gone and what recipe fitting needs
-            share = 60 * minutes * (1 - FIT_SHARE if fits else 1) - (loop.clock() - started)
-            # without --epochs, the budget and dev patience end the run (trainers whose config has until_budget)
-            run = replace(run, time_budget=max(share, 1.0) / 60, until_budget=True if epochs is None else None)
+        run = _budgeted(run, minutes, fits, started, epochs=given.get("epochs"))
         t_train = loop.clock()
         result = trainer.train(data, run, _config(trainer, given))
         training_seconds = loop.clock() - t_train
-        for name, text in _description_map(descriptions).items():
-            if name not in result.bundle.operators:
-                raise ValueError(f"--description names {name!r}, which this run did not train; trained: "
-                                 f"{', '.join(sorted(result.bundle.operators))}")
-            result.bundle.operators[name].description = text
+        _describe(result.bundle, _description_map(descriptions))
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         raise click.ClickException(str(e)) from e
     notes = [f"Trained with `{command_line()}`."] + list(card_notes)
-    earlier = 0.0  # the training time of a resumed run's earlier sessions
-    if minutes:  # how the budget went, in bundle.json and the card
-        earlier = max(0.0, _training_elapsed(result.bundle) - training_seconds)
-        result.bundle.info["time_budget"] = {"minutes": minutes, "training_minutes": round(run.time_budget, 2),
-                                             "training_seconds": round(training_seconds + earlier, 1)}
+    earlier = _record_budget(result.bundle, minutes, run, training_seconds)
 
     def card(bundle):
         return trainer.card(bundle, notes=notes) + budget_section(bundle)
@@ -231,6 +210,55 @@ def train(data, objective, out, base, dev_files, test_files, card_notes, descrip
     if result.encoder is not None:
         click.echo("the encoder was fine-tuned: re-index your corpus with --model " + str(path))
     click.echo(f"bundle written to {path} (card: {Path(path) / CARD})")
+
+
+def _checked_options(objective: str, options: dict, has_test: bool) -> tuple[dict, float | None, bool]:
+    """The options the user gave (None and empty left out), less ``--time-budget`` and ``--keep-worse``,
+    returned beside them; an option of another objective, or --keep-worse without --test, is refused."""
+    given = {k: v for k, v in options.items() if v not in (None, ())}
+    for key, allowed in ONLY_FOR.items():
+        if key in given and objective not in allowed:
+            raise click.UsageError(f"{_flag(key)} does not apply to --objective {objective} "
+                                   f"(only {', '.join(allowed)})")
+    minutes = given.pop("time_budget", None)
+    keep_worse = bool(given.pop("keep_worse", False))
+    if keep_worse and not has_test:
+        raise click.UsageError("--keep-worse applies with --test: the split that judges a recipe against identity")
+    return given, minutes, keep_worse
+
+
+def _budgeted(run, minutes: float | None, fits: bool, started: float, *, epochs: int | None):
+    """``run`` with the trainer's share of ``--time-budget`` (``minutes``): the budget less what is
+    gone and what recipe fitting needs. Without --epochs (``epochs``: typed by the user), the budget
+    and dev patience end the run (trainers whose config has until_budget)."""
+    from dataclasses import replace
+
+    from .encoder.training import loop
+
+    if not minutes:
+        return run
+    share = 60 * minutes * (1 - FIT_SHARE if fits else 1) - (loop.clock() - started)
+    return replace(run, time_budget=max(share, 1.0) / 60, until_budget=True if epochs is None else None)
+
+
+def _record_budget(bundle, minutes: float | None, run, training_seconds: float) -> float:
+    """Record how ``--time-budget`` went (bundle.json and the card); returns the training time of a
+    resumed run's earlier sessions (0 without a budget)."""
+    if not minutes:
+        return 0.0
+    earlier = max(0.0, _training_elapsed(bundle) - training_seconds)
+    bundle.info["time_budget"] = {"minutes": minutes, "training_minutes": round(run.time_budget, 2),
+                                  "training_seconds": round(training_seconds + earlier, 1)}
+    return earlier
+
+
+def _describe(bundle, descriptions: dict[str, str]) -> None:
+    """Give the trained operators their ``--description``; one naming an operator not trained is refused."""
+    for name, text in descriptions.items():
+        if name not in bundle.operators:
+            raise ValueError(f"--description names {name!r}, which this run did not train; trained: "
+                             f"{', '.join(sorted(bundle.operators))}")
+        bundle.operators[name].description = text
 
 
 def _fit_recipes(path, data, run, card, deadline: float | None = None, command_started: float | None = None,

@@ -140,9 +140,8 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
     relevant_to = relevance(train, fields, combine)
     raw = torch.from_numpy(vec["train"])
     unit = F.normalize(raw, dim=-1)
-    d = raw.shape[1]
     # --project: P on both sides, no bias (normalize(P t̂) must not depend on ‖h_t‖); else query-side W h + b
-    W, b = torch.eye(d).requires_grad_(), torch.zeros(d).requires_grad_(not config.project)
+    W, b = torch.eye(raw.shape[1]).requires_grad_(), torch.zeros(raw.shape[1]).requires_grad_(not config.project)
     opt = torch.optim.Adam([W, b] if not config.project else [W], lr=config.learning_rate)
     anchors = np.array([i for i in range(len(train)) if relevant_to(i).sum() > 1])  # has a positive besides itself
     if not len(anchors):
@@ -154,19 +153,11 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
         return _metrics(_as_operator(name, W, b, config.project), vec["dev"], splits["dev"], fields, combine)[f"p@{K}"]
 
     budget = budget or Budget(config.time_budget)
-    stopper, start_epoch, history, stopped_by = EarlyStopping(config.patience), 1, [], "epochs"
-    best = (W.detach().clone(), b.detach().clone())
-    resumed = checkpoint.load() if checkpoint else None
-    if resumed and resumed["state"].get("operator") == name:
-        W.data.copy_(resumed["tensors"]["W"])
-        b.data.copy_(resumed["tensors"]["b"])
-        best = (resumed["tensors"]["best_W"], resumed["tensors"]["best_b"])
-        opt.load_state_dict(resumed["optimizer"])
-        stopper.restore(resumed["state"]["stopper"])
-        start_epoch, history = resumed["state"]["epoch"] + 1, resumed["state"]["history"]
-        budget.spent = resumed["state"].get("elapsed", 0.0)
-    else:
+    stopper, stopped_by = EarlyStopping(config.patience), "epochs"
+    resumed = _resume(checkpoint, name, W, b, opt, stopper, budget)
+    if resumed is None:
         stopper.update(dev_score(), 0)
+    best, start_epoch, history = resumed or ((W.detach().clone(), b.detach().clone()), 1, [])
     bar = _tqdm(total=config.epochs, initial=start_epoch - 1, desc=f"{name} (adapter)", unit="epoch",
                 disable=not config.progress)
     t0 = time.time()
@@ -179,16 +170,10 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
             break
         t_epoch = budget.clock()
         order = np.random.default_rng([config.seed, epoch]).permutation(anchors)  # resumable: per-epoch seed
-        losses = []
-        for s in range(0, len(order), config.batch_size):
-            loss = _adapter_loss(order[s:s + config.batch_size], relevant_to, raw, unit, W, b, rng, config)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        loss = _adapter_epoch(order, relevant_to, raw, unit, W, b, rng, config, opt)
         score = dev_score()
         budget.unit_done(budget.clock() - t_epoch)
-        history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5),
+        history.append({"epoch": epoch, "loss": round(loss, 5), f"dev_p@{K}": round(score, 5),
                         "seconds": round(budget.elapsed(), 1)})
         if np.isnan(score) or stopper.improved(score):
             best = (W.detach().clone(), b.detach().clone())
@@ -200,14 +185,48 @@ def _train_adapter(fields, combine, splits, vec, config: AspectConfig, checkpoin
             checkpoint.save({"operator": name, "epoch": epoch, "history": history, "stopper": stopper.state(),
                              "elapsed": budget.elapsed()}, {"W": W, "b": b, "best_W": best[0], "best_b": best[1]}, opt)
     bar.close()
-    op = _as_operator(name, *best, config.project)
-    op.description = describe(fields, combine) + (" (projection: documents too, its own index)"
-                                                   if config.project else "")
-    op.info = operator_info(op, splits, vec, fields, combine, config, {
+    return _adapter_operator(name, best, fields, combine, splits, vec, config, {
         "epochs_run": len(history), "best_epoch": stopper.best_step, "seconds": round(time.time() - t0, 1),
         f"dev_p@{K}": stopper.best, "stopped_by": stopped_by, **(budget.record() if config.time_budget else {}),
         "history": history})
+
+
+def _adapter_operator(name: str, best: tuple, fields, combine, splits, vec, config: AspectConfig,
+                      training: dict) -> Operator:
+    """The operator of the ``best`` (W, b), described, with its figures and ``training``'s record in its info."""
+    op = _as_operator(name, *best, config.project)
+    op.description = describe(fields, combine) + (" (projection: documents too, its own index)"
+                                                   if config.project else "")
+    op.info = operator_info(op, splits, vec, fields, combine, config, training)
     return op
+
+
+def _resume(checkpoint, name: str, W, b, opt, stopper: EarlyStopping, budget: Budget) -> tuple | None:
+    """Restore operator ``name``'s training from ``checkpoint`` into ``W``, ``b``, ``opt``,
+    ``stopper`` and ``budget``: returns its best (W, b), the next epoch and the history so far; None
+    when the checkpoint holds no run of it."""
+    resumed = checkpoint.load() if checkpoint else None
+    if not (resumed and resumed["state"].get("operator") == name):
+        return None
+    W.data.copy_(resumed["tensors"]["W"])
+    b.data.copy_(resumed["tensors"]["b"])
+    opt.load_state_dict(resumed["optimizer"])
+    stopper.restore(resumed["state"]["stopper"])
+    budget.spent = resumed["state"].get("elapsed", 0.0)
+    best = (resumed["tensors"]["best_W"], resumed["tensors"]["best_b"])
+    return best, resumed["state"]["epoch"] + 1, resumed["state"]["history"]
+
+
+def _adapter_epoch(order: np.ndarray, relevant_to, raw, unit, W, b, rng, config: AspectConfig, opt) -> float:
+    """One epoch over the anchors in ``order``, a batch per optimiser step; returns the mean loss."""
+    losses = []
+    for s in range(0, len(order), config.batch_size):
+        loss = _adapter_loss(order[s:s + config.batch_size], relevant_to, raw, unit, W, b, rng, config)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return float(np.mean(losses))
 
 
 def _as_operator(name: str, W, b, project: bool) -> Operator:
