@@ -141,7 +141,7 @@ def serve(index_specs, host, port, allowed_hosts, model, api_key_file, max_body_
     if not _loopback(host) and api_key is None:
         click.echo(f"warning: serving on {host} without an API key: anyone who can reach it can read and change "
                    "the indexes (set RELSEARCH_API_KEY or --api-key-file)", err=True)
-    from relsearch.encoder.model import precision_line
+    from relsearch.encoder.precision import precision_line
 
     lines = set()
     for index in indexes.values():  # load the transformers now, not in the first request

@@ -35,10 +35,10 @@ def auto_precision():
     if os.environ.get("RELSEARCH_TEST_AUTO_PRECISION") != "bf16":
         yield
         return
-    from relsearch.encoder import model
+    from relsearch.encoder import precision
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(model, "bf16_choice", lambda *a, **k: model.Bf16Choice(True, "bf16: RELSEARCH_TEST_AUTO_PRECISION"))
+    patch.setattr(precision, "bf16_choice", lambda *a, **k: precision.Bf16Choice(True, "bf16: RELSEARCH_TEST_AUTO_PRECISION"))
     yield
     patch.undo()
 

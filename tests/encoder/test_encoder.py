@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from relsearch.encoder.model import (Encoder, EncoderConfig, choose_device_and_dtype, default_token_budget,
-                                     resolve_model_path)
+from relsearch.encoder.model import Encoder, EncoderConfig, resolve_model_path
+from relsearch.encoder.precision import choose_device_and_dtype, default_token_budget
 from conftest import demo_texts
 
 
@@ -86,14 +86,15 @@ def test_auto_precision_follows_the_probe_on_the_models_own_widths_and_says_why(
     """A fake probe stands for a CPU with and without faster bf16: `auto` follows it, probing the
     model's own widths; an explicit precision probes nothing; index and serve log the same line."""
     from relsearch.encoder import model as model_mod
+    from relsearch.encoder import precision
 
     seen = []
 
     def fake_choice(hidden, ffn):
         seen.append((hidden, ffn))
-        return model_mod.Bf16Choice(use, "bf16: fake probe" if use else "fp32: fake probe")
+        return precision.Bf16Choice(use, "bf16: fake probe" if use else "fp32: fake probe")
 
-    monkeypatch.setattr(model_mod, "bf16_choice", fake_choice)
+    monkeypatch.setattr(precision, "bf16_choice", fake_choice)
     enc = Encoder(EncoderConfig(device="cpu"))
     assert seen == [(384, 1536)]
     assert enc.dtype == (torch.bfloat16 if use else torch.float32) and "fake probe" in enc.precision_reason

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from relsearch.api import Index
-from relsearch.encoder import model, threads
+from relsearch.encoder import model, precision, threads
 from conftest import copy_published
 
 
@@ -54,7 +54,7 @@ def test_the_bf16_probe_runs_in_a_thread_that_ends(monkeypatch):
         ran.append(threading.current_thread())
         return 2.0, 1.0
 
-    choice = model.bf16_choice(111, 222, flags={"amx_bf16"}, probe=probe)
+    choice = precision.bf16_choice(111, 222, flags={"amx_bf16"}, probe=probe)
     assert choice.use and ran[0] is not threading.current_thread() and ran[0].name.startswith("relsearch-probe")
     ran[0].join(timeout=5)
     assert not ran[0].is_alive()

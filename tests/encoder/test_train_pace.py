@@ -5,8 +5,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from relsearch.encoder import model as model_mod
-from relsearch.encoder.model import Bf16Choice, bf16_choice, cpu_bf16_flags, matmul_probe
+from relsearch.encoder import precision
+from relsearch.encoder.precision import Bf16Choice, bf16_choice, cpu_bf16_flags, matmul_probe
 from relsearch.encoder.training import finetune, loop
 from relsearch.encoder.training.loop import Budget
 
@@ -70,14 +70,14 @@ def test_trainers_and_auto_precision_follow_the_choice(monkeypatch, use):
         return Bf16Choice(use, "bf16: fake" if use else "fp32: fake")
 
     monkeypatch.setattr(finetune, "bf16_choice", fake_choice)
-    monkeypatch.setattr(model_mod, "bf16_choice", fake_choice)
+    monkeypatch.setattr(precision, "bf16_choice", fake_choice)
     enc = finetune.TrainableEncoder("all-MiniLM-L6-v2", max_length=8, device="cpu")
     assert seen == [(384, 1536)]  # the model's own widths
     assert enc.autocast_dtype == (torch.bfloat16 if use else torch.float32)
     assert enc.precision == ("bf16" if use else "fp32") and "fake" in enc.precision_reason
     assert finetune.TrainableEncoder("all-MiniLM-L6-v2", max_length=8, device="cpu",
                                      precision="fp32").autocast_dtype == torch.float32
-    assert model_mod.choose_precision("cpu", "auto", cuda_available=False)[1] == (
+    assert precision.choose_precision("cpu", "auto", cuda_available=False)[1] == (
         torch.bfloat16 if use else torch.float32)
 
 
