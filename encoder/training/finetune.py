@@ -3,7 +3,7 @@
 :class:`TrainableEncoder` is the inference :class:`~relsearch.encoder.model.Encoder`'s model and
 pooling with gradients, weights in fp32, autocast to fp16 / bf16 on CUDA and to bf16 on CPUs where
 bf16 is faster (``avx512_bf16`` or ``amx_bf16``, confirmed by a short probe on the model's own
-shapes: :func:`~relsearch.encoder.model.bf16_choice`), fp32 elsewhere.
+shapes: :func:`~relsearch.encoder.precision.bf16_choice`), fp32 elsewhere.
 :func:`chunked_backward` is gradient caching (Gao et al., 2021): the embeddings of a large batch
 are computed without graphs, the loss is back-propagated to the embeddings only, then each chunk
 is re-encoded with a graph and receives its slice of the embedding gradient — a batch of any size
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..model import (_local_or_hub_folder, _read_st_folder, bf16_choice, choose_device_and_dtype, resolve_model_path,
-                     weights_fingerprint)
+from ..model import _local_or_hub_folder, _read_st_folder, resolve_model_path, weights_fingerprint
+from ..precision import bf16_choice, choose_device_and_dtype
 
 ENCODER_DIR = "encoder"  # inside a bundle
 
