@@ -19,7 +19,8 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
-from ..encoder.model import Encoder, query_precision, resolve_model_path, weights_fingerprint
+from ..encoder.model import Encoder, resolve_model_path, weights_fingerprint
+from ..encoder.precision import query_precision
 from ..encoder.relations import lookup, mixture_query
 from ..indexer import ann, gpu
 from ..indexer import lexical as bm25
