@@ -133,10 +133,11 @@ def data_fingerprint(inputs: dict) -> str:
 
 def model_fingerprint(bundle, precision: str = "auto") -> dict:
     """Bundle path and fingerprint (encoder identity + operator tensors), encoder weights hash, and the
-    device / dtype the encoder runs in here and why (``auto`` precision: encoder/model.choose_precision)."""
+    device / dtype the encoder runs in here and why (``auto`` precision: encoder/precision.choose_precision)."""
     import torch
 
-    from ..encoder.model import choose_precision, resolve_model_path, weights_fingerprint
+    from ..encoder.model import resolve_model_path, weights_fingerprint
+    from ..encoder.precision import choose_precision
 
     enc = dict(bundle.encoder)
     enc.setdefault("weights_sha256", weights_fingerprint(resolve_model_path(enc["model"])))

@@ -4,7 +4,7 @@ design.md §5: trainers must run near the speed of a minimal hand-written loop o
 Both sides here train the same model (all-MiniLM-L6-v2; for ``--regime encoder`` the same
 parameters: the tower's default, the whole weights of the top 3 layers, eager attention, no
 dropout), on the same triples, in batches of the same size, at the same max length and in the same
-dtype (the trainer's own choice, :func:`~relsearch.encoder.model.bf16_choice`), with the
+dtype (the trainer's own choice, :func:`~relsearch.encoder.precision.bf16_choice`), with the
 same torch threads:
 
 - **trainer**: ``train_tower`` / ``train_joint`` as ``relsearch train`` runs it — one epoch, with a
