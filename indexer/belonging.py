@@ -186,78 +186,98 @@ def misattributed(rows: Iterable[tuple[str, str | None, Mapping[str, str]]]) -> 
     """The texts of ``rows`` — (id, name, {field: text}) each, in corpus order — that are about
     another record of them, one :class:`Flag` per (row, field), in row and field order. A row
     without a name is never flagged, and names nobody."""
-    rows = list(rows)
-    issuer_of = [issuer(name) if isinstance(name, str) else () for _, name, _ in rows]
-    first: dict[tuple[str, ...], int] = {}
-    rows_of: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    for i, who in enumerate(issuer_of):
-        if who:
-            first.setdefault(who, i)
-            rows_of[who].append(i)
-    common = lower_case_words(t for _, _, texts in rows for t in texts.values())
-    names = _Names({who: rows[i][1] for who, i in first.items()}, common)
-    toks = {(i, f): tokens(t) for i, (_, _, texts) in enumerate(rows) for f, t in texts.items()}
-    holders: dict[tuple[str, ...], set] = defaultdict(set)
-    for (i, _), t in toks.items():
-        if issuer_of[i]:
-            holders[t].add(issuer_of[i])
-    found: dict[tuple[int, str], tuple[tuple[str, ...] | None, str]] = {}
-    for i, (_, _, texts) in enumerate(rows):  # its subject: first, so that a copy never vouches for a text
-        for f, text in texts.items():
-            other = names.subject_of(text, issuer_of[i]) if issuer_of[i] else None
-            if other is not None:
-                found[(i, f)] = other, "its subject"
+    corpus = _Corpus(list(rows))
+    found = corpus.about_others()  # its subject: first, so that a copy never vouches for a text
     by_subject = set(found)
-    mentions: dict[tuple[int, str], set] = {}
-    shingles: dict[tuple[int, str], frozenset] = {}
+    for i, (_, _, texts) in enumerate(corpus.rows):
+        for f in texts:
+            if corpus.issuer_of[i] and (i, f) not in found:
+                hit = corpus.copied(i, f, by_subject)
+                if hit is not None:
+                    found[(i, f)] = hit
+    return corpus.flags(found)
 
-    def mentioned(where):
-        if where not in mentions:
-            mentions[where] = names.mentioned(toks[where])
-        return mentions[where]
 
-    def shingled(where):
-        if where not in shingles:
-            shingles[where] = _shingles(toks[where])
-        return shingles[where]
+class _Corpus:
+    """The rows :func:`misattributed` reads, indexed once: each row's issuer, the first and every row
+    of each issuer, every text's tokens (keyed (row, field)), the issuers holding each token
+    sequence, and — computed when first asked — whom each text mentions and its shingles."""
 
-    def copied(i: int, f: str):
-        """(the issuer, why) whose own text this one is a copy of, for a text naming others, not ``own``."""
-        own, t = issuer_of[i], toks[(i, f)]
-        if own in mentioned((i, f)):
+    def __init__(self, rows: list[tuple[str, str | None, Mapping[str, str]]]):
+        self.rows = rows
+        self.issuer_of = [issuer(name) if isinstance(name, str) else () for _, name, _ in rows]
+        self.first: dict[tuple[str, ...], int] = {}
+        self.rows_of: dict[tuple[str, ...], list[int]] = defaultdict(list)
+        for i, who in enumerate(self.issuer_of):
+            if who:
+                self.first.setdefault(who, i)
+                self.rows_of[who].append(i)
+        common = lower_case_words(t for _, _, texts in rows for t in texts.values())
+        self.names = _Names({who: rows[i][1] for who, i in self.first.items()}, common)
+        self.toks = {(i, f): tokens(t) for i, (_, _, texts) in enumerate(rows) for f, t in texts.items()}
+        self.holders: dict[tuple[str, ...], set] = defaultdict(set)
+        for (i, _), t in self.toks.items():
+            if self.issuer_of[i]:
+                self.holders[t].add(self.issuer_of[i])
+        self._mentions: dict[tuple[int, str], set] = {}
+        self._shingles: dict[tuple[int, str], frozenset] = {}
+
+    def about_others(self) -> dict[tuple[int, str], tuple[tuple[str, ...], str]]:
+        """(row, field) → (the issuer, why) for each text whose subject is another issuer."""
+        found = {}
+        for i, (_, _, texts) in enumerate(self.rows):
+            for f, text in texts.items():
+                other = self.names.subject_of(text, self.issuer_of[i]) if self.issuer_of[i] else None
+                if other is not None:
+                    found[(i, f)] = other, "its subject"
+        return found
+
+    def mentioned(self, where: tuple[int, str]) -> set:
+        if where not in self._mentions:
+            self._mentions[where] = self.names.mentioned(self.toks[where])
+        return self._mentions[where]
+
+    def shingled(self, where: tuple[int, str]) -> frozenset:
+        if where not in self._shingles:
+            self._shingles[where] = _shingles(self.toks[where])
+        return self._shingles[where]
+
+    def copied(self, i: int, f: str, by_subject: set):
+        """(the issuer, why) whose own text this one is a copy of, for a text naming others, not its
+        own issuer; (None, why) for a text others hold verbatim; None: neither. ``by_subject``: the
+        texts about another issuer, never one's own text."""
+        own, t = self.issuer_of[i], self.toks[(i, f)]
+        if own in self.mentioned((i, f)):
             return None
-        for other in sorted(mentioned((i, f)) - {own}, key=lambda x: first[x]):
-            for j in rows_of[other]:
-                for g in rows[j][2]:
-                    if (j, g) in by_subject or other not in mentioned((j, g)):
+        for other in sorted(self.mentioned((i, f)) - {own}, key=lambda x: self.first[x]):
+            for j in self.rows_of[other]:
+                for g in self.rows[j][2]:
+                    if (j, g) in by_subject or other not in self.mentioned((j, g)):
                         continue  # not the other's own text: a copy of it proves nothing
-                    if toks[(j, g)] == t:
+                    if self.toks[(j, g)] == t:
                         return other, f"identical to its {g}"
-                    a, b = shingled((i, f)), shingled((j, g))
+                    a, b = self.shingled((i, f)), self.shingled((j, g))
                     jaccard = len(a & b) / len(a | b)
                     if jaccard >= NEAR:
                         return other, f"near-identical to its {g} (Jaccard {jaccard:.2f})"
-        others = sorted(holders[t] - {own}, key=lambda x: first[x])
+        others = sorted(self.holders[t] - {own}, key=lambda x: self.first[x])
         if others and len(t) >= MIN_SHARED_TOKENS:
-            ids = [rows[first[x]][0] for x in others]
+            ids = [self.rows[self.first[x]][0] for x in others]
             shown = ", ".join(ids[:SHOWN]) + (", …" if len(ids) > SHOWN else "")
             return None, f"held verbatim by {len(ids)} other{'s' * (len(ids) > 1)} ({shown}), naming none of them"
         return None
 
-    for i, (_, _, texts) in enumerate(rows):
-        for f in texts:
-            if issuer_of[i] and (i, f) not in found:
-                hit = copied(i, f)
-                if hit is not None:
-                    found[(i, f)] = hit
-    flags = []
-    for i, (doc_id, _, texts) in enumerate(rows):
-        for f in texts:
-            if (i, f) in found:
-                other, why = found[(i, f)]
-                name, other_id = (rows[first[other]][1], rows[first[other]][0]) if other else (None, None)
-                flags.append(Flag(i, doc_id, f, name, other_id, why))
-    return flags
+    def flags(self, found: dict[tuple[int, str], tuple]) -> list[Flag]:
+        """One :class:`Flag` per text ``found``, in row and field order."""
+        flags = []
+        for i, (doc_id, _, texts) in enumerate(self.rows):
+            for f in texts:
+                if (i, f) in found:
+                    other, why = found[(i, f)]
+                    name, other_id = (self.rows[self.first[other]][1], self.rows[self.first[other]][0]) \
+                        if other else (None, None)
+                    flags.append(Flag(i, doc_id, f, name, other_id, why))
+        return flags
 
 
 def check_corpus(path: str, *, id_field: str = "id", text_field: str = "text", text_fields: tuple[str, ...] = (),
