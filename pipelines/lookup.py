@@ -381,13 +381,29 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
     the in-process FnApiRunner runs it. Raises LookupInputError (nothing written) when the job cannot run:
     missing/empty input, no index, unknown relation, unknown --filter/--same/--fields/--collapse field.
     """
-    import apache_beam as beam
     from apache_beam.utils import shared
 
-    from ..retrieval.search import QueryError
-
     started = clock()
-    # workers of a cluster do not share our working directory
+    job, total = _checked_input(job)
+    # every worker reads this generation folder, even if the index is rebuilt meanwhile
+    generation = str(store.current_generation(job.index) or job.index)
+    opener = partial(open_searcher, generation, job.model, warm_faiss=not (job.filters or job.same))
+    searcher, job, warnings = _open_checked(job, opener)
+    handle, tag = shared.Shared(), repr((generation, job.model))
+    # in-process runners find this Searcher in the Shared cache instead of opening another
+    holder = handle.acquire(lambda: _Holder(searcher), tag=tag)
+    try:
+        report = _run_pipeline(job, total, beam_args, handle=handle, opener=opener, tag=tag)
+    finally:
+        del holder
+    report.seconds = clock() - started
+    report.warnings = warnings
+    return report
+
+
+def _checked_input(job: LookupJob) -> tuple[LookupJob, int]:
+    """``job`` with absolute input and model paths (workers of a cluster do not share our working
+    directory) and its input's line count; missing or empty input, or no index, is refused."""
     job = replace(job, input=os.path.abspath(job.input),
                   model=os.path.abspath(job.model) if job.model and os.path.exists(job.model) else job.model)
     try:
@@ -396,9 +412,15 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
         raise LookupInputError(str(e)) from e
     if not os.path.exists(job.index):
         raise LookupInputError(f"no index at {job.index}; build one with `relsearch index CORPUS.jsonl --index {job.index}`")
-    # every worker reads this generation folder, even if the index is rebuilt meanwhile
-    generation = str(store.current_generation(job.index) or job.index)
-    opener = partial(open_searcher, generation, job.model, warm_faiss=not (job.filters or job.same))
+    return job, total
+
+
+def _open_checked(job: LookupJob, opener) -> tuple[object, LookupJob, list[str]]:
+    """The driver's searcher, opened once, with ``job`` checked against its index (relations,
+    filters, --field, --same, --fields, --collapse), the index's recorded collapse field filled in,
+    and the filters' warnings. Raises LookupInputError for what the index does not have."""
+    from ..retrieval.search import QueryError
+
     try:
         searcher = opener()
         freeze_long_lived()  # the index and its libraries are loaded: what the job allocates from now on is its own
@@ -419,9 +441,13 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
         raise LookupInputError(e.args[0]) from e
     except (QueryError, FileNotFoundError, ValueError) as e:
         raise LookupInputError(str(e)) from e
-    handle, tag = shared.Shared(), repr((generation, job.model))
-    # in-process runners find this Searcher in the Shared cache instead of opening another
-    holder = handle.acquire(lambda: _Holder(searcher), tag=tag)
+    return searcher, job, warnings
+
+
+def _run_pipeline(job: LookupJob, total: int, beam_args: Iterable[str], *, handle, opener, tag: str) -> LookupReport:
+    """Run the Beam pipeline over ``job``'s input and assemble its shards into ``job.out``; the
+    work folder beside it and the shards are removed whatever happens."""
+    import apache_beam as beam
 
     out = Path(job.out).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -440,15 +466,11 @@ def run_lookup(job: LookupJob, beam_args: Iterable[str] = (), *, clock=time.perf
         p = beam.Pipeline(options=options)
         build_pipeline(p, job, chunks, shards, handle=handle, opener=opener, tag=tag)
         run_to_end(p)
-        report = _assemble(work, shards, job, total)
+        return _assemble(work, shards, job, total)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         if shards != str(work):
             shardfs.remove([shards])
-        del holder
-    report.seconds = clock() - started
-    report.warnings = warnings
-    return report
 
 
 def _assemble(work: Path, shards: str, job: LookupJob, total: int) -> LookupReport:
