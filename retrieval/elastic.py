@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -160,15 +161,7 @@ def knn_search(client, name: str, query_vectors: np.ndarray, *, k: int = 10, num
 
     Returns one list of :class:`Hit` per row, best first.
     """
-    if fusion not in FUSIONS:
-        raise ValueError(f"fusion {fusion!r} is unknown; choose one of {', '.join(FUSIONS)}")
-    if not isinstance(k, (int, np.integer)) or k < 1:
-        raise ValueError(f"k must be a positive integer, got {k!r}")
-    candidates = min(max(100, 2 * k), MAX_NUM_CANDIDATES) if num_candidates is None else num_candidates
-    if not k <= candidates <= MAX_NUM_CANDIDATES:
-        raise ValueError(f"num_candidates must be in [k={k}, {MAX_NUM_CANDIDATES}], got {candidates}")
-    if rescore_oversample is not None and rescore_oversample < 1:
-        raise ValueError(f"rescore_oversample must be >= 1, got {rescore_oversample}")
+    candidates = _candidates(k, num_candidates, fusion, rescore_oversample)
     q = _unit_rows(query_vectors)
     texts: list[str] | None = None
     if hybrid_text is not None:
@@ -181,40 +174,70 @@ def knn_search(client, name: str, query_vectors: np.ndarray, *, k: int = 10, num
     clauses = filter_clauses(filters)
     es = client.options(retry_on_status=SEARCH_RETRY_STATUS)
     source = {"excludes": [VECTOR_FIELD]}
-
-    def knn_clause(vec: np.ndarray, kk: int) -> dict[str, Any]:
-        clause: dict[str, Any] = {"field": VECTOR_FIELD, "query_vector": vec.tolist(), "k": kk,
-                                  "num_candidates": max(candidates, kk)}
-        if clauses:
-            clause["filter"] = clauses
-        if rescore_oversample is not None:
-            clause["rescore_vector"] = {"oversample": rescore_oversample}
-        return clause
-
+    knn = partial(_knn_clause, candidates=candidates, clauses=clauses, rescore_oversample=rescore_oversample)
     results: list[list[Hit]] = []
     for i, vec in enumerate(q):
         if texts is None:
-            resp = es.search(index=name, knn=knn_clause(vec, k), size=k, source=source)
+            resp = es.search(index=name, knn=knn(vec, k), size=k, source=source)
             results.append([_hit(h, 2.0 * h["_score"] - 1.0) for h in resp["hits"]["hits"]])
-            continue
-        match = {"match": {TEXT_FIELD: {"query": texts[i]}}}
-        if fusion == "server":
-            standard: dict[str, Any] = {"query": match}
-            if clauses:
-                standard["filter"] = clauses
-            retriever = {"rrf": {"retrievers": [{"standard": standard}, {"knn": knn_clause(vec, window)}],
-                                 "rank_constant": rank_constant, "rank_window_size": window}}
-            resp = _rrf_search(es, name, retriever, k, source)
-            results.append([_hit(h, h["_score"]) for h in resp["hits"]["hits"]])
+        elif fusion == "server":
+            results.append(_server_hybrid(es, name, knn(vec, window), texts[i], clauses, k=k, window=window,
+                                          rank_constant=rank_constant, source=source))
         else:
-            vec_hits = es.search(index=name, knn=knn_clause(vec, window), size=window, source=source)["hits"]["hits"]
-            bm25 = {"bool": {"must": [match], "filter": clauses}}
-            txt_hits = es.search(index=name, query=bm25, size=window, source=source)["hits"]["hits"]
-            by_id = {h["_id"]: h for h in txt_hits + vec_hits}
-            fused = rrf_fuse([[h["_id"] for h in vec_hits], [h["_id"] for h in txt_hits]],
-                             rank_constant=rank_constant, rank_window_size=window, top_k=k)
-            results.append([_hit(by_id[doc_id], score) for doc_id, score in fused])
+            results.append(_client_hybrid(es, name, knn(vec, window), texts[i], clauses, k=k, window=window,
+                                          rank_constant=rank_constant, source=source))
     return results
+
+
+def _candidates(k, num_candidates: int | None, fusion: str, rescore_oversample: float | None) -> int:
+    """The kNN candidates per shard (default max(100, 2k) up to the most Elasticsearch takes);
+    an unknown fusion, a k that is no positive integer or an oversample below 1 is refused."""
+    if fusion not in FUSIONS:
+        raise ValueError(f"fusion {fusion!r} is unknown; choose one of {', '.join(FUSIONS)}")
+    if not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be a positive integer, got {k!r}")
+    candidates = min(max(100, 2 * k), MAX_NUM_CANDIDATES) if num_candidates is None else num_candidates
+    if not k <= candidates <= MAX_NUM_CANDIDATES:
+        raise ValueError(f"num_candidates must be in [k={k}, {MAX_NUM_CANDIDATES}], got {candidates}")
+    if rescore_oversample is not None and rescore_oversample < 1:
+        raise ValueError(f"rescore_oversample must be >= 1, got {rescore_oversample}")
+    return candidates
+
+
+def _knn_clause(vec: np.ndarray, kk: int, *, candidates: int, clauses: list[dict[str, Any]],
+                rescore_oversample: float | None) -> dict[str, Any]:
+    """The ``knn`` clause of one unit query vector: its top ``kk``, filtered inside the clause."""
+    clause: dict[str, Any] = {"field": VECTOR_FIELD, "query_vector": vec.tolist(), "k": kk,
+                              "num_candidates": max(candidates, kk)}
+    if clauses:
+        clause["filter"] = clauses
+    if rescore_oversample is not None:
+        clause["rescore_vector"] = {"oversample": rescore_oversample}
+    return clause
+
+
+def _server_hybrid(es, name: str, knn: dict[str, Any], text: str, clauses: list[dict[str, Any]], *, k: int,
+                   window: int, rank_constant: int, source: dict[str, Any]) -> list[Hit]:
+    """One hybrid query fused by Elasticsearch's ``rrf`` retriever: BM25 ``match`` and ``knn``."""
+    standard: dict[str, Any] = {"query": {"match": {TEXT_FIELD: {"query": text}}}}
+    if clauses:
+        standard["filter"] = clauses
+    retriever = {"rrf": {"retrievers": [{"standard": standard}, {"knn": knn}],
+                         "rank_constant": rank_constant, "rank_window_size": window}}
+    resp = _rrf_search(es, name, retriever, k, source)
+    return [_hit(h, h["_score"]) for h in resp["hits"]["hits"]]
+
+
+def _client_hybrid(es, name: str, knn: dict[str, Any], text: str, clauses: list[dict[str, Any]], *, k: int,
+                   window: int, rank_constant: int, source: dict[str, Any]) -> list[Hit]:
+    """One hybrid query as two searches (``knn``, then BM25 ``match``) fused here by :func:`rrf_fuse`."""
+    vec_hits = es.search(index=name, knn=knn, size=window, source=source)["hits"]["hits"]
+    bm25 = {"bool": {"must": [{"match": {TEXT_FIELD: {"query": text}}}], "filter": clauses}}
+    txt_hits = es.search(index=name, query=bm25, size=window, source=source)["hits"]["hits"]
+    by_id = {h["_id"]: h for h in txt_hits + vec_hits}
+    fused = rrf_fuse([[h["_id"] for h in vec_hits], [h["_id"] for h in txt_hits]],
+                     rank_constant=rank_constant, rank_window_size=window, top_k=k)
+    return [_hit(by_id[doc_id], score) for doc_id, score in fused]
 
 
 def bm25_search(client, name: str, texts: Sequence[str], *, k: int,
