@@ -243,75 +243,84 @@ def _type_name(value) -> str:
 def _described(entry: dict, label: str, where: Path, *, metrics_in_info: bool = False) -> dict:
     """``entry`` (an operator's or head's manifest entry, a copy) without its descriptive fields of the
     wrong type, each dropped with a warning: ``{where}: {label}: {field} ...; dropped``."""
-    def drop(field: str, expected: str, value) -> object:
-        line = (f"{where}: {label}: {field} must be {expected}, got {_type_name(value)}; dropped (it is only "
-                "shown: the relation still works)")
+    check = _Described(where, label)
+    metric_rules = {**dict.fromkeys(METRIC_TEXTS, check.text), **dict.fromkeys(METRIC_NUMBERS, check.number),
+                    **dict.fromkeys(SCORE_TABLES, check.numbers)}
+    transfer_rules = {**dict.fromkeys(TRANSFER_TEXTS, check.text), **dict.fromkeys(TRANSFER_NUMBERS, check.number),
+                      **dict.fromkeys(TRANSFER_TABLES, check.numbers)}
+    entry = dict(entry)
+    if "description" in entry and check.text(entry["description"], "description") is _DROP:
+        del entry["description"]
+    holder = entry
+    if metrics_in_info and isinstance(entry.get("info"), dict):
+        holder = entry["info"] = dict(entry["info"])
+    for key, rules, shown in (("metrics", metric_rules, "info.metrics" if metrics_in_info else "metrics"),
+                              ("whole_corpus", dict.fromkeys(CORPUS_SPLITS, check.corpus_split), "whole_corpus"),
+                              ("transfer", transfer_rules, "transfer")):
+        if key in holder and not (metrics_in_info and key in ("whole_corpus", "transfer")):
+            value = check.typed(holder[key], shown, rules)
+            if value is _DROP:
+                del holder[key]
+            else:
+                holder[key] = value
+    return entry
+
+
+class _Described:
+    """The checks of :func:`_described` for one entry (``label``) of the bundle at ``where``: each
+    returns the value it is given, or :data:`_DROP` after warning that the field is dropped."""
+
+    def __init__(self, where: Path, label: str):
+        self.where, self.label = where, label
+
+    def drop(self, field: str, expected: str, value) -> object:
+        line = (f"{self.where}: {self.label}: {field} must be {expected}, got {_type_name(value)}; dropped (it is "
+                "only shown: the relation still works)")
         if line not in _DROPPED_SAID:  # once per process, though every generation loads the bundle again
             _DROPPED_SAID.add(line)
             log.warning("%s", line)
         return _DROP
 
-    def finite(value, field: str, depth: int):
+    def finite(self, value, field: str, depth: int):
         """``value`` without NaN / infinite numbers and nesting beyond MAX_DESCRIBED_DEPTH."""
         if isinstance(value, float) and not math.isfinite(value):
-            return drop(field, "a finite number", value)
+            return self.drop(field, "a finite number", value)
         if isinstance(value, (dict, list)) and depth >= MAX_DESCRIBED_DEPTH:
-            return drop(field, f"nested at most {MAX_DESCRIBED_DEPTH} deep", value)
+            return self.drop(field, f"nested at most {MAX_DESCRIBED_DEPTH} deep", value)
         if isinstance(value, dict):
-            kept = {k: finite(v, f"{field}.{k}", depth + 1) for k, v in value.items()}
+            kept = {k: self.finite(v, f"{field}.{k}", depth + 1) for k, v in value.items()}
             return {k: v for k, v in kept.items() if v is not _DROP}
         if isinstance(value, list):
-            kept = [finite(v, f"{field}[{i}]", depth + 1) for i, v in enumerate(value)]
+            kept = [self.finite(v, f"{field}[{i}]", depth + 1) for i, v in enumerate(value)]
             return [v for v in kept if v is not _DROP]
         return value
 
-    def typed(value, field: str, rules: dict):
+    def typed(self, value, field: str, rules: dict):
         """``value`` an object whose keys named in ``rules`` hold what the rule checks, the rest finite."""
         if not isinstance(value, dict):
-            return drop(field, "an object", value)
+            return self.drop(field, "an object", value)
         out = {}
         for key, item in value.items():
             rule = rules.get(key)
             if rule is not None:
                 item = rule(item, f"{field}.{key}")
             else:
-                item = finite(item, f"{field}.{key}", 1)
+                item = self.finite(item, f"{field}.{key}", 1)
             if item is not _DROP:
                 out[key] = item
         return out
 
-    def text(value, field: str):
-        return value if isinstance(value, str) else drop(field, "a string", value)
+    def text(self, value, field: str):
+        return value if isinstance(value, str) else self.drop(field, "a string", value)
 
-    def number(value, field: str):
-        return value if _number(value) else drop(field, "a finite number", value)
+    def number(self, value, field: str):
+        return value if _number(value) else self.drop(field, "a finite number", value)
 
-    def numbers(value, field: str):
-        return typed(value, field, {k: number for k in value} if isinstance(value, dict) else {})
+    def numbers(self, value, field: str):
+        return self.typed(value, field, {k: self.number for k in value} if isinstance(value, dict) else {})
 
-    def corpus_split(value, field: str):
-        return typed(value, field, dict.fromkeys(CORPUS_NUMBERS, number))
-
-    metric_rules = {**dict.fromkeys(METRIC_TEXTS, text), **dict.fromkeys(METRIC_NUMBERS, number),
-                    **dict.fromkeys(SCORE_TABLES, numbers)}
-    transfer_rules = {**dict.fromkeys(TRANSFER_TEXTS, text), **dict.fromkeys(TRANSFER_NUMBERS, number),
-                      **dict.fromkeys(TRANSFER_TABLES, numbers)}
-    entry = dict(entry)
-    if "description" in entry and text(entry["description"], "description") is _DROP:
-        del entry["description"]
-    holder = entry
-    if metrics_in_info and isinstance(entry.get("info"), dict):
-        holder = entry["info"] = dict(entry["info"])
-    for key, rules, shown in (("metrics", metric_rules, "info.metrics" if metrics_in_info else "metrics"),
-                              ("whole_corpus", dict.fromkeys(CORPUS_SPLITS, corpus_split), "whole_corpus"),
-                              ("transfer", transfer_rules, "transfer")):
-        if key in holder and not (metrics_in_info and key in ("whole_corpus", "transfer")):
-            value = typed(holder[key], shown, rules)
-            if value is _DROP:
-                del holder[key]
-            else:
-                holder[key] = value
-    return entry
+    def corpus_split(self, value, field: str):
+        return self.typed(value, field, dict.fromkeys(CORPUS_NUMBERS, self.number))
 
 
 def _check_tower(tower, where: str) -> None:
