@@ -200,6 +200,23 @@ class _Run:
         self.seconds = progress.get("seconds", 0.0)
         self.stopped_by = progress.get("stopped_by", "epochs")
 
+    def end_epoch(self, epoch: int, loss: float, mrr: float | None) -> None:
+        """Record ``epoch`` (its mean ``loss``, its dev ``mrr``; None: no dev, the last epoch is kept),
+        keep its parameters when it is the best, and end the run at patience or the last epoch."""
+        self.epoch = epoch
+        self.history.append({"epoch": epoch, "loss": round(loss, 5),
+                             **({"dev_mrr": round(mrr, 5)} if mrr is not None else {})})
+        if mrr is None:
+            self.stopper.update(float(epoch), epoch)
+            stop = False
+        else:
+            stop = self.stopper.update(mrr, epoch)
+        if self.stopper.best_step == epoch:
+            self.best = (self.W.detach().clone(), self.b.detach().clone())
+        self.done = stop or epoch >= self.config.epochs
+        if stop:
+            self.stopped_by = "patience"
+
     def info(self, dev) -> dict:
         return {"epochs_run": len(self.history), "best_epoch": self.stopper.best_step,
                 "seconds": round(self.seconds, 1), "dev_mrr": None if dev is None else round(self.stopper.best, 5),
@@ -214,12 +231,7 @@ def _train_relation(run: _Run, vectors: np.ndarray, train: RelationSplit, dev: R
 
     config, name = run.config, run.name
     raw = torch.from_numpy(vectors)
-    heads, tails = train.head, train.tail
-    if config.symmetric:  # reversed pairs share their pair's group, so never meet it in a batch
-        heads, tails = np.concatenate([train.head, train.tail]), np.concatenate([train.tail, train.head])
-    keys = _batch_keys(train)
-    if config.symmetric:
-        keys = np.concatenate([keys, keys])
+    heads, tails, keys = _pairs(train, config.symmetric)
     seed = [config.seed, zlib.crc32(name.encode())]
     if dev is not None:
         dev = sample_queries(dev, config.max_dev_queries, np.random.default_rng(seed + [0]))
@@ -241,34 +253,9 @@ def _train_relation(run: _Run, vectors: np.ndarray, train: RelationSplit, dev: R
         t0, b0 = time.time(), run.budget.clock()
         epoch = run.epoch + 1
         order = np.random.default_rng(seed + [epoch]).permutation(len(heads))
-        losses = []
-        for batch in group_batches(keys, order, config.batch_size):
-            if len(batch) < 2:  # no off-diagonal term (a lone surplus pair of one big group)
-                continue
-            q = _forward(run.W, run.b, raw[heads[batch]])
-            t = raw[tails[batch]]
-            if config.both_sides:
-                t = _forward(run.W, run.b, t)
-            loss = transition_loss(q, t, config.lam, config.off_temperature)
-            run.opt.zero_grad()
-            loss.backward()
-            run.opt.step()
-            losses.append(loss.item())
-        loss_value = float(np.mean(losses)) if losses else float("nan")
+        loss_value = _epoch(run, raw, heads, tails, group_batches(keys, order, config.batch_size))
         mrr = dev_mrr()
-        run.epoch = epoch
-        run.history.append({"epoch": epoch, "loss": round(loss_value, 5),
-                            **({"dev_mrr": round(mrr, 5)} if dev is not None else {})})
-        if dev is None:  # no dev: the last epoch is kept
-            run.stopper.update(float(epoch), epoch)
-            stop = False
-        else:
-            stop = run.stopper.update(mrr, epoch)
-        if run.stopper.best_step == epoch:
-            run.best = (run.W.detach().clone(), run.b.detach().clone())
-        run.done = stop or epoch >= config.epochs
-        if stop:
-            run.stopped_by = "patience"
+        run.end_epoch(epoch, loss_value, mrr if dev is not None else None)
         run.seconds += time.time() - t0
         run.budget.unit_done(run.budget.clock() - b0)
         run.history[-1]["seconds"] = round(run.budget.elapsed(), 1)
@@ -277,6 +264,35 @@ def _train_relation(run: _Run, vectors: np.ndarray, train: RelationSplit, dev: R
         save()
     run.done = True
     bar.close()
+
+
+def _pairs(train: RelationSplit, symmetric: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (head, tail) text ids trained on and each pair's meaning-group key; ``symmetric`` adds
+    every pair reversed, in its pair's group, so that it never meets its pair in a batch."""
+    heads, tails, keys = train.head, train.tail, _batch_keys(train)
+    if symmetric:
+        heads, tails = np.concatenate([train.head, train.tail]), np.concatenate([train.tail, train.head])
+        keys = np.concatenate([keys, keys])
+    return heads, tails, keys
+
+
+def _epoch(run: _Run, raw, heads: np.ndarray, tails: np.ndarray, batches: list[np.ndarray]) -> float:
+    """One epoch of optimiser steps, a batch each; returns the mean loss (nan: no batch of two pairs)."""
+    config = run.config
+    losses = []
+    for batch in batches:
+        if len(batch) < 2:  # no off-diagonal term (a lone surplus pair of one big group)
+            continue
+        q = _forward(run.W, run.b, raw[heads[batch]])
+        t = raw[tails[batch]]
+        if config.both_sides:
+            t = _forward(run.W, run.b, t)
+        loss = transition_loss(q, t, config.lam, config.off_temperature)
+        run.opt.zero_grad()
+        loss.backward()
+        run.opt.step()
+        losses.append(loss.item())
+    return float(np.mean(losses)) if losses else float("nan")
 
 
 # ------------------------------------------------------------------------------------------ data
@@ -323,12 +339,10 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
     loaded = {"train": _load(train_files, config.group_field), "dev": _load(dev_files, config.group_field),
               "test": _load(test_files, config.group_field)}
     wanted = relations_to_train(loaded, config.relations)
-    base_bundle = None
     if encoder is None:
         encoder, base_bundle = _encoder_from(base)
-    elif base is not None and is_bundle(base):
-        base_bundle = load_bundle(base)
-
+    else:
+        base_bundle = load_bundle(base) if base is not None and is_bundle(base) else None
     texts = text_ids(loaded, wanted, negatives=False)
     vectors = encode_cached(encoder, list(texts), cache_dir=config.cache_dir, progress=config.progress)
 
@@ -350,34 +364,47 @@ def train_transition(train_files, *, dev_files=(), test_files=(), config: Transi
     operators = dict(base_bundle.operators) if base_bundle is not None else {}
     try:
         for name in wanted:
-            splits = relation_splits(loaded, name, texts)
-            if len(splits["train"]) == 0:
-                raise ValueError(f"relation {name!r}: no usable training pairs (all have head == tail)")
-            known = true_tails(*splits.values())  # filter with all pairs, before subsampling
-            full_train = len(splits["train"])
-            splits["train"] = subsample(splits["train"], config.max_train_pairs,
-                                         [config.seed, zlib.crc32(name.encode()), 1])
             run = runs[name] = _Run(name, vectors.shape[1], config)
             run.budget = budget
-            if saved is not None and name in saved["state"]["runs"]:
-                current = saved["state"]["current"] == name
-                run.restore(saved["state"]["runs"][name], saved["tensors"], saved["optimizer"] if current else None,
-                            prefix=f"{name}/")
-
-            def save():
-                if ckpt is not None:
-                    ckpt.save({"runs": {n: r.progress() for n, r in runs.items()}, "current": run.name,
-                               "elapsed": budget.elapsed()},
-                              {k: v for n, r in runs.items() for k, v in r.tensors(f"{n}/").items()}, run.opt)
-
-            dev = splits["dev"] if len(splits["dev"]) else None
-            _train_relation(run, vectors, splits["train"], dev, known, save)
-            operators[name] = _operator(name, run, splits, full_train, known, vectors, config, dev, descriptions)
+            operators[name] = _train_one(run, loaded, texts, vectors, saved, _saver(ckpt, runs, run, budget),
+                                         descriptions)
     finally:
         torch.set_num_threads(threads)
     heads = dict(base_bundle.heads) if base_bundle is not None else {}  # kept with the operators they serve
     return Bundle(encoder=dict(encoder.identity), operators=operators, heads=heads,
                   info={"trainer": TRAINER, "config": hyperparameters(config)})
+
+
+def _saver(ckpt: Checkpoint | None, runs: dict[str, _Run], run: _Run, budget: Budget):
+    """What saves the checkpoint at the end of each of ``run``'s epochs: every relation's progress
+    and tensors so far, ``run``'s optimiser (nothing without ``ckpt``)."""
+    def save():
+        if ckpt is not None:
+            ckpt.save({"runs": {n: r.progress() for n, r in runs.items()}, "current": run.name,
+                       "elapsed": budget.elapsed()},
+                      {k: v for n, r in runs.items() for k, v in r.tensors(f"{n}/").items()}, run.opt)
+
+    return save
+
+
+def _train_one(run: _Run, loaded: dict, texts, vectors: np.ndarray, saved: dict | None, save,
+               descriptions: dict[str, str] | None) -> Operator:
+    """Train ``run``'s relation on its splits of ``loaded`` (resumed from ``saved`` when it holds
+    it) and return its operator, measured on test."""
+    name, config = run.name, run.config
+    splits = relation_splits(loaded, name, texts)
+    if len(splits["train"]) == 0:
+        raise ValueError(f"relation {name!r}: no usable training pairs (all have head == tail)")
+    known = true_tails(*splits.values())  # filter with all pairs, before subsampling
+    full_train = len(splits["train"])
+    splits["train"] = subsample(splits["train"], config.max_train_pairs, [config.seed, zlib.crc32(name.encode()), 1])
+    if saved is not None and name in saved["state"]["runs"]:
+        current = saved["state"]["current"] == name
+        run.restore(saved["state"]["runs"][name], saved["tensors"], saved["optimizer"] if current else None,
+                    prefix=f"{name}/")
+    dev = splits["dev"] if len(splits["dev"]) else None
+    _train_relation(run, vectors, splits["train"], dev, known, save)
+    return _operator(name, run, splits, full_train, known, vectors, config, dev, descriptions)
 
 
 def _operator(name, run: _Run, splits, full_train, known, vectors, config, dev, descriptions) -> Operator:
