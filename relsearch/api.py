@@ -36,7 +36,7 @@ from .indexer import snapshots
 from .indexer.filter_grammar import read_filters
 from .retrieval import request as search_request
 from .retrieval.inputs import MAX_K, MAX_RERANK_DEPTH, FilterValue, check_weights, is_utf8  # noqa: F401  (MAX_*: re-exported)
-from .retrieval.paging import SearchStopped, page
+from .retrieval.paging import SearchStopped
 from .retrieval.recipe import Recipe
 from .retrieval.request import RequestError, SearchOptions, blame
 from .retrieval.es_backend import EsQueryOptions, EsSearcher
@@ -47,9 +47,7 @@ from .retrieval.search import DEFAULT_WEIGHT, Example, Hit, Query, QueryError, S
 class SearchRequest(SearchOptions):
     """One query: ``text`` or ``id`` (an indexed document, never returned itself), the relation
     mixture ``{name: weight}`` (default identity), and how to answer it: the options of
-    :class:`~relsearch.retrieval.request.SearchOptions` (k, offset, min_score, collapse, filters
-    — JSON types match exactly: ``true`` is not ``1`` —, explain, rerank, rerank_depth, hybrid,
-    hybrid_weight, and ``fields`` / ``metadata``: the metadata each hit carries)."""
+    :class:`~relsearch.retrieval.request.SearchOptions` (JSON types match exactly: ``true`` is not ``1``)."""
 
     text: str | None = None
     id: str | None = None
@@ -77,11 +75,17 @@ class Hits(list):
     ``mixture`` the dense query vector's operator weights)."""
 
     def __init__(self, hits: Iterable[Hit] = (), warnings: Iterable[str] = (), facets: dict | None = None, *,
-                 mode: str | None = None, recipe: Recipe | None = None):
+                 mode: str | None = None, recipe: Recipe | None = None, why_not: dict | None = None):
         super().__init__(hits)
         self.warnings: list[str] = list(warnings)
-        self.facets: dict[str, list[list]] = facets or {}  # field → [value, count] over the first facet_depth hits
+        self.facets: dict[str, list[list]] = facets or {}  # field → [value, count] over the hits the facets count
         self.mode, self.recipe = mode, recipe
+        self.why_not = why_not  # the request's why_not: retrieval/request.py Plan.why_not
+
+    def warned(self, warnings: Iterable[str]) -> Hits:
+        """These hits with ``warnings`` before their own."""
+        return Hits(self, [*warnings, *self.warnings], self.facets, mode=self.mode, recipe=self.recipe,
+                    why_not=self.why_not)
 
 
 @dataclass(frozen=True)
@@ -272,33 +276,22 @@ class Index:
         return self.generation, self.documents
 
     def search(self, text: str | None = None, *, id: str | None = None, relations: dict[str, float] | None = None,
-               k: int = 10, offset: int = 0, min_score: float | None = None, collapse: str | None = None,
-               filters: dict[str, FilterValue | dict] | str | Sequence[str] | None = None, explain: bool = False,
-               rerank: str | None = None,
-               rerank_depth: int | None = None, hybrid: str | None = None,
-               hybrid_weight: float | None = None, fields: Sequence[str] | None = None,
-               metadata: bool = True, like: Sequence[dict] = (), unlike: Sequence[dict] = (),
-               facets: Sequence[str] = (), facet_depth: int = search_request.FACET_DEPTH,
-               highlight: bool = False, field: str | None = None) -> Hits:
+               filters: dict[str, FilterValue | dict] | str | Sequence[str] | None = None, **options) -> Hits:
         """Hits for one query (see :class:`SearchRequest`), a list with ``warnings`` (:class:`Hits`:
-        filter operators that can never match); raises :class:`RequestError`. ``fields``: the
-        metadata fields each hit keeps (default all); ``metadata=False``: none. ``like`` /
-        ``unlike`` instead of text or id: examples ``{"id": ...}`` or ``{"text": ...}`` with an
-        optional ``"weight"`` (docs/how-a-query-runs.md, "Examples as a query"). ``facets``: metadata
-        fields whose values are counted over the first ``facet_depth`` hits (``Hits.facets``);
-        ``highlight``: each hit's ``highlights``, the offsets of the query's BM25 terms in its text.
-        ``field``: one named text field of an index of several (default: all, fused by each
-        document's best score; each hit's ``field`` says which gave it). ``collapse``: None
-        collapses on the index's recorded ``--collapse-field`` (share classes), False on nothing.
+        filter operators that can never match); raises :class:`RequestError`. ``options``: examples
+        instead of text or id (``like=[{"id": ...} | {"text": ...}, "weight"?]`` and its other side,
+        docs/how-a-query-runs.md, "Examples as a query") and the options
+        :class:`~relsearch.retrieval.request.SearchOptions` declares, each with its default and help
+        (``k``, ``offset``, ``collapse``: None collapses on the index's recorded
+        ``--collapse-field``, False on nothing; ``facets``: counted into ``Hits.facets``; ...).
         ``filters``: the JSON form, or ``--filter`` text (a string, or a list AND-ed) read by the CLI's parser."""
         if isinstance(filters, (str, list, tuple)):
             with blame("filters"):
                 filters = read_filters(filters)
-        req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, k=k, offset=offset,
-                            min_score=min_score, collapse=collapse, filters=filters or {}, explain=explain,
-                            rerank=rerank, rerank_depth=rerank_depth, hybrid=hybrid, hybrid_weight=hybrid_weight,
-                            fields=fields, metadata=metadata, like=like, unlike=unlike, facets=tuple(facets),
-                            facet_depth=facet_depth, highlight=highlight, field=field)
+        unknown = sorted(set(options) - {f.name for f in dataclasses.fields(SearchRequest)})
+        if unknown:
+            raise RequestError(unknown[0], f"unknown search option {unknown[0]!r}; see SearchOptions")
+        req = SearchRequest(text=text, id=id, relations=relations or {"identity": 1.0}, filters=filters or {}, **options)
         out = self.search_batch([req]).results[0]
         if isinstance(out, Exception):
             raise out
@@ -340,9 +333,7 @@ class Index:
                 if filters and any(isinstance(r, list) and not r for r in answers):  # why a filtered answer is empty
                     warnings += _advice(searcher.no_match_warnings, filters)
                 for i, result in zip(rows, answers):
-                    out[i] = result if isinstance(result, Exception) else \
-                        Hits(result, [*warnings, *result.warnings], result.facets, mode=result.mode,
-                             recipe=result.recipe)
+                    out[i] = result if isinstance(result, Exception) else result.warned(warnings)
             return BatchAnswer(searcher.local.files.root.name, out)
 
     def filter_warnings(self, filters: dict | None) -> list[str]:
@@ -402,6 +393,24 @@ class Index:
                 return score_pair(searcher.bundle, searcher.encoder, text_a, text_b)
 
         return on_model_thread(scored)
+
+    def score_ids(self, a: str, b: str) -> dict[str, dict]:
+        """How indexed document ``b`` stands to ``a`` under every relation of the bundle: per
+        relation the whole score ``query --id a --relation R`` gives ``b`` (its parts in
+        ``explain``), its ``rank`` among ``of`` hits, collapsing on nothing (Plan.why_not).
+        A RequestError names ``ids`` for an unknown id or one asked of itself."""
+        if not all(isinstance(i, str) and i for i in (a, b)) or a == b:
+            raise RequestError("ids", "give two different document ids")
+        names = sorted(self.searcher().bundle.operators)
+        answer = self.search_batch([SearchRequest(id=a, relations={name: 1.0}, k=1, collapse=False, why_not=b)
+                                    for name in names])
+        out = {}
+        for name, result in zip(names, answer.results):
+            if isinstance(result, Exception):
+                raise RequestError("ids", getattr(result, "message", str(result))) from None
+            reason = result.why_not
+            out[name] = {key: reason.get(key) for key in ("rank", "of", "score", "explain")}
+        return out
 
     # ------------------------------------------------------------ writing
 
@@ -503,10 +512,7 @@ def _group_key(searcher: Searcher, req: SearchRequest) -> tuple:
     validate_request(searcher, req)
     with blame("relations"):
         projection = searcher.projection_of([req.query()])
-    # JSON text keeps each value's type: True == 1 in Python, but the filters differ
-    typed_filters = json.dumps(req.filters, sort_keys=True)
-    return (req.k + req.offset, req.collapse, typed_filters, req.explain, req.rerank, req.rerank_depth,
-            projection, req.hybrid, req.hybrid_weight, tuple(req.facets), req.facet_depth, req.highlight, req.field)
+    return (projection, *req.options().group_key())
 
 
 def _filter_warnings(searcher: Searcher, filters) -> list[str]:
@@ -533,17 +539,15 @@ def _logged(e: Exception) -> Exception:
 
 
 def _run(searcher: Searcher, requests: list[SearchRequest], stop=None) -> list[list[Hit]]:
-    """One search for requests sharing a group key: each gets the group's top ``k + offset``,
-    then its own page (min_score may differ) and its own metadata (fields, metadata)."""
-    first = requests[0].options()
-    shared = dataclasses.replace(first, k=first.k + first.offset, offset=0, min_score=None, fields=None, metadata=True)
+    """One search for requests sharing a group key (SearchOptions.shared), each then its own page."""
     with blame("query"):
-        plan = search_request.plan(searcher, [r.query() for r in requests], shared)
+        plan = search_request.plan(searcher, [r.query() for r in requests], requests[0].options().shared())
         ranked = plan.run(stop=stop)
         facets = plan.facets()
-    return [Hits(r.shape(page(hits, offset=r.offset, k=r.k, min_score=r.min_score)), plan.warnings_for(i), counts,
-                 mode=scoring.mode, recipe=scoring.recipe)
-            for i, (r, hits, counts, scoring) in enumerate(zip(requests, ranked, facets, plan.scorings))]
+        reasons = [plan.why_not(i, r.offset + r.k) for i, r in enumerate(requests)]
+    return [Hits(r.options().paged(hits), plan.warnings_for(i), counts, mode=scoring.mode, recipe=scoring.recipe,
+                 why_not=why_not)
+            for i, (r, hits, counts, scoring, why_not) in enumerate(zip(requests, ranked, facets, plan.scorings, reasons))]
 
 
 def _parse_record(i: int, record, id_field: str, text_field: str, limits: rec.Limits,

@@ -74,7 +74,7 @@ def relations(index_dir, model, as_json):
     from relsearch.encoder.bundle import load_bundle, recorded_ref
 
     if index_dir and not model:
-        from relsearch.indexer.store import open_index
+        from relsearch.indexer.reader import open_index
 
         try:
             model = recorded_ref(open_index(index_dir).manifest.bundle)
@@ -149,14 +149,20 @@ def _format_metrics(metrics: dict) -> str:
 
 
 @cli.command()
-@click.argument("text_a")
-@click.argument("text_b")
+@click.argument("text_a", required=False)
+@click.argument("text_b", required=False)
 @model_option
+@click.option("--index", "index_dir", type=click.Path(), default=None, help="With --id: the index holding both.")
+@click.option("--id", "ids", multiple=True, metavar="ID", help="Twice, instead of texts: two documents of --index.")
 @click.option("--json", "as_json", is_flag=True)
-def score(text_a, text_b, model, as_json):
+def score(text_a, text_b, model, index_dir, ids, as_json):
     """Print every relation's score for the pair TEXT_A → TEXT_B: what --relation R runs, its
-    recipe's dense part ⟨q_R(A), B⟩ (a warning names the BM25 share and bonuses it leaves out)."""
+    recipe's dense part ⟨q_R(A), B⟩ (a warning names the BM25 share and bonuses it leaves out).
+    With --index and --id A --id B: B's whole score in `query --id A --relation R`, its rank and parts."""
     from relsearch.api import RequestError, check_score_texts
+
+    if ids or index_dir:
+        return _score_ids(index_dir, ids, model, as_json, texts=text_a is not None)
     from relsearch.encoder.bundle import load_bundle
     from relsearch.encoder.model import Encoder
     from relsearch.retrieval.search import score_pair
@@ -180,6 +186,27 @@ def score(text_a, text_b, model, as_json):
         return
     for name, value in sorted(scores.items(), key=lambda kv: -kv[1]):
         click.echo(f"{value:8.4f}  {name}")
+
+
+def _score_ids(index_dir, ids, model, as_json, *, texts: bool) -> None:
+    """``relsearch score --index I --id A --id B`` (Index.score_ids)."""
+    from relsearch.api import RequestError, open_index
+
+    if texts or not index_dir or len(ids) != 2:
+        _fail("give TEXT_A TEXT_B, or --index and --id A --id B")
+    try:
+        scores = open_index(index_dir, model).score_ids(*ids)
+    except (RequestError, ValueError, FileNotFoundError, RuntimeError) as e:
+        _fail(getattr(e, "message", None) or str(e))
+    if as_json:
+        click.echo(json.dumps(scores))
+        return
+    for name, s in sorted(scores.items(), key=lambda kv: (kv[1]["rank"] or float("inf"), kv[0])):  # modes' scales differ
+        if s["rank"] is None:
+            click.echo(f"{'-':>8}  {name}: {ids[1]} is not among the {s['of']:,} hits it can return")
+            continue
+        parts = "  ".join(f"{k}={v:.3f}" for k, v in s["explain"].items() if k.startswith(("recipe:", "mixture:")))
+        click.echo(f"{s['score']:8.4f}  {name}  (rank {s['rank']:,} of {s['of']:,})" + (f"\n          {parts}" if parts else ""))
 
 
 def main() -> None:

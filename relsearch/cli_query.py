@@ -4,13 +4,14 @@ Registered in :mod:`relsearch.cli`; kept free of imports from it so either modul
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
 
 import click
 
-from relsearch.retrieval.inputs import FACET_DEPTH, MAX_K, MAX_RERANK_DEPTH, merge_filters, parse_filter
+from relsearch.retrieval.inputs import merge_filters, parse_filter
 
 
 def _warn_if_stale_mirror(manifest, alias: str) -> None:
@@ -64,36 +65,51 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
     return {**extra, **{key: value for key, value in named.items() if value is not None}}
 
 
+def declared_options(command):
+    """The flags made from retrieval/request.py's SearchOptions declaration: each number or switch
+    option (its type, default, bounds and help; a switch on by default becomes --no-NAME), and for
+    each side of a query by examples an --ID[=W] and a --SIDE-text flag."""
+    from relsearch.retrieval.request import SearchOptions, flag_of
+    from relsearch.retrieval.search import DEFAULT_WEIGHT
+
+    types = {"int": int, "int | None": int, "float | None": float}
+    for option in reversed(dataclasses.fields(SearchOptions)):
+        meta = option.metadata
+        if option.type == "bool":
+            on = option.default is False
+            flag = flag_of(option.name) if on else "--no-" + option.name.replace("_", "-")
+            command = click.option(flag, option.name, flag_value=on, default=not on, help=meta["help"])(command)
+        elif option.type in types:
+            kind = types[option.type]
+            if meta["low"] is not None:
+                kind = (click.IntRange if kind is int else click.FloatRange)(meta["low"], meta["high"])
+            command = click.option(flag_of(option.name), option.name, type=kind, default=option.default,
+                                   show_default=option.default is not None, help=meta["help"])(command)
+    for side, weight in reversed(DEFAULT_WEIGHT.items()):
+        command = click.option(f"--{side}-text", f"{side}_texts", multiple=True, metavar="TEXT",
+                               help=f"A text example, {side} (repeatable).")(command)
+        command = click.option(f"--{side}", f"{side}_ids", multiple=True, metavar="ID[=W]",
+                               help=f"Query by examples: an indexed document, {side} (repeatable; weight {weight:g} "
+                                    "unless given); the examples never come back.")(command)
+    return command
+
+
 @click.command()
 @click.argument("text", required=False)
 @click.option("--index", "index_dir", required=True, type=click.Path())
 @click.option("--id", "doc_id", default=None, help="Query with an indexed document (never returned itself).")
 @click.option("--queries", "queries_file", type=click.Path(exists=True, dir_okay=False), default=None,
               help='JSONL of {"id", "text"} or {"doc_id"}, optional "relation" (name or {name: weight}).')
-@click.option("--like", "likes", multiple=True, metavar="ID[=W]",
-              help="Query by examples: documents like this indexed one (repeatable, optional weight); never returned.")
-@click.option("--unlike", "unlikes", multiple=True, metavar="ID[=W]",
-              help="With --like: push documents like this indexed one down (repeatable, optional weight, default 0.5).")
-@click.option("--like-text", "like_texts", multiple=True, metavar="TEXT", help="With or instead of --like: a text example.")
-@click.option("--unlike-text", "unlike_texts", multiple=True, metavar="TEXT", help="A text to push away from.")
 @click.option("--facet", "facets", multiple=True, metavar="FIELD",
               help="Count the values of metadata FIELD over the first --facet-depth hits (repeatable).")
-@click.option("--facet-depth", type=click.IntRange(min=1, max=MAX_K), default=FACET_DEPTH, show_default=True,
-              help="Hits the --facet counts cover.")
-@click.option("--highlight", is_flag=True,
-              help="Mark the query's BM25 terms in each hit's text ([term] in the table, offsets in --json).")
 @click.option("--relation", "-r", "relations", multiple=True, help="NAME or NAME=WEIGHT; repeat to mix.")
-@click.option("-k", default=10, show_default=True, type=click.IntRange(min=1, max=MAX_K),
-              help=f"Hits per query, at most {MAX_K:,} (more than the index holds: all of them).")
 @click.option("--filter", "filters", multiple=True, callback=typed_filters, help=FILTER_HELP)
-@click.option("--offset", type=click.IntRange(min=0, max=MAX_K - 1), default=0, show_default=True,
-              help="Skip this many hits (the next page: --offset 10 -k 10); offset + k at most "
-                   f"{MAX_K:,}.")
-@click.option("--min-score", type=float, default=None, help="Drop hits scoring below this.")
 @click.option("--collapse", "collapse_field", default=None, metavar="FIELD",
               help="Keep only the best hit per value of metadata FIELD (e.g. one share class per company).")
 @click.option("--no-collapse", "no_collapse", is_flag=True,
               help="Collapse on nothing, not even the index's recorded --collapse-field (share classes).")
+@click.option("--why-not", "why_not", default=None, metavar="ID",
+              help="Why is ID not higher: its rank in the whole answer and its score parts beside the last hit shown's.")
 @click.option("--field", "text_field", default=None, metavar="NAME",
               help="Search one named text field of an index of several (default: all of them, each document by "
                    "its best field; the table's field column and --json's \"field\" say which).")
@@ -105,11 +121,6 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
 @click.option("--fields", "fields", multiple=True, callback=field_names, metavar="F1,F2",
               help="Metadata fields each hit carries (comma-separated or repeated), in this order: columns of the "
                    "table, the only keys of --json's \"metadata\" (default: all in --json, none in the table).")
-@click.option("--no-metadata", "no_metadata", is_flag=True, help='--json: hits carry no metadata ("metadata": {}).')
-@click.option("--explain", is_flag=True,
-              help="Add every operator's own score for each hit; a mixture's weighted parts (mixture:NAME, summing "
-                   "to the relational score) or a recipe's parts come first. The table starts with the anchor: the "
-                   "--id document's name, texts and fields (or the query text, or the examples).")
 @click.option("--model", default=None, help="Relation bundle folder or model id (default: the index's bundle).")
 @click.option("--ef-search", type=click.IntRange(min=1), default=None, help="HNSW efSearch (default: tuned at build).")
 @click.option("--nprobe", type=click.IntRange(min=1), default=None, help="IVF lists probed (default: tuned at build).")
@@ -117,9 +128,6 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
               help="N: candidates FAISS re-scores exactly from the stored vectors, 0 = off (default: tuned at "
                    "build). HEAD: a re-ranking head of the bundle (e.g. pu-head): the ANN top max(k, "
                    "--rerank-depth) re-scored by the head's P(positive), both scores shown.")
-@click.option("--rerank-depth", type=click.IntRange(min=1, max=MAX_RERANK_DEPTH), default=None,
-              help="With --rerank HEAD: ANN candidates fetched per query before re-ranking (default 50, at least k, "
-                   f"at most {MAX_RERANK_DEPTH:,}).")
 @click.option("--search-param", "search_param", multiple=True, callback=key_values,
               help="KEY=VALUE FAISS search parameter (nprobe, efSearch, rerank, max_codes, k_factor, ...).")
 @click.option("--backend", type=click.Choice(["faiss", "es"]), default="faiss", show_default=True)
@@ -134,44 +142,37 @@ def _search_params(ef_search, nprobe, rerank, extra: dict) -> dict:
                    "(reciprocal rank fusion; plain --hybrid) or weighted (min-max scores, see --hybrid-weight). "
                    "Local: the index's BM25 lists; --backend es: the server's BM25. Refused with a relation whose "
                    "recipe already fuses BM25 (docs/how-a-query-runs.md).")
-@click.option("--hybrid-weight", type=click.FloatRange(0, 1), default=None, metavar="W",
-              help="--hybrid weighted: the relational list's share of the normalised scores, BM25 gets 1 - W "
-                   "(default 0.5).")
 @click.option("--fusion", type=click.Choice(["server", "client"]), default="server", show_default=True,
               help="--backend es --hybrid: the server's rrf retriever, or two searches fused here.")
-def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, min_score, collapse_field, as_json,
-          out_format, fields, no_metadata, explain, model, ef_search, nprobe,
-          rerank, rerank_depth, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates, hybrid, fusion,
-          hybrid_weight, likes, unlikes, like_texts, unlike_texts, facets, facet_depth, highlight, no_collapse,
-          text_field):
+@declared_options
+def query(text, index_dir, doc_id, queries_file, relations, filters, collapse_field, as_json, out_format, fields, model,
+          ef_search, nprobe, rerank, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates,
+          hybrid, fusion, facets, no_collapse, text_field, why_not, **declared):
     """Find documents standing in --relation to TEXT (or to --id, to --like examples, or to each line of --queries)."""
     from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval import request
     from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
     from relsearch.retrieval.export import csv_text, query_label
-    from relsearch.retrieval.search import QueryError
+    from relsearch.retrieval.search import DEFAULT_WEIGHT, QueryError
 
     if as_json and out_format not in (None, "json"):
         _fail(f"give --json or --format {out_format}, not both")
     out_format = out_format or ("json" if as_json else "table")
     as_json = out_format == "json"
-    if out_format == "csv" and facets:
-        _fail("--facet: a CSV holds the hits alone; use --json for the facet counts")
-    like = [_example(v) for v in likes] + [{"text": t} for t in like_texts]
-    unlike = [_example(v) for v in unlikes] + [{"text": t} for t in unlike_texts]
-    if sum(x is not None for x in (text, doc_id, queries_file)) + bool(like or unlike) != 1:
+    if out_format == "csv" and (facets or why_not):
+        _fail(f"{'--facet' if facets else '--why-not'}: a CSV holds the hits alone; use --json or the table")
+    examples = {side: [_example(v) for v in declared.pop(f"{side}_ids")] + [{"text": t} for t in declared.pop(f"{side}_texts")]
+                for side in DEFAULT_WEIGHT}
+    if sum(x is not None for x in (text, doc_id, queries_file)) + any(examples.values()) != 1:
         _fail("give exactly one of TEXT, --id, --like examples or --queries")
     head, rerank = _parse_rerank(rerank)
     if backend == "es" and not (es_url and es_index):
         _fail("--backend es needs --es-url and --es-index")
     if no_collapse and collapse_field:
         _fail("give --collapse FIELD or --no-collapse, not both")
-    options = request.SearchOptions(k=k, offset=offset, min_score=min_score, filters=filters, field=text_field,
-                                    collapse=False if no_collapse else collapse_field,
-                                    explain=explain, rerank=head, rerank_depth=rerank_depth,
-                                    hybrid=hybrid, hybrid_weight=hybrid_weight,
-                                    fields=fields, metadata=not no_metadata, facets=facets, facet_depth=facet_depth,
-                                    highlight=highlight)
+    options = request.SearchOptions(filters=filters, field=text_field, collapse=False if no_collapse else collapse_field,
+                                    rerank=head, hybrid=hybrid, fields=fields, facets=facets, why_not=why_not, **declared)
+    offset = options.offset
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
                         num_candidates=num_candidates, fusion=fusion) if backend == "es" else None
     try:
@@ -191,7 +192,7 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
         else:  # the validation of the Python API and the server (relsearch/api.py)
             from relsearch.api import SearchRequest, validate_request
 
-            req = SearchRequest(text=text, id=doc_id, relations=weights, like=like, unlike=unlike, **vars(options))
+            req = SearchRequest(text=text, id=doc_id, relations=weights, **examples, **vars(options))
             validate_request(searcher, req)
             queries, errors = [req.query()], []
         plan = request.plan(searcher, queries, options)
@@ -200,24 +201,26 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
             click.echo(f"warning: {line}", err=True)
         results = plan.run()
         counts = plan.facets()
+        reasons = [plan.why_not(i, options.offset + options.k) for i in range(len(queries))]
         modes = {s.mode for s in plan.scorings}
         fused = modes.pop() if len(modes) == 1 and head is None else None
         for line in searcher.no_match_warnings(filters) if queries and not any(results) else ():
             click.echo(line if line.startswith("no document") else f"warning: {line}", err=True)
     except request.RequestError as e:
-        _fail(f"{OPTION_FLAGS.get(e.field, e.field)}: {e.message}")
+        _fail(f"{OPTION_FLAGS.get(e.field) or request.flag_of(e.field)}: {e.message}")
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         _fail(e.args[0] if isinstance(e, KeyError) else str(e))
     if out_format == "csv":
-        labels = [q.query_id for q in queries] if queries_file else [query_label(text, doc_id, like, unlike)]
+        labels = [q.query_id for q in queries] if queries_file else [query_label(text, doc_id, examples)]
         click.echo(csv_text([(label, [h.to_json(rank) for rank, h in enumerate(hits, offset + 1)])
                              for label, hits in zip(labels, results)]), nl=False)
     elif queries_file:
-        for q, hits, facet in zip(queries, results, counts):
-            payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits], **({"facets": facet} if facets else {})}
+        for q, hits, facet, reason in zip(queries, results, counts, reasons):
+            payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits], **({"facets": facet} if facets else {}),
+                       **({"why_not": reason} if reason else {})}
             click.echo(json.dumps(payload, ensure_ascii=False) if as_json
                        else _table(hits, title=f"query {q.query_id}", first=offset + 1, fields=fields, fused=fused)
-                       + _facet_lines(facet))
+                       + _facet_lines(facet) + _why_not_lines(reason))
     if queries_file:
         for err in errors:
             click.echo(f"{queries_file}:{err['line']}: {err['error']}", err=True)
@@ -232,12 +235,15 @@ def query(text, index_dir, doc_id, queries_file, relations, k, filters, offset, 
             click.echo(json.dumps(hit.to_json(rank), ensure_ascii=False))
         if facets:  # one last line, after the hits: {"facets": {field: [[value, count], ...]}}
             click.echo(json.dumps({"facets": counts[0]}, ensure_ascii=False))
+        if why_not:  # and {"why_not": {...}}
+            click.echo(json.dumps({"why_not": reasons[0]}, ensure_ascii=False))
     else:
-        card = _anchor_card(searcher.local, text, doc_id, like, unlike) if explain else ""
-        click.echo(card + _table(hits, first=offset + 1, fields=fields, fused=fused) + _facet_lines(counts[0]))
+        card = _anchor_card(searcher.local, text, doc_id, examples) if options.explain else ""
+        click.echo(card + _table(hits, first=offset + 1, fields=fields, fused=fused) + _facet_lines(counts[0])
+                   + _why_not_lines(reasons[0]))
 
 
-def _anchor_card(searcher, text: str | None, doc_id: str | None, like: list[dict], unlike: list[dict]) -> str:
+def _anchor_card(searcher, text: str | None, doc_id: str | None, examples: dict[str, list[dict]]) -> str:
     """What the answer is an answer to, above --explain's table: the --id document's id and name,
     each of its texts and its other fields on one line; the query text; or the examples."""
     from relsearch.retrieval.export import query_label, stored_document
@@ -245,7 +251,7 @@ def _anchor_card(searcher, text: str | None, doc_id: str | None, like: list[dict
     wrap = lambda label, words: textwrap.fill(" ".join(str(words).split()), 110, initial_indent=f"  {label}: ",  # noqa: E731
                                               subsequent_indent="    ") + "\n"
     if doc_id is None:
-        return f"anchor: {'text' if text is not None else 'examples'}\n" + wrap("query", query_label(text, None, like, unlike))
+        return f"anchor: {'text' if text is not None else 'examples'}\n" + wrap("query", query_label(text, None, examples))
     doc = stored_document(searcher, doc_id)
     if doc is None:  # validate_request refused an unknown id before the search
         return ""
@@ -255,17 +261,44 @@ def _anchor_card(searcher, text: str | None, doc_id: str | None, like: list[dict
     return lines + (wrap("fields", " · ".join(f"{f}={_cell(v)}" for f, v in shown.items())) if shown else "")
 
 
+def _why_not_lines(reason: dict | None) -> str:
+    """--why-not in the table: the document's rank and parts, the last shown hit's, and the parts it trails most on."""
+    if not reason:
+        return ""
+    if reason["rank"] is None:
+        return (f"\nwhy not {reason['id']}: not among the {reason['of']:,} hits this query can return (filtered out, "
+                "collapsed under a better hit, the query's own document, or past the first 10,000)")
+    parts = lambda hit: "  ".join(f"{k}={v:.3f}" for k, v in hit["explain"].items())  # noqa: E731
+    lines = f"\nwhy not {reason['id']}: rank {reason['rank']:,} of {reason['of']:,}, score {reason['score']:.4f}  {parts(reason)}"
+    cut = reason.get("cut")
+    if cut:
+        lines += f"\n  rank {cut['rank']:,} ({cut['id']}, the last shown): score {cut['score']:.4f}  {parts(cut)}"
+        gaps = sorted((cut["explain"].get(k, 0.0) - v, k) for k, v in reason["explain"].items()
+                      if k.startswith(("recipe:", "mixture:")))
+        behind = [f"{k} by {gap:.3f}" for gap, k in reversed(gaps) if gap > 0][:3]
+        if behind:
+            lines += "\n  behind it on " + ", ".join(behind)
+    return lines
+
+
+FACETS_SHOWN = 10  # values of a facet the table shows, as the page does before its "more"
+
+
 def _facet_lines(facets: dict) -> str:
-    """The table's facet counts: one line per field, its values by count."""
-    return "".join(f"\nfacet {name}: " + ", ".join(f"{'null' if v is None else _cell(v)} {n}" for v, n in values)
-                   for name, values in facets.items())
+    """The table's facet counts: one line per field, its 10 most frequent values (--json has them all)."""
+    def said(values):
+        shown = ", ".join(f"{'null' if v is None else _cell(v)} {n}" for v, n in values[:FACETS_SHOWN])
+        more = len(values) - FACETS_SHOWN
+        return shown + (f", … {more} more (--json lists them all)" if more > 0 else "")
+
+    return "".join(f"\nfacet {name}: {said(values)}" for name, values in facets.items())
 
 
 # the flag of each SearchOptions field, for errors retrieval/request.py raises by field name
-OPTION_FLAGS = {"text": "TEXT", "id": "--id", "like": "--like", "facets": "--facet", "facet_depth": "--facet-depth", "relations": "--relation", "k": "-k", "offset": "--offset", "min_score": "--min-score", "collapse": "--collapse",
-                "filters": "--filter", "rerank": "--rerank", "rerank_depth": "--rerank-depth", "hybrid": "--hybrid",
-                "hybrid_weight": "--hybrid-weight", "fields": "--fields", "metadata": "--no-metadata",
-                "field": "--field"}
+# the flag of a request field whose CLI flag retrieval/request.py's flag_of does not say, for the errors
+# it raises by field name
+OPTION_FLAGS = {"text": "TEXT", "id": "--id", "like": "--like", "facets": "--facet", "relations": "--relation", "filters": "--filter",
+                "metadata": "--no-metadata"}
 
 
 def _example(value: str) -> dict:

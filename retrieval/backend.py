@@ -13,7 +13,7 @@ Query vectors, stored documents and metadata always come from the local index (`
 """
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -21,6 +21,7 @@ from ..indexer.ann import SearchResult
 from .inputs import Filters
 
 
+@runtime_checkable
 class Backend(Protocol):
     @property
     def local(self):

@@ -102,13 +102,13 @@ def jsonl_lines(answers: Iterable[Answer]) -> Iterable[str]:
                              allow_nan=False)
 
 
-def query_label(text: str | None = None, doc_id: str | None = None, like=(), unlike=()) -> str:
-    """What the ``query`` column says: the id, else the text, else the examples (``like A, B ×0.5; unlike
-    C``; each an id or a text, as dicts ``{"id"|"text", "weight"?}``)."""
+def query_label(text: str | None = None, doc_id: str | None = None, examples: dict | None = None) -> str:
+    """What the ``query`` column says: the id, else the text, else the examples by side (``like A, B ×0.5;
+    unlike C``; each an id or a text, as dicts ``{"id"|"text", "weight"?}``)."""
     if doc_id is not None:
         return doc_id
     if text is not None:
         return text
     said = lambda examples: ", ".join(str(e.get("id", e.get("text", ""))) + (  # noqa: E731
         f" ×{e['weight']:g}" if e.get("weight", 1) != 1 else "") for e in examples)
-    return "; ".join(f"{kind} {said(e)}" for kind, e in (("like", like), ("unlike", unlike)) if e)
+    return "; ".join(f"{side} {said(e)}" for side, e in (examples or {}).items() if e)

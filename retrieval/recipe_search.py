@@ -18,6 +18,7 @@ import numpy as np
 from ..indexer import mining
 from ..indexer.ann import SearchResult
 from . import prior as answer_prior
+from .backend import Backend
 from .recipe import Recipe, _bounds, past_pool, title_vectors
 from .search import Query
 
@@ -73,7 +74,7 @@ def _list_bounds(result: SearchResult, depth: int) -> np.ndarray:
     return np.stack([lo, np.where(np.isfinite(lo), hi - lo, 0.0)], axis=1)
 
 
-def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=None, explain: bool = False):
+def search(backend: Backend, queries: list[Query], recipe: Recipe, *, k: int, filters=None, explain: bool = False):
     """Top-k hits per query under ``recipe`` (retrieval/plan.py resolved it): :func:`gather`, then
     :func:`rank` on the pools' own scale."""
     k = min(k, backend.local.live_count)
@@ -82,7 +83,7 @@ def search(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=Non
     return rank(backend.local, queries, recipe, gathered, scale, k=k, explain=explain)
 
 
-def search_fields(backends: Sequence, queries: list[Query], recipe: Recipe, *, k: int, filters=None,
+def search_fields(backends: Sequence[Backend], queries: list[Query], recipe: Recipe, *, k: int, filters=None,
                   explain: bool = False) -> list:
     """Per text field (``backends``: each field's searcher, indexer/field_view.py), each query's
     top k under ``recipe``, every field's lists normalised on one :meth:`Scale.shared` scale."""
@@ -94,7 +95,7 @@ def search_fields(backends: Sequence, queries: list[Query], recipe: Recipe, *, k
     return [rank(b.local, queries, recipe, g, scale, k=k, explain=explain) for b, g in zip(backends, gathered)]
 
 
-def gather(backend, queries: list[Query], recipe: Recipe, *, k: int, filters=None) -> Gathered:
+def gather(backend: Backend, queries: list[Query], recipe: Recipe, *, k: int, filters=None) -> Gathered:
     """One dense search of the recipe's mixture vector (plus its title's), BM25 when the recipe
     uses it, both from ``backend`` (retrieval/backend.py) under ``filters``; the query document and
     any example document leave both lists before they are cut to ``recipe.depth`` (the dense one to

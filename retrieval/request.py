@@ -51,6 +51,20 @@ def blame(field_name: str):
         raise RequestError(field_name, e.args[0] if isinstance(e, KeyError) else str(e)) from None
 
 
+def option(default=None, help: str = "", *, low=None, high=None, factory=None, flag: str | None = None):
+    """A :class:`SearchOptions` field with what the interfaces derive from it: ``help`` (the CLI's
+    help and the server's schema description), ``low``/``high`` bounds (a click range, pydantic's
+    ge/le) and, where it differs from ``--name-with-dashes``, the CLI ``flag``."""
+    meta = {"help": help, "low": low, "high": high, "flag": flag}
+    return field(default_factory=factory, metadata=meta) if factory else field(default=default, metadata=meta)
+
+
+def flag_of(name: str) -> str:
+    """The CLI flag of option ``name``: its declared ``flag`` or ``--name-with-dashes``; another name as it is."""
+    meta = {f.name: f.metadata for f in dataclasses.fields(SearchOptions)}.get(name)
+    return name if meta is None else meta["flag"] or "--" + name.replace("_", "-")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SearchOptions:
     """How to answer a batch of queries: the page ``offset``…``offset + k`` after keeping the best
@@ -64,24 +78,43 @@ class SearchOptions:
     order; None: every field) and ``metadata`` (false: none, ``{}``); applied after collapse, so a
     collapse field need not be among them (:meth:`~.search.Hit.shaped`)."""
 
-    k: int = 10
-    offset: int = 0
-    min_score: float | None = None
-    collapse: str | None = None
-    filters: Filters = field(default_factory=dict)
-    explain: bool = False
-    rerank: str | None = None
-    rerank_depth: int | None = None
-    hybrid: str | None = None
-    hybrid_weight: float | None = None
-    fields: list[str] | tuple[str, ...] | None = None
-    metadata: bool = True
-    facets: list[str] | tuple[str, ...] = ()
-    facet_depth: int = FACET_DEPTH
-    highlight: bool = False
+    # The one declaration of a search's options: the CLI's flags (relsearch/cli_query.py), the
+    # Python API's keywords (relsearch/api.py) and the server's JSON body (relsearch/serve/models.py)
+    # are made from these fields, their defaults, help and bounds.
+    k: int = option(10, f"Hits per query, at most {MAX_K:,} (more than the index holds: all of them).",
+                    low=1, high=MAX_K, flag="-k")
+    offset: int = option(0, f"Skip this many hits (the next page: offset 10, k 10); offset + k at most {MAX_K:,}.",
+                         low=0, high=MAX_K - 1)
+    min_score: float | None = option(None, "Drop hits scoring below this.")
+    collapse: str | None = option(None, "Keep only the best hit per value of this metadata field (default: the "
+                                        "index's recorded collapse field, if any; false: none).")
+    filters: Filters = option(help="Metadata filters, AND-ed (indexer/filters.py).", factory=dict)
+    explain: bool = option(False, "Add every operator's own score for each hit; a mixture's weighted parts "
+                                  "(mixture:NAME, summing to the relational score) or a recipe's parts come first; "
+                                  "the CLI's table starts with the anchor (the --id document's texts and fields).")
+    rerank: str | None = option(None, "A re-ranking head of the bundle, e.g. pu-head.")
+    rerank_depth: int | None = option(None, "With a re-ranking head: ANN candidates fetched per query before "
+                                            f"re-ranking (default 50, at least k, at most {MAX_RERANK_DEPTH:,}).",
+                                      low=1, high=MAX_RERANK_DEPTH)
+    hybrid: str | None = option(None, "Fuse BM25 on the query text with the relational search: rrf (reciprocal "
+                                      "rank fusion) or weighted (min-max scores).")
+    hybrid_weight: float | None = option(None, "With hybrid weighted: the relational list's share of the "
+                                               "normalised scores, BM25 gets 1 - W (default 0.5).", low=0, high=1)
+    fields: list[str] | tuple[str, ...] | None = option(
+        None, "The metadata fields each hit carries, in this order (Elasticsearch's _source filtering); "
+              "default: every field.")
+    metadata: bool = option(True, 'Whether hits carry their metadata (--no-metadata, false: "metadata": {}).')
+    facets: list[str] | tuple[str, ...] = option((), "Metadata fields whose values are counted over the first "
+                                                     "facet-depth hits ({field: [[value, count], ...]}).")
+    facet_depth: int = option(FACET_DEPTH, "Hits the facets count.", low=1, high=MAX_K)
+    highlight: bool = option(False, "Mark the query's BM25 terms in each hit's text ([term] in the table, "
+                                    "offsets in JSON).")
     # one named text field of an index of several (indexer/text_fields.py); None: all of them, fused
     # by each document's best score (retrieval/fields.py)
-    field: str | None = None
+    field: str | None = option(None, "One named text field of an index of several (default: all, each document "
+                                     "by its best field; each hit's field says which).")
+    why_not: str | None = option(None, "An indexed document's id: its rank in this query's whole answer and the "
+                                       "score parts that placed it there, beside the last hit shown's.")
 
     def check(self) -> None:
         """The checks that need no index; a :class:`RequestError` naming the option."""
@@ -126,6 +159,7 @@ class SearchOptions:
                   "explain": ("true or false", lambda v: isinstance(v, bool)),
                   "collapse": ("a field name or false", lambda v: v is None or v is False or isinstance(v, str) and v != ""),
                   "field": ("a text field name", lambda v: v is None or isinstance(v, str) and v != ""),
+                  "why_not": ("a document id", lambda v: v is None or isinstance(v, str) and v != ""),
                   "rerank": ("a head name", lambda v: v is None or isinstance(v, str) and v != ""),
                   "hybrid": ("rrf or weighted", lambda v: v is None or isinstance(v, str)),
                   "filters": ("an object {field: value}", lambda v: isinstance(v, Mapping)),
@@ -169,6 +203,30 @@ class SearchOptions:
             return hits
         return [hit.shaped(self.fields, self.metadata) for hit in hits]
 
+    def paged(self, hits: list[Hit]) -> list[Hit]:
+        """This request's page of a ranked list: ``offset…offset + k``, the ``min_score`` cut, :meth:`shape`."""
+        return self.shape(page(hits, offset=self.offset, k=self.k, min_score=self.min_score))
+
+    @property
+    def is_whole_list(self) -> bool:
+        """Whether :meth:`paged` keeps a ranked list of ``k`` hits as it is."""
+        return not (self.offset or self.fields) and self.min_score is None and self.metadata
+
+    def shared(self) -> SearchOptions:
+        """The search several requests can share: their common top ``k + offset``, unpaged and
+        with every metadata field; each then takes its own :meth:`paged` of it."""
+        return dataclasses.replace(self, k=self.k + self.offset, offset=0, min_score=None, fields=None, metadata=True)
+
+    def group_key(self) -> tuple:
+        """Requests with equal keys share one search (:meth:`shared`). Filters as JSON text, which
+        keeps each value's type (True == 1 in Python, but the filters differ)."""
+        import json
+
+        shared = self.shared()
+        return tuple(json.dumps(value, sort_keys=True) if f.name == "filters" else
+                     tuple(value) if isinstance(value, list) else value
+                     for f in dataclasses.fields(SearchOptions) for value in [getattr(shared, f.name)])
+
 
 @dataclass(frozen=True)
 class Plan:
@@ -201,12 +259,30 @@ class Plan:
         options = self.options
         ranked = search_collapsed(self.top, need=options.offset + options.k, field=options.collapse,
                                   limit=self.backend.live_count, stop=stop, taken=self.own_groups())
-        if isinstance(ranked, HitColumns) and not (options.offset or options.highlight or options.fields) \
-                and options.min_score is None and options.metadata:
+        if isinstance(ranked, HitColumns) and options.is_whole_list and not options.highlight:
             return ranked  # already the page: its Hit objects are built when a row is read (retrieval/hits.py)
-        pages = [options.shape(page(hits, offset=options.offset, k=options.k, min_score=options.min_score))
-                 for hits in ranked]
+        pages = [options.paged(hits) for hits in ranked]
         return self.highlighted(pages) if options.highlight else pages
+
+    def why_not(self, i: int, shown: int) -> dict | None:
+        """Where ``options.why_not`` stands in query ``i``'s whole answer (Elasticsearch's explain API
+        asked of a ranking): its ``rank`` (None when the query cannot return it: filtered out,
+        collapsed under a better hit, the query's own document, or past the first MAX_K), ``of``
+        the hits ranked, its ``score`` and ``explain`` parts, and ``cut``: the hit at rank ``shown``
+        (the last one the answer showed) with its own, so the parts that kept it out can be read."""
+        target = self.options.why_not
+        if target is None:
+            return None
+        if not self.backend.local.files.docstore.positions([target]):
+            raise RequestError("why_not", f"unknown document id {target[:80]!r}")
+        whole = dataclasses.replace(self.options, k=min(self.backend.live_count, MAX_K), offset=0, min_score=None,
+                                    explain=True, facets=(), highlight=False, fields=None, metadata=True)
+        hits = Plan(self.backend, [self.queries[i]], whole, [self.scorings[i]], self.fields).run()[0]
+        at = {hit.id: rank for rank, hit in enumerate(hits, 1)}
+        said = lambda rank: {"rank": rank, **{key: hits[rank - 1].to_json()[key] for key in ("id", "score", "explain")}}  # noqa: E731
+        rank = at.get(target)
+        out = {"id": target, "of": len(hits), **(said(rank) if rank else {"rank": None})}
+        return {**out, "cut": said(min(shown, len(hits)))} if hits and (rank is None or rank > shown) else out
 
     def highlighted(self, pages: list[list[Hit]]) -> list[list[Hit]]:
         """Each hit with the offsets of its query's BM25 terms in its text (retrieval/highlight.py), for

@@ -6,14 +6,16 @@ they leave to the API (the filter grammar, relation and field names) is checked 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
-from ..api import MAX_K, MAX_RERANK_DEPTH, SearchRequest
-from ..retrieval.inputs import FACET_DEPTH
+from ..api import SearchRequest
 from ..retrieval.plan import SCALES
+from ..retrieval.request import MAX_FACETS, SearchOptions
+from ..retrieval.search import DEFAULT_WEIGHT, MAX_EXAMPLES
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,72 +77,69 @@ Filters = Annotated[dict[str, Any], WithJsonSchema({
 class ExampleBody(_Body):
     id: str | None = Field(None, min_length=1, description="An indexed document (never returned itself).")
     text: Text | None = Field(None, description="Or a text.")
-    weight: FiniteFloat | None = Field(None, gt=0, description="The example's weight (default: 1 for a like, 0.5 for an unlike).")
+    weight: FiniteFloat | None = Field(None, gt=0, description="The example's weight (default: " + ", ".join(
+        f"{w:g} for {side}" for side, w in DEFAULT_WEIGHT.items()) + ").")
 
 
-_EXAMPLES = ("Query by examples instead of text or id (Qdrant's recommend): each example is moved by the relation "
-             "mixture, then q = Σ w·q(like) − Σ w·q(unlike); the example documents never come back.")
+Name = Annotated[str, Field(min_length=1)]
+# The JSON type of each option of retrieval/request.py's SearchOptions, where its Python type says too little
+JSON_TYPES = {"int": int, "int | None": int | None, "float | None": FiniteFloat | None, "bool": bool,
+              "str | None": Name | None, "collapse": Literal[False] | Name | None, "filters": Filters,
+              "hybrid": Literal["rrf", "weighted"] | None, "fields": list[Name] | None, "facets": list[Name]}
+MAX_LENGTH = {"fields": 1000, "facets": MAX_FACETS}
 
 
-class QueryOptions(_Body):
-    index: str | None = Field(None, description="Served index name (default: the first --index).")
-    relations: dict[str, FiniteFloat] = Field(default_factory=lambda: {"identity": 1.0},
-                                              description="Relation mixture {name: weight}; see GET /relations.")
-    k: int = Field(10, ge=1, le=MAX_K)
-    offset: int = Field(0, ge=0, le=MAX_K - 1)
-    min_score: FiniteFloat | None = Field(None, description="Drop hits scoring below this.")
-    collapse: Literal[False] | Annotated[str, Field(min_length=1)] | None = Field(
-        None, description="Keep the best hit per value of this metadata field (default: the index's recorded "
-        "collapse field, if any; false: none).")
-    field: str | None = Field(None, min_length=1, description="One named text field of an index of several (default: "
-                              "all, each document by its best field; each hit's \"field\" says which).")
-    # typed here only as an object: its grammar ($any / $all lists, operator objects, "in" lists) is
-    # checked once, by the API's validation (indexer/filters.py), as for relsearch query and Index.search
-    filters: Filters = Field(default_factory=dict)
-    explain: bool = Field(False, description="Add every operator's own score to each hit.")
-    rerank: str | None = Field(None, description="A re-ranking head of the bundle, e.g. pu-head.")
-    rerank_depth: int | None = Field(None, ge=1, le=MAX_RERANK_DEPTH)
-    hybrid: Literal["rrf", "weighted"] | None = Field(None, description="Fuse with BM25 on the query text: "
-                                                      "rrf (reciprocal rank fusion) or weighted.")
-    hybrid_weight: FiniteFloat | None = Field(None, ge=0, le=1, description="With hybrid weighted: the relational "
-                                        "list's share of the min-max normalised scores (BM25 gets the rest; 0.5).")
-    fields: list[Annotated[str, Field(min_length=1)]] | None = Field(
-        None, max_length=1000, description="The metadata fields each hit carries, in this order (like Elasticsearch's "
-        "_source filtering); default: every field.")
-    metadata: bool = Field(True, description="false: hits carry no metadata (\"metadata\": {}).")
-    facets: list[Annotated[str, Field(min_length=1)]] = Field(
-        default_factory=list, max_length=16, description="Metadata fields whose values are counted over the first "
-        "facet_depth hits (the answer's \"facets\": {field: [[value, count], ...]}).")
-    facet_depth: int = Field(FACET_DEPTH, ge=1, le=MAX_K, description="Hits the facets count.")
-    highlight: bool = Field(False, description="Each hit's \"highlights\": [start, end) offsets of the query's BM25 "
-                                               "terms in its text (searches with a BM25 part).")
-
-    def request(self, text: str | None, doc_id: str | None, relations: dict | None = None,
-                like: list[ExampleBody] = (), unlike: list[ExampleBody] = ()) -> SearchRequest:
-        return SearchRequest(text=text, id=doc_id, relations=relations or self.relations, k=self.k,
-                             like=[e.model_dump(exclude_none=True) for e in like],
-                             unlike=[e.model_dump(exclude_none=True) for e in unlike],
-                             offset=self.offset, min_score=self.min_score, collapse=self.collapse,
-                             filters=self.filters, explain=self.explain, rerank=self.rerank,
-                             rerank_depth=self.rerank_depth, hybrid=self.hybrid, hybrid_weight=self.hybrid_weight,
-                             fields=self.fields, metadata=self.metadata, facets=tuple(self.facets),
-                             facet_depth=self.facet_depth, highlight=self.highlight, field=self.field)
+def _declared(option: dataclasses.Field) -> tuple:
+    """A pydantic field from an option's declaration: its type, default, bounds and help."""
+    meta = option.metadata
+    bounds = {key: value for key, value in (("ge", meta["low"]), ("le", meta["high"]),
+                                            ("max_length", MAX_LENGTH.get(option.name))) if value is not None}
+    default = ({"default_factory": option.default_factory} if option.default_factory is not dataclasses.MISSING
+               else {"default_factory": list} if option.default == () else {"default": option.default})
+    kind = JSON_TYPES.get(option.name) or JSON_TYPES[option.type]
+    described = {} if kind is Filters else {"description": meta["help"]}  # Filters' schema describes its grammar
+    return kind, Field(**default, **bounds, **described)
 
 
-class SearchBody(QueryOptions):
+class _Options(_Body):
+    def request(self, query: _Query, relations: dict | None = None) -> SearchRequest:
+        """The API's request for ``query`` (text, id or examples) with these options."""
+        return SearchRequest(text=query.text, id=query.id, relations=relations or self.relations, **query.examples(),
+                             **{o.name: getattr(self, o.name) for o in dataclasses.fields(SearchOptions)})
+
+
+# The server's options are SearchOptions' (retrieval/request.py), with the served index and the relations
+QueryOptions = create_model(
+    "QueryOptions", __base__=_Options,
+    index=(str | None, Field(None, description="Served index name (default: the first --index).")),
+    relations=(dict[str, FiniteFloat], Field(default_factory=lambda: {"identity": 1.0},
+                                             description="Relation mixture {name: weight}; see GET /relations.")),
+    **{option.name: _declared(option) for option in dataclasses.fields(SearchOptions)})
+
+
+class _Query(_Body):
+    """A query: a text, an id, or examples of each side (Qdrant's recommend): each example is moved by the
+    relation mixture, then q = Σ w·q(e) over one side minus over the other; the examples never come back."""
+
+    def examples(self) -> dict[str, list[dict]]:
+        return {side: [e.model_dump(exclude_none=True) for e in getattr(self, side)] for side in DEFAULT_WEIGHT}
+
+
+_QueryFields = create_model(
+    "_QueryFields", __base__=_Query,
+    text=(Text | None, Field(None, description="Query text (or give id).")),
+    id=(Name | None, Field(None, description="An indexed document to query with.")),
+    **{side: (list[ExampleBody], Field(default_factory=list, max_length=MAX_EXAMPLES,
+                                       description=f"Examples, {side} (default weight {w:g}); instead of text or id."))
+       for side, w in DEFAULT_WEIGHT.items()})
+
+
+class SearchBody(QueryOptions, _QueryFields):
     model_config = ConfigDict(json_schema_extra=ONE_OF_TEXT_OR_ID)
-    text: Text | None = Field(None, description="Query text (or give id).")
-    id: str | None = Field(None, min_length=1, description="An indexed document to query with.")
-    like: list[ExampleBody] = Field(default_factory=list, max_length=64, description=_EXAMPLES)
-    unlike: list[ExampleBody] = Field(default_factory=list, max_length=64, description="Examples to push away from.")
 
 
-class BatchQuery(_Body):
+class BatchQuery(_QueryFields):
     model_config = ConfigDict(json_schema_extra=ONE_OF_TEXT_OR_ID)
-    text: Text | None = None
-    id: str | None = Field(None, min_length=1)
-    like: list[ExampleBody] = Field(default_factory=list, max_length=64, description=_EXAMPLES)
-    unlike: list[ExampleBody] = Field(default_factory=list, max_length=64)
     relations: dict[str, FiniteFloat] | None = Field(None, description="Overrides the batch's relations.")
 
 
@@ -150,8 +149,10 @@ class BatchBody(QueryOptions):
 
 class ScoreBody(_Body):
     index: str | None = None
-    a: Text
-    b: Text
+    a: Text | None = Field(None, description="A text (with b), or give ids.")
+    b: Text | None = None
+    ids: list[Name] | None = Field(None, min_length=2, max_length=2, description="[A, B]: two indexed documents; "
+                                   "per relation B's whole score in A's answer, its rank and parts.")
 
 
 class DocumentsBody(_Body):
@@ -192,7 +193,9 @@ class RecipeParts(BaseModel):
 
 
 RESULTS = "The hits, best first: rank, id, score, text, metadata and, as asked, explain and highlights."
-FACETS = "With facets: {field: [[value, count], ...]} over the first facet_depth hits."
+WHY_NOT = ('With why_not: {"id", "rank" (null: the query cannot return it), "of" (hits ranked), "score", "explain", '
+           '"cut": the last hit shown, {"rank", "id", "score", "explain"}, when the document ranks below it}.')
+FACETS = "With facets: {field: [[value, count], ...]} over the hits the facets count."
 
 
 class SearchAnswer(BaseModel):
@@ -202,6 +205,7 @@ class SearchAnswer(BaseModel):
     warnings: list[str] = Field(description="Filter operators that can never match, parts of a relation that cannot "
                                             "apply to this query: each once.")
     facets: dict[str, list[list[Any]]] | None = Field(None, description=FACETS)
+    why_not: dict[str, Any] | None = Field(None, description=WHY_NOT)
     mode: Mode = Field(description=MODE)
     recipe: RecipeParts = Field(description="The combined recipe the query ran (projection: its relations).")
 
@@ -211,6 +215,7 @@ class BatchEntry(BaseModel):
 
     results: list[dict[str, Any]] | None = Field(None, description=RESULTS)
     facets: dict[str, list[list[Any]]] | None = Field(None, description=FACETS)
+    why_not: dict[str, Any] | None = Field(None, description=WHY_NOT)
     mode: Mode | None = Field(None, description=MODE)
     recipe: RecipeParts | None = None
     error: dict[str, Any] | None = Field(None, description='{"field": "queries[i].FIELD", "message": ...}')

@@ -443,7 +443,7 @@ def test_a_query_by_examples_lives_in_the_url(tmp_path):
     from relsearch.api import examples
 
     assert [(e.doc_id, e.text, e.weight) for e in examples(said["unlike"], "unlike")] == [
-        ("IBM", None, 1.0), ("X", None, 0.001), (None, "note: a text", 2.0)]
+        ("IBM", None, 0.5), ("X", None, 0.001), (None, "note: a text", 2.0)]
 
 
 FACET_VALUES = ["Energy", "Houston, Texas", "123", "true", "null", "Oil or Gas", "OIL OR GAS", " padded", "", 'say "hi"',

@@ -1120,3 +1120,17 @@ def test_search_answers_say_what_the_plan_ran_in_every_mode(index, index_dir, tm
         assert batch == {"$ref": "#/components/schemas/BatchSearchAnswer"}
     finally:
         srv.should_exit = True
+
+
+def test_why_not_and_score_by_ids_over_http(server, index):
+    """issue 52 item 5: "why_not" in /search answers as Index.search does; /score takes two ids."""
+    want = index.search(id="MMM", relations={"similar-company": 1}, k=3, why_not="ADBE").why_not
+    status, payload = _post(server, "/search", json.dumps({"id": "MMM", "relations": {"similar-company": 1}, "k": 3,
+                                                           "why_not": "ADBE"}))
+    assert status == 200 and payload["why_not"] == json.loads(json.dumps(want))
+    status, payload = _post(server, "/score", json.dumps({"ids": ["MMM", "ADBE"]}))
+    assert status == 200 and payload["scores"] == json.loads(json.dumps(index.score_ids("MMM", "ADBE")))
+    status, payload = _post(server, "/score", json.dumps({"ids": ["MMM", "NOPE"]}))
+    assert status == 422 and payload["error"]["field"] == "ids"
+    status, payload = _post(server, "/search", json.dumps({"id": "MMM", "why_not": "NOPE"}))
+    assert status == 422 and payload["error"]["field"] == "why_not"

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from relsearch.cli import cli
-from relsearch.indexer.store import open_index
+from relsearch.indexer.reader import open_index
 
 from es_server import EsTestServer
 from conftest import gen_of
@@ -192,3 +192,14 @@ def test_es_backend_refuses_an_index_of_several_text_fields():
         EsSearcher(local, EsQueryOptions(url="http://unused:9200", index="x"), client=object())
     local.text_fields = ("text",)
     assert EsSearcher(local, EsQueryOptions(url="http://unused:9200", index="x"), client=object()).text_fields == ("text",)
+
+
+def test_both_backends_are_what_the_recipe_search_takes(small_index):
+    """retrieval/backend.py: the local index and Elasticsearch answer candidates the same way."""
+    from relsearch.retrieval.backend import Backend
+    from relsearch.retrieval.es_backend import EsQueryOptions, EsSearcher
+    from relsearch.retrieval.search import Searcher
+
+    local = Searcher(str(small_index))
+    assert isinstance(local, Backend)
+    assert isinstance(EsSearcher(local, EsQueryOptions(url="http://unused:9200", index="x"), client=object()), Backend)

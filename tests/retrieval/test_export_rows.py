@@ -61,7 +61,7 @@ def test_jsonl_lines_carry_the_query_and_the_hit():
 
 def test_query_label_says_what_was_asked():
     assert query_label("some text", None) == "some text" and query_label(None, "JPM") == "JPM"
-    assert query_label(None, None, [{"id": "A"}, {"text": "t", "weight": 2}], [{"id": "C"}]) == "like A, t ×2; unlike C"
+    assert query_label(None, None, {"like": [{"id": "A"}, {"text": "t", "weight": 2}], "unlike": [{"id": "C"}]}) == "like A, t ×2; unlike C"
 
 
 @pytest.fixture(scope="module")

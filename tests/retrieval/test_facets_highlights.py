@@ -61,3 +61,16 @@ def test_the_cli_and_the_api_give_facets_and_highlights(small_index):
     with pytest.raises(RequestError, match="facet_depth must be between"):
         index.search("x", facets=["gics_sector"], facet_depth=0)
 
+
+
+def test_the_table_shows_a_long_facets_ten_most_frequent_values(small_index):
+    """issue 52 item 6: as the page folds a long facet under "more", the table shows its first 10."""
+    from relsearch.api import open_index
+
+    every = open_index(small_index).search(id="MMM", k=5, facets=["gics_sub_industry"]).facets["gics_sub_industry"]
+    assert len(every) > 10
+    out = CliRunner().invoke(cli, ["query", "--index", str(small_index), "--id", "MMM", "-k", "5",
+                                   "--facet", "gics_sub_industry"])
+    line = next(line for line in out.output.splitlines() if line.startswith("facet gics_sub_industry: "))
+    assert line.endswith(f", … {len(every) - 10} more (--json lists them all)")
+    assert f"{every[9][0]} {every[9][1]}," in line and f"{every[10][0]} {every[10][1]}" not in line

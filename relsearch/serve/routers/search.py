@@ -41,6 +41,12 @@ def facets_json(result) -> str:
     return ',"facets":' + json.dumps(facets, ensure_ascii=False, allow_nan=False) if facets else ""
 
 
+def why_not_json(result) -> str:
+    """``,"why_not":{...}`` when the request asked why a document is not higher (api.Hits.why_not)."""
+    why_not = getattr(result, "why_not", None)
+    return ',"why_not":' + json.dumps(why_not, ensure_ascii=False, allow_nan=False) if why_not else ""
+
+
 def plan_json(result) -> str:
     """``,"mode":...,"recipe":{...}``: what the query plan decided (api.Hits.mode, api.Hits.recipe),
     so a client reads the score scale and the combined recipe instead of working them out."""
@@ -54,8 +60,7 @@ EXPORTS = {"csv": CSV_TYPE, "jsonl": JSONL_TYPE}  # format= → the answer's con
 def exported(body: SearchBody, hits, fmt: str, max_bytes: int) -> Response:
     """The hits of one search as a CSV or JSONL download (retrieval/export.py): a row or line per hit,
     its ``query`` the body's id, text or examples; within ``max_bytes`` like a JSON answer."""
-    examples = [[e.model_dump(exclude_none=True) for e in side] for side in (body.like, body.unlike)]
-    answers = [(query_label(body.text, body.id, *examples), [hit.to_json(rank) for rank, hit in enumerate(hits, body.offset + 1)])]
+    answers = [(query_label(body.text, body.id, body.examples()), [hit.to_json(rank) for rank, hit in enumerate(hits, body.offset + 1)])]
     content = csv_text(answers) if fmt == "csv" else "".join(line + "\n" for line in jsonl_lines(answers))
     if len(content.encode("utf-8")) > max_bytes:
         raise RequestError("k", f"the response would be larger than {max_bytes:,} bytes (--max-response-bytes): "
@@ -112,7 +117,7 @@ def add_routes(router: APIRouter, served: Served) -> None:
     async def search(body: SearchBody, fmt: Literal["json", "csv", "jsonl"] = Query(
             "json", alias="format", description="json (the answer below), or the hits alone as a download: csv (a row "
             "per hit: query, rank, id, score, text, each metadata field) or jsonl (a line per hit)")):
-        requests = costed([body.request(body.text, body.id, like=body.like, unlike=body.unlike)], "k")
+        requests = costed([body.request(body)], "k")
         name, generation, [result] = await searched(body.index, requests)
         if isinstance(result, Exception):
             raise failed(result)
@@ -120,7 +125,7 @@ def add_routes(router: APIRouter, served: Served) -> None:
             return exported(body, result, fmt, limits.max_response_bytes)
         # written here, hit by hit, within max_response_bytes (FastAPI's generic encoder is not needed)
         content = (head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes])
-                   + ',"warnings":' + warnings_json([result]) + facets_json(result) + plan_json(result) + "}")
+                   + ',"warnings":' + warnings_json([result]) + facets_json(result) + why_not_json(result) + plan_json(result) + "}")
         return Response(content, media_type="application/json")
 
     @router.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query",
@@ -129,7 +134,7 @@ def add_routes(router: APIRouter, served: Served) -> None:
     async def search_batch(body: BatchBody):
         if len(body.queries) > limits.max_batch:
             raise RequestError("queries", f"at most {limits.max_batch} queries per batch, got {len(body.queries)}")
-        requests = costed([body.request(q.text, q.id, q.relations, q.like, q.unlike) for q in body.queries], "queries")
+        requests = costed([body.request(q, q.relations) for q in body.queries], "queries")
         name, generation, results = await searched(body.index, requests)
         out, budget = [], [limits.max_response_bytes]
         for i, result in enumerate(results):
@@ -142,7 +147,7 @@ def add_routes(router: APIRouter, served: Served) -> None:
                                                                "see the server log"}
             else:
                 out.append('{"results":' + hits_json(result, body.offset, budget) + facets_json(result)
-                           + plan_json(result) + "}")
+                           + why_not_json(result) + plan_json(result) + "}")
                 continue
             out.append(json.dumps({"error": error}, ensure_ascii=False))
         return Response(head(name, generation) + ',"batch":[' + ",".join(out) + '],"warnings":' + warnings_json(results)
@@ -160,6 +165,12 @@ def add_routes(router: APIRouter, served: Served) -> None:
         name, batcher = pick(body.index)
         deadline = time.monotonic() + limits.timeout_s
         try:
+            if body.ids is not None and (body.a, body.b) == (None, None):
+                scores = await asyncio.wait_for(batcher.call(batcher.index.score_ids, *body.ids, deadline=deadline),
+                                                limits.timeout_s)
+                return {"index": name, "scores": scores}
+            if body.ids is not None:
+                raise RequestError("ids", "give a and b, or ids")
             scores = await asyncio.wait_for(batcher.call(batcher.index.score, body.a, body.b, deadline=deadline),
                                             limits.timeout_s)
         except (asyncio.TimeoutError, SearchStopped):
