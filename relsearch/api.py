@@ -383,7 +383,7 @@ class Index:
     def score(self, text_a: str, text_b: str) -> dict[str, float]:
         """cos(op(h_A), B) for every relation operator (``relsearch score``); a RequestError
         naming ``a`` or ``b`` for an empty text (:func:`check_score_texts`)."""
-        from .retrieval.search import score_pair
+        from .retrieval.pair import score_pair
 
         check_score_texts(text_a, text_b)
 

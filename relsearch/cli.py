@@ -165,7 +165,7 @@ def score(text_a, text_b, model, index_dir, ids, as_json):
         return _score_ids(index_dir, ids, model, as_json, texts=text_a is not None)
     from relsearch.encoder.bundle import load_bundle
     from relsearch.encoder.model import Encoder
-    from relsearch.retrieval.search import score_pair
+    from relsearch.retrieval.pair import score_pair
 
     try:  # the checks of Index.score and POST /score
         check_score_texts(text_a, text_b)

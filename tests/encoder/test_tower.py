@@ -16,7 +16,8 @@ from relsearch.encoder.training.loop import write_bundle
 from relsearch.encoder.training.tower import (TowerConfig, _Data, even_batches, lr_factor, query_groups, tower_loss,
                                               train_tower)
 from relsearch.encoder.training.tower_weights import tune_whole_weights, tuned_layers, whole_deltas
-from relsearch.retrieval.search import Query, Searcher, score_pair
+from relsearch.retrieval.pair import score_pair
+from relsearch.retrieval.search import Query, Searcher
 
 from conftest import write_jsonl
 

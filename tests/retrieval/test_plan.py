@@ -11,7 +11,8 @@ from relsearch.cli import cli
 from relsearch.retrieval.plan import PlanError, combine, relation_recipe, resolve
 from relsearch.retrieval.recipe import Recipe
 from relsearch.retrieval.request import SearchOptions, plan, run
-from relsearch.retrieval.search import Query, Searcher, score_pair
+from relsearch.retrieval.pair import score_pair
+from relsearch.retrieval.search import Query, Searcher
 
 SHIPPED = ("similar-company", "duplicate-question", "qa-entailment", "same-caption", "contradiction")
 
