@@ -522,43 +522,57 @@ def bulk_index(client, name: str, docs: Iterable[Mapping[str, Any]], *, chunk_si
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     sink = rejected_sink or _log_rejected
-    read = indexed = failed = 0
-
-    def actions() -> Iterator[dict[str, Any]]:
-        nonlocal read, failed
-        for position, doc in enumerate(docs):
-            read += 1
-            try:
-                if not isinstance(doc, Mapping):
-                    raise ValueError(f"expected a mapping, got {type(doc).__name__}")
-                doc_id, source = _source(doc, dims)
-            except (ValueError, TypeError) as e:
-                failed += 1
-                raw_id = doc.get(ID_FIELD) if isinstance(doc, Mapping) else None
-                sink(None if raw_id is None else str(raw_id), f"input #{position}: {e}")
-                continue
-            yield {"_op_type": "index", "_index": name, "_id": doc_id, "_source": source}
-
+    actions = _Actions(name, docs, dims, sink)
+    indexed = refused = 0  # by the server
     try:
         for ok, item in helpers.streaming_bulk(
-                client, actions(), chunk_size=chunk_size, max_retries=max_retries,
+                client, actions, chunk_size=chunk_size, max_retries=max_retries,
                 initial_backoff=initial_backoff, max_backoff=max_backoff,
                 raise_on_error=False, raise_on_exception=True, yield_ok=True):
             info = next(iter(item.values()))
             if ok:
                 indexed += 1
             else:
-                failed += 1
+                refused += 1
                 sink(info.get("_id"), _reason(info))
     except (es.ApiError, es.TransportError) as e:
-        counts = BulkCounts(read=read, indexed=indexed, failed=failed)
-        status = getattr(e, "status_code", None) or getattr(e, "status", None)
-        raise BulkAborted(f"bulk indexing into {name!r} stopped ({type(e).__name__}"
-                          f"{f', status {status}' if status else ''}: {getattr(e, 'message', e)}); "
-                          f"read {read}, indexed {indexed}, rejected {failed}, "
-                          f"{read - indexed - failed} unresolved", counts) from e
+        raise _aborted(name, e, BulkCounts(read=actions.read, indexed=indexed, failed=actions.failed + refused)) from e
     if refresh:
         client.indices.refresh(index=name)
+    read, failed = actions.read, actions.failed + refused
     counts = BulkCounts(read=read, indexed=indexed, failed=failed)
     log.info("bulk into %s: read %d, indexed %d, rejected %d", name, read, indexed, failed)
     return counts
+
+
+class _Actions:
+    """The bulk ``index`` actions of ``docs`` into ``name``, counting the documents ``read`` and
+    those that ``failed`` local validation (each passed to ``sink(doc_id, reason)``)."""
+
+    def __init__(self, name: str, docs: Iterable[Mapping[str, Any]], dims: int | None,
+                 sink: Callable[[str | None, str], None]):
+        self.name, self.docs, self.dims, self.sink = name, docs, dims, sink
+        self.read = self.failed = 0
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for position, doc in enumerate(self.docs):
+            self.read += 1
+            try:
+                if not isinstance(doc, Mapping):
+                    raise ValueError(f"expected a mapping, got {type(doc).__name__}")
+                doc_id, source = _source(doc, self.dims)
+            except (ValueError, TypeError) as e:
+                self.failed += 1
+                raw_id = doc.get(ID_FIELD) if isinstance(doc, Mapping) else None
+                self.sink(None if raw_id is None else str(raw_id), f"input #{position}: {e}")
+                continue
+            yield {"_op_type": "index", "_index": self.name, "_id": doc_id, "_source": source}
+
+
+def _aborted(name: str, e: Exception, counts: BulkCounts) -> BulkAborted:
+    """The error of a bulk request that failed after its retries, with the counts so far."""
+    status = getattr(e, "status_code", None) or getattr(e, "status", None)
+    return BulkAborted(f"bulk indexing into {name!r} stopped ({type(e).__name__}"
+                       f"{f', status {status}' if status else ''}: {getattr(e, 'message', e)}); "
+                       f"read {counts.read}, indexed {counts.indexed}, rejected {counts.failed}, "
+                       f"{counts.read - counts.indexed - counts.failed} unresolved", counts)
