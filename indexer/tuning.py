@@ -192,11 +192,7 @@ def tune(index, vectors: np.ndarray, config: TuningConfig = TuningConfig(), *, s
     if len(live) <= config.k + 1:
         return Tuning(params={}, recall=None, validation_recall=None, reached=False, config=config,
                       note=f"only {len(live)} vectors: too few to tune")
-    rng = np.random.default_rng(config.seed)
-    nq = min(config.queries, max(1, len(live) // 2))
-    picked = rng.choice(live, size=min(len(live), 2 * nq), replace=False)
-    bench, check = (_Bench(index, vectors, picked[:nq], config.k, selection),
-                    _Bench(index, vectors, picked[nq:] if len(picked) > nq else picked[:nq], config.k, selection))
+    bench, check = _benches(index, vectors, live, config, selection)
     tried: list[dict] = []
 
     def measure(params: dict) -> float:
@@ -209,23 +205,12 @@ def tune(index, vectors: np.ndarray, config: TuningConfig = TuningConfig(), *, s
     fallback: tuple[float, dict] | None = None
     last_knob = None
     for depth in depths:
-        base = {"rerank": depth} if depth else {}
-        if knob:
-            found = _smallest(ladder, lambda v: measure({**base, knob: v}), config.recall_target)
-            if found is None:
-                top = {**base, knob: ladder[-1]}
-                rec = next(t["recall"] for t in reversed(tried) if t["params"] == top)
-                if fallback is None or rec > fallback[0]:
-                    fallback = (rec, top)
-                continue
-            params, recall = {**base, knob: found[0]}, found[1]
-        else:
-            recall = measure(base)
-            if recall < config.recall_target:
-                if fallback is None or recall > fallback[0]:
-                    fallback = (recall, base)
-                continue
-            params = base
+        params, recall, reached = _at_depth({"rerank": depth} if depth else {}, knob, ladder, measure, tried,
+                                            config.recall_target)
+        if not reached:
+            if fallback is None or recall > fallback[0]:
+                fallback = (recall, params)
+            continue
         c = cost(index, params, vectors.shape[1])
         if best is None or c < best[0]:
             best = (c, params, recall)
@@ -240,6 +225,29 @@ def tune(index, vectors: np.ndarray, config: TuningConfig = TuningConfig(), *, s
     _, params, recall = best
     return Tuning(params=params, recall=round(recall, 4), validation_recall=round(check.recall(params), 4),
                   reached=True, tried=tried, config=config)
+
+
+def _benches(index, vectors: np.ndarray, live: np.ndarray, config: TuningConfig, selection) -> tuple[_Bench, _Bench]:
+    """Two seeded sets of live queries: one to tune on, one to validate the choice (the same
+    when there are too few vectors for two)."""
+    rng = np.random.default_rng(config.seed)
+    nq = min(config.queries, max(1, len(live) // 2))
+    picked = rng.choice(live, size=min(len(live), 2 * nq), replace=False)
+    return (_Bench(index, vectors, picked[:nq], config.k, selection),
+            _Bench(index, vectors, picked[nq:] if len(picked) > nq else picked[:nq], config.k, selection))
+
+
+def _at_depth(base: dict, knob: str | None, ladder, measure, tried: list[dict], target: float) -> tuple[dict, float, bool]:
+    """With re-rank ``base``: the cheapest setting of ``knob`` (up its ``ladder``) whose ``measure``
+    reaches ``target``, its recall and True; else the most accurate setting ``tried``, its recall and False."""
+    if knob:
+        found = _smallest(ladder, lambda v: measure({**base, knob: v}), target)
+        if found is None:
+            top = {**base, knob: ladder[-1]}
+            return top, next(t["recall"] for t in reversed(tried) if t["params"] == top), False
+        return {**base, knob: found[0]}, found[1], True
+    recall = measure(base)
+    return base, recall, recall >= target
 
 
 def _smallest(ladder, recall_of, target: float):
