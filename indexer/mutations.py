@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import faults
 from . import segments as seg
-from . import store
+from . import locking, reader, store
 from . import text_fields as tf
 from .build import Block, open_memmap, open_vectors, write_lexical, write_rows
 from .faiss_index import save_faiss, write_faiss
@@ -84,8 +84,8 @@ class MutationReport:
         return f"{parts}; index now holds {self.documents} documents ({self.tombstones} tombstones)"
 
 
-def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[Manifest, MutationReport]], mirrors,
-            unchanged: Callable[[store.IndexFiles], MutationReport | None] | None = None) -> MutationReport:
+def _mutate(target, work: Callable[[reader.IndexFiles, Path], tuple[Manifest, MutationReport]], mirrors,
+            unchanged: Callable[[reader.IndexFiles], MutationReport | None] | None = None) -> MutationReport:
     """Lock, open the current generation, let ``work`` fill a new one, publish it (store.publish_new).
     ``unchanged(src)``: a report when the write would change nothing; then nothing is published
     (the report says so: ``published`` False)."""
@@ -97,8 +97,8 @@ def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[Manifest, Mut
         reports.append(report)
         return manifest
 
-    with store.writer_lock(target, create=False):
-        src = store.open_index(target)
+    with locking.writer_lock(target, create=False):
+        src = reader.open_index(target)
         try:
             if unchanged is not None and (report := unchanged(src)) is not None:
                 report.published, report.seconds = False, time.perf_counter() - started
@@ -112,7 +112,7 @@ def _mutate(target, work: Callable[[store.IndexFiles, Path], tuple[Manifest, Mut
     return report
 
 
-def _manifest(src: store.IndexFiles, *, counts: Counts, run: dict, segments: list[seg.SegmentSpec],
+def _manifest(src: reader.IndexFiles, *, counts: Counts, run: dict, segments: list[seg.SegmentSpec],
               faiss_info: dict | None = None, fields: Iterable[str] = ()) -> Manifest:
     old = src.manifest
     return old.replace(
@@ -127,7 +127,7 @@ def _manifest(src: store.IndexFiles, *, counts: Counts, run: dict, segments: lis
 NOT_CARRIED = {store.MANIFEST, store.REJECTED_FILE, store.DELETED_FILE, store.ES_REJECTED_FILE}
 
 
-def _link_unchanged(src: store.IndexFiles, gen: Path) -> None:
+def _link_unchanged(src: reader.IndexFiles, gen: Path) -> None:
     """Hard-link every data file of ``src`` into ``gen`` (free): segments are immutable."""
     projections = set(src.manifest.projection_files)
     for name in src.manifest.files:
@@ -140,7 +140,7 @@ def _write_deleted(gen: Path, deleted: np.ndarray) -> None:
         np.save(gen / store.DELETED_FILE, np.unique(np.asarray(deleted, np.int64)))
 
 
-def _has_lexical(src: store.IndexFiles) -> bool:
+def _has_lexical(src: reader.IndexFiles) -> bool:
     """Whether the index keeps BM25 lists (built with them); then every new segment gets its own."""
     return f"{src.manifest.segment_specs[0].prefix}{LEXICAL_FILE}" in src.manifest.files
 
@@ -175,7 +175,7 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, encoder: 
     and benchmarks); every writer of encoded text (API, server, CLI, pipelines) passes it.
     """
 
-    def work(src: store.IndexFiles, gen: Path):
+    def work(src: reader.IndexFiles, gen: Path):
         if encoder is not None:
             check_encoder(target, src.manifest.encoder, encoder)
         limit = max_segments or src.manifest.max_segments or seg.MAX_SEGMENTS
@@ -185,25 +185,7 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, encoder: 
         replaced: list[int] = []
         fields: set = set()
         if n:
-            new = seg.SegmentSpec(seg.next_prefix(specs), src.positions, n)
-            out = open_memmap(gen / new.file(seg.VECTORS), n, d)
-            docstore = DocStore(str(gen / new.file(seg.DOCSTORE)), create=True)
-            field_rows = tf.FieldRows(gen, new, len(names), d) if len(names) > 1 else None
-            try:
-                new_blocks = _noting_replaced(blocks, src.docstore, d, replaced)
-                written, fields = write_rows(out, docstore, new_blocks, new.start, field_rows=field_rows)
-            finally:
-                docstore.close()
-                if field_rows is not None:
-                    field_rows.close()
-            if written != n:
-                raise RuntimeError(f"expected {n} new documents, the blocks held {written}")
-            out.flush()
-            _write_segment_faiss(gen, new, out)
-            del out
-            tf.write_indexes(gen, new, len(names))
-            if _has_lexical(src):
-                _write_segment_lexical(gen, new, names)
+            new, fields = _write_segment(src, gen, blocks, n, seg.next_prefix(specs), names, replaced)
             specs = specs + [new]
         faults.point("append.faiss-written")
         deleted = np.unique(np.concatenate([src.deleted, np.asarray(replaced, np.int64)]))
@@ -221,6 +203,35 @@ def append(target: str, blocks: Iterable[Block], *, n: int, run: dict, encoder: 
         return manifest.replace(max_segments=int(limit)), report
 
     return _mutate(target, work, mirrors)
+
+
+def _write_segment(src: reader.IndexFiles, gen: Path, blocks: Iterable[Block], n: int, prefix: str,
+                   names: tuple[str, ...], replaced: list[int]) -> tuple[seg.SegmentSpec, set]:
+    """Write the ``n`` documents of ``blocks`` into generation ``gen`` as a new segment named
+    ``prefix`` (vectors, docstore, FAISS, per-field indexes, the lexical index when ``src`` has one),
+    noting in ``replaced`` the positions of ids already indexed. Returns the segment and the
+    metadata fields its documents hold."""
+    d = src.vectors.shape[1]
+    new = seg.SegmentSpec(prefix, src.positions, n)
+    out = open_memmap(gen / new.file(seg.VECTORS), n, d)
+    docstore = DocStore(str(gen / new.file(seg.DOCSTORE)), create=True)
+    field_rows = tf.FieldRows(gen, new, len(names), d) if len(names) > 1 else None
+    try:
+        new_blocks = _noting_replaced(blocks, src.docstore, d, replaced)
+        written, fields = write_rows(out, docstore, new_blocks, new.start, field_rows=field_rows)
+    finally:
+        docstore.close()
+        if field_rows is not None:
+            field_rows.close()
+    if written != n:
+        raise RuntimeError(f"expected {n} new documents, the blocks held {written}")
+    out.flush()
+    _write_segment_faiss(gen, new, out)
+    del out
+    tf.write_indexes(gen, new, len(names))
+    if _has_lexical(src):
+        _write_segment_lexical(gen, new, names)
+    return new, fields
 
 
 def _write_segment_lexical(gen: Path, spec: seg.SegmentSpec, names: tuple[str, ...]) -> None:
@@ -283,7 +294,7 @@ def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
     live document has one of the ids (and no mirror is given), nothing is published: the report's
     ``published`` is False."""
 
-    def work(src: store.IndexFiles, gen: Path):
+    def work(src: reader.IndexFiles, gen: Path):
         _link_unchanged(src, gen)
         wanted = list(dict.fromkeys(ids))
         found = src.docstore.positions(wanted)
@@ -302,7 +313,7 @@ def delete(target: str, ids: list[str], *, mirrors=()) -> MutationReport:
                                 tombstones=int(tombstones), deleted=len(gone), not_found=missing)
         return _manifest(src, counts=counts, run=run, segments=src.manifest.segment_specs), report
 
-    def unchanged(src: store.IndexFiles) -> MutationReport | None:
+    def unchanged(src: reader.IndexFiles) -> MutationReport | None:
         wanted = list(dict.fromkeys(ids))
         if mirrors or src.docstore.positions(wanted):  # a mirror may have to catch up (a run killed before its alias swap)
             return None
@@ -317,7 +328,7 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
     FAISS trained and tuned again (``spec`` None: the recorded request, e.g. ``auto`` re-picks by
     the new size)."""
 
-    def work(src: store.IndexFiles, gen: Path):
+    def work(src: reader.IndexFiles, gen: Path):
         recorded = src.manifest.faiss
         use = spec or FaissSpec(factory=recorded.get("requested", recorded["factory"]),
                                 recall_target=recorded.get("spec", {}).get("recall_target", 0.95),
@@ -361,7 +372,7 @@ def compact(target: str, *, spec: FaissSpec | None = None, mirrors=(), facts: Gp
     return _mutate(target, work, mirrors)
 
 
-def _write_rejected(src: store.IndexFiles, gen: Path, op: str, rejected: Iterable[dict]) -> None:
+def _write_rejected(src: reader.IndexFiles, gen: Path, op: str, rejected: Iterable[dict]) -> None:
     """``rejected.jsonl`` accumulates: the previous generation's lines (the build's, then every later
     operation's), then this operation's, each tagged ``"op"`` and ``"at"`` (lines without ``op`` are the
     build's). With nothing new the file is a hard link of the previous one (free); otherwise the
