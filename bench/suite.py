@@ -132,6 +132,19 @@ def sp500_overlap(data: Path) -> tuple[int, int]:
 def plan(data: Path, inp: dict[str, str], job: SuiteJob, relations=PACK_RELATIONS) -> list[Step]:
     """The steps for a bundle shipping ``relations``: a relation it lacks gets no step of its own."""
     common = {"model": job.model, "cache_dir": job.cache_dir, "precision": job.precision, "progress": job.progress}
+    steps = _linkpred_steps(data, inp, relations, common) + _company_steps(data, job, relations, common)
+    if "same-caption" in relations:
+        steps.append(Step("retrieval_flickr8k_image", "retrieval", "flickr8k_captions", RetrievalJob(
+            corpus=str(data / "flickr8k_captions/corpus.jsonl"), aspect="image", relations=("same-caption",),
+            **common), note="relevant = the other 4 captions of the same image"))
+    for ds, by in (("stsb", None), ("sick", None), ("sts12_16", "year")):
+        steps.append(Step(f"sts_{ds}", "sts", ds, STSJob(pairs=str(data / ds / "pairs/test.jsonl"), by=by, **common)))
+    return steps
+
+
+def _linkpred_steps(data: Path, inp: dict[str, str], relations, common: dict) -> list[Step]:
+    """The link-prediction steps: each pair dataset of a shipped relation, SICK, and EvalRank
+    (with the paraphrase operator when the bundle ships it, else identity and BM25 only)."""
 
     def triples(name, split):
         return str(data / name / "triples" / f"{split}.jsonl")
@@ -166,6 +179,12 @@ def plan(data: Path, inp: dict[str, str], job: SuiteJob, relations=PACK_RELATION
             test=inp["evalrank_triples"], candidates=str(data / "evalrank/corpus.jsonl"), relations=("identity",),
             **common), note="EvalRank positive pairs; the bundle ships no paraphrase operator, so identity and BM25 "
                             "only"))
+    return steps
+
+
+def _company_steps(data: Path, job: SuiteJob, relations, common: dict) -> list[Step]:
+    """The company steps: competitors and GICS aspects on russell3000, and GICS sector on the S&P 500."""
+    steps = []
     russell = str(data / "russell3000_companies/corpus.jsonl")
     if "similar-company" in relations:
         steps.append(Step("companies_russell3000", "companies", "russell3000_companies", CompaniesJob(
@@ -183,12 +202,6 @@ def plan(data: Path, inp: dict[str, str], job: SuiteJob, relations=PACK_RELATION
             corpus=str(data / "sp500_companies/corpus.jsonl"), aspect="gics_sector", relations=tuple(company_ops),
             **common), note=f"not leak-free: {seen} of these {n} test companies are russell3000 train/dev companies, "
                             f"seen by the company operators in training"))
-    if "same-caption" in relations:
-        steps.append(Step("retrieval_flickr8k_image", "retrieval", "flickr8k_captions", RetrievalJob(
-            corpus=str(data / "flickr8k_captions/corpus.jsonl"), aspect="image", relations=("same-caption",),
-            **common), note="relevant = the other 4 captions of the same image"))
-    for ds, by in (("stsb", None), ("sick", None), ("sts12_16", "year")):
-        steps.append(Step(f"sts_{ds}", "sts", ds, STSJob(pairs=str(data / ds / "pairs/test.jsonl"), by=by, **common)))
     return steps
 
 
