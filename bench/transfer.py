@@ -293,7 +293,7 @@ def build_index(task: Task, folder: Path, bundle, precision: str, progress: bool
     """The task's documents indexed with the bundle, exact FAISS search; reused when built from the
     same documents with a bundle of the same fingerprint (encoder and operator tensors: a changed
     recipe needs no new index, a changed encoder does)."""
-    from ..indexer.store import open_index
+    from ..indexer.reader import open_index
     from ..pipelines.index import IndexJob, run_index
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -373,16 +373,7 @@ def run_transfer(job: TransferJob, *, json_out: str | None = None, plot_out: str
     started = clock()
     bundle = load_bundle(job.model)
     sets = job.sets or TRANSFER_SETS
-    unknown = [r for r in job.relations if r not in sets]
-    if unknown:
-        raise BenchInputError(f"no transfer set for {', '.join(unknown)}; known: {', '.join(sorted(sets))}")
-    absent = [r for r in job.relations if r not in bundle.operators]
-    if absent:
-        raise BenchInputError(f"the bundle has no relation {', '.join(absent)}; it has "
-                              f"{', '.join(sorted(bundle.operators))}")
-    wanted = [r for r in (job.relations or sorted(sets)) if r in bundle.operators]
-    if not wanted:
-        raise BenchInputError(f"the bundle ships none of the relations with a transfer set ({', '.join(sorted(sets))})")
+    wanted = _wanted(job.relations, bundle, sets)
     own_sets = OWN_TESTS if job.own_tests is None else job.own_tests
     own_wanted = [r for r in wanted if r in own_sets and not _has_own_test(bundle.operators[r])]
     roots = _roots(job)
@@ -429,6 +420,22 @@ def run_transfer(job: TransferJob, *, json_out: str | None = None, plot_out: str
                                     for n, e in entries.items()},
                    {n: as_whole_corpus(e) for n, e in own.items()})
     return res
+
+
+def _wanted(relations: tuple[str, ...], bundle, sets: dict[str, TransferSet]) -> list[str]:
+    """The relations to measure: those asked for (default: every one with a transfer set) that the
+    bundle ships; one asked for without a set or absent from the bundle, or none at all, is refused."""
+    unknown = [r for r in relations if r not in sets]
+    if unknown:
+        raise BenchInputError(f"no transfer set for {', '.join(unknown)}; known: {', '.join(sorted(sets))}")
+    absent = [r for r in relations if r not in bundle.operators]
+    if absent:
+        raise BenchInputError(f"the bundle has no relation {', '.join(absent)}; it has "
+                              f"{', '.join(sorted(bundle.operators))}")
+    wanted = [r for r in (relations or sorted(sets)) if r in bundle.operators]
+    if not wanted:
+        raise BenchInputError(f"the bundle ships none of the relations with a transfer set ({', '.join(sorted(sets))})")
+    return wanted
 
 
 def _has_own_test(op) -> bool:
