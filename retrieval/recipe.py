@@ -427,54 +427,80 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     per relation are small and dozens of recipes are tried, so a smaller gain is likely noise
     that costs on test. Arrays as in :func:`score_matrix`; ``known``: each query's answers that
     training already knows, removed from its golds' competitors (link prediction's filtered ranks)."""
-    tried = 0
-    pairs = _Pairs(gold, exclude, known)  # ranks are computed over each query's pool only
-    lexical_list = hybrid.minmax_list(lexical, depth, True, exclude) if lexical is not None else None
-    dense_lists: dict[tuple, tuple] = {}  # (operator share, title) → its dense list, cut and normalised once
-
-    def evaluate(recipe: Recipe, share: float) -> np.ndarray:
-        nonlocal tried
-        tried += 1
-        if (share, recipe.title) not in dense_lists:
-            dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, dense), depth, False, exclude)
-        additions = _additions(recipe, same, {name: prior} if prior is not None else None, linked, prominence)
-        return _pool_reciprocal_ranks(recipe, dense_lists[share, recipe.title], lexical_list, additions, pairs)
-
-    simplest = best = best_share = best_rr = None
-    for share, title, b in itertools.product(mixes, TITLE_SHARES if TITLE in dense else (0.0,),
-                                             BM25_SHARES if lexical is not None else (0.0,)):
-        mixture = {k: w for k, w in ((name, share), ("identity", 1.0 - share)) if w}
-        recipe = Recipe(mixture=mixture, bm25=b, title=title, depth=depth)
-        rr = evaluate(recipe, share)
-        if best is None or rr.mean() > best_rr.mean() + 1e-9:
-            best, best_share, best_rr = recipe, share, rr
-        simplest = simplest or (recipe, rr)
-    def ascend(key, values: tuple):  # key: a same field, the operator (its prior), NEIGHBOURS or PROMINENCE
-        nonlocal best, best_rr
-        for value in values:
-            recipe = replace(best, neighbours=value) if key is NEIGHBOURS \
-                else replace(best, prominence=value) if key is PROMINENCE \
-                else replace(best, same={**best.same, key: value}) if key in same else replace(best, prior={key: value})
-            rr = evaluate(recipe, best_share)
-            if rr.mean() > best_rr.mean() + 1e-9:
-                best, best_rr = recipe, rr
-
+    search = _Search(name, dense, lexical, same, exclude, gold, depth=depth, prior=prior, linked=linked, known=known,
+                     prominence=prominence)
+    simplest = search.grid(mixes)
     for _ in range(2 if same else 0):
         for f in same:
-            ascend(f, BONUSES)
+            search.ascend(f, BONUSES)
     offered = [(key, values) for key, values, table in ((name, PRIOR_WEIGHTS, prior), (NEIGHBOURS, NEIGHBOUR_BONUSES, linked),
                                                         (PROMINENCE, PROMINENCE_WEIGHTS, prominence))
                if table is not None and table.any()]
     for key, values in offered:
-        ascend(key, values)
+        search.ascend(key, values)
     if offered:
         for f in same:  # the bonuses again, beside the prior, the neighbours bonus and prominence
-            ascend(f, BONUSES)
+            search.ascend(f, BONUSES)
+    best, best_rr, tried = search.best, search.best_rr, search.tried
     best = replace(best, same={f: w for f, w in best.same.items() if w},
                    prior={k: w for k, w in best.prior.items() if w})
     if best == simplest[0]:
         return Choice(best, float(best_rr.mean()), tried)
-    margin = noise_margin(best_rr, simplest[1], pairs.rows)
+    margin = noise_margin(best_rr, simplest[1], search.pairs.rows)
     if best_rr.mean() - simplest[1].mean() > margin:
         return Choice(best, float(best_rr.mean()), tried, margin)
     return Choice(simplest[0], float(simplest[1].mean()), tried, margin, (best, float(best_rr.mean())))
+
+
+class _Search:
+    """The dev search of :func:`choose` (its arguments): each recipe tried is scored by its pairs'
+    reciprocal ranks; ``best`` (with its operator share and ranks) is the best so far, ``tried`` counts them."""
+
+    def __init__(self, name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
+                 same: dict[str, np.ndarray], exclude: np.ndarray, gold: list[set[int]], *, depth: int,
+                 prior: np.ndarray | None, linked: np.ndarray | None, known: list[set[int]] | None,
+                 prominence: np.ndarray | None):
+        self.name, self.dense, self.lexical, self.same, self.exclude, self.depth = name, dense, lexical, same, exclude, depth
+        self.priors = {name: prior} if prior is not None else None
+        self.linked, self.prominence = linked, prominence
+        self.tried = 0
+        self.pairs = _Pairs(gold, exclude, known)  # ranks are computed over each query's pool only
+        self.lexical_list = hybrid.minmax_list(lexical, depth, True, exclude) if lexical is not None else None
+        self.dense_lists: dict[tuple, tuple] = {}  # (operator share, title) → its dense list, cut and normalised once
+        self.best = self.best_share = self.best_rr = None
+
+    def evaluate(self, recipe: Recipe, share: float) -> np.ndarray:
+        """Each dev pair's reciprocal rank under ``recipe`` (its operator's ``share``)."""
+        self.tried += 1
+        if (share, recipe.title) not in self.dense_lists:
+            self.dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, self.dense), self.depth, False,
+                                                                       self.exclude)
+        additions = _additions(recipe, self.same, self.priors, self.linked, self.prominence)
+        return _pool_reciprocal_ranks(recipe, self.dense_lists[share, recipe.title], self.lexical_list, additions,
+                                      self.pairs)
+
+    def grid(self, mixes: tuple) -> tuple[Recipe, np.ndarray]:
+        """Try every operator share × title weight × BM25 share, keeping the best; returns the
+        simplest (the first tried) with its ranks."""
+        simplest = None
+        for share, title, b in itertools.product(mixes, TITLE_SHARES if TITLE in self.dense else (0.0,),
+                                                 BM25_SHARES if self.lexical is not None else (0.0,)):
+            mixture = {k: w for k, w in ((self.name, share), ("identity", 1.0 - share)) if w}
+            recipe = Recipe(mixture=mixture, bm25=b, title=title, depth=self.depth)
+            rr = self.evaluate(recipe, share)
+            if self.best is None or rr.mean() > self.best_rr.mean() + 1e-9:
+                self.best, self.best_share, self.best_rr = recipe, share, rr
+            simplest = simplest or (recipe, rr)
+        return simplest
+
+    def ascend(self, key, values: tuple) -> None:
+        """Try each of ``values`` for ``key`` (a same field, the operator (its prior), NEIGHBOURS or
+        PROMINENCE) on the best recipe, keeping one that beats it."""
+        for value in values:
+            recipe = replace(self.best, neighbours=value) if key is NEIGHBOURS \
+                else replace(self.best, prominence=value) if key is PROMINENCE \
+                else replace(self.best, same={**self.best.same, key: value}) if key in self.same \
+                else replace(self.best, prior={key: value})
+            rr = self.evaluate(recipe, self.best_share)
+            if rr.mean() > self.best_rr.mean() + 1e-9:
+                self.best, self.best_rr = recipe, rr
