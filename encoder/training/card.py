@@ -125,50 +125,12 @@ def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[st
                  "The encoder is unchanged: indexes built with it stay valid; only the query side is transformed.")
     lines += ["", "## Hyperparameters", "", ", ".join(f"{k} = {v}" for k, v in info.get("config", {}).items()), ""]
     ops = trained_operators(bundle)
-    if ops:
-        lines += ["## Operators: test metrics vs identity", "",
-                  "Identity = plain cosine of the base encoder. Main metric in bold where the operator beats it.", "",
-                  "| operator | kind | description | data | best epoch | metrics (trained / identity) |",
-                  "|---|---|---|---|---|---|"]
-        for op in ops:
-            m, tr = op.info.get("metrics", {}), op.info.get("training", {})
-            data = "; ".join(f"{s} {_size(v)}" for s, v in op.info.get("data", {}).items())
-            main = m.get("metric", "mrr")
-            cells = []
-            for k in metric_keys(m):
-                t, i = m["trained"][k], m.get("identity", {}).get(k)
-                better = i is not None and (t < i if k == "mr" else t > i)
-                cells.append(f"{k} " + (f"**{fmt(t)}**" if k == main and better else fmt(t)) + f" / {fmt(i)}")
-            lines.append(f"| {op.name} | {op.kind} | {op.description} | {data} | {tr.get('best_epoch', '–')} | "
-                         f"{'; '.join(cells) or 'no test data'} |")
-        protocols = sorted({op.info["metrics"]["protocol"] for op in ops if op.info.get("metrics", {}).get("protocol")})
-        lines += [""] + [f"Protocol: {p}." for p in protocols] + [""]
-    towers = {op.info["tower"]["name"]: op for op in ops if op.kind == "encoder"}
-    if towers:
-        lines += ["## Query towers (operators of kind `encoder`)", ""]
-        for name, op in sorted(towers.items()):
-            t, tr = op.info["tower"], op.info.get("training", {})
-            users = ", ".join(sorted(o.name for o in ops if o.kind == "encoder" and o.info["tower"]["name"] == name))
-            what = f"LoRA rank {t['rank']}" if t.get("rank") else "whole weights"
-            where = f"layers {', '.join(map(str, t['layers']))}" if t.get("layers") else "all layers"
-            lines.append(f"- `{name}`: {what} of {', '.join(t.get('targets', []))} in {where} of the encoder "
-                         f"above, reading `{t['marker']}`; used by {users}. Trained {tr.get('steps')} steps in "
-                         f"{tr.get('train_seconds')} s on {tr.get('device')} "
-                         f"({tr.get('triples_per_second')} triples/s); "
-                         f"best step {tr.get('best_step')}, learned temperature {tr.get('temperature')}.")
-        lines.append("")
+    lines += _operator_table(ops) + _tower_lines(ops)
     lines += direction_table(info.get("link_prediction"))
     runs = training_lines(bundle)
     if runs:
         lines += ["## Training runs", "", *runs, ""]
-    heads = getattr(bundle, "heads", {})
-    if heads:
-        lines += ["## Re-ranking heads (`relsearch query --rerank NAME`)", ""]
-        for name, head in sorted(heads.items()):
-            m = head.info.get("metrics", {})
-            lines.append(f"- `{name}` ({head.kind}): " + ", ".join(f"{k} {fmt(v)}" for k, v in m.items()
-                                                                  if not isinstance(v, (dict, list))))
-        lines.append("")
+    lines += _head_lines(getattr(bundle, "heads", {}))
     if info.get("metrics"):
         lines += ["## Bundle metrics", "", "```", *(f"{k}: {v}" for k, v in info["metrics"].items()), "```", ""]
     sources = info.get("sources", {})
@@ -182,6 +144,61 @@ def render_model_card(bundle, *, title: str = "relsearch bundle", notes: list[st
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return "\n".join(lines)
+
+
+def _operator_table(ops: list) -> list[str]:
+    """The card's table of the trained operators: data, best epoch, test metrics against identity
+    (the main one in bold where the operator beats it), and the protocols measured by."""
+    if not ops:
+        return []
+    lines = ["## Operators: test metrics vs identity", "",
+             "Identity = plain cosine of the base encoder. Main metric in bold where the operator beats it.", "",
+             "| operator | kind | description | data | best epoch | metrics (trained / identity) |",
+             "|---|---|---|---|---|---|"]
+    for op in ops:
+        m, tr = op.info.get("metrics", {}), op.info.get("training", {})
+        data = "; ".join(f"{s} {_size(v)}" for s, v in op.info.get("data", {}).items())
+        main = m.get("metric", "mrr")
+        cells = []
+        for k in metric_keys(m):
+            t, i = m["trained"][k], m.get("identity", {}).get(k)
+            better = i is not None and (t < i if k == "mr" else t > i)
+            cells.append(f"{k} " + (f"**{fmt(t)}**" if k == main and better else fmt(t)) + f" / {fmt(i)}")
+        lines.append(f"| {op.name} | {op.kind} | {op.description} | {data} | {tr.get('best_epoch', '–')} | "
+                     f"{'; '.join(cells) or 'no test data'} |")
+    protocols = sorted({op.info["metrics"]["protocol"] for op in ops if op.info.get("metrics", {}).get("protocol")})
+    return lines + [""] + [f"Protocol: {p}." for p in protocols] + [""]
+
+
+def _tower_lines(ops: list) -> list[str]:
+    """The card's list of query towers (operators of kind ``encoder``): what each trains, who uses it, how it went."""
+    towers = {op.info["tower"]["name"]: op for op in ops if op.kind == "encoder"}
+    if not towers:
+        return []
+    lines = ["## Query towers (operators of kind `encoder`)", ""]
+    for name, op in sorted(towers.items()):
+        t, tr = op.info["tower"], op.info.get("training", {})
+        users = ", ".join(sorted(o.name for o in ops if o.kind == "encoder" and o.info["tower"]["name"] == name))
+        what = f"LoRA rank {t['rank']}" if t.get("rank") else "whole weights"
+        where = f"layers {', '.join(map(str, t['layers']))}" if t.get("layers") else "all layers"
+        lines.append(f"- `{name}`: {what} of {', '.join(t.get('targets', []))} in {where} of the encoder "
+                     f"above, reading `{t['marker']}`; used by {users}. Trained {tr.get('steps')} steps in "
+                     f"{tr.get('train_seconds')} s on {tr.get('device')} "
+                     f"({tr.get('triples_per_second')} triples/s); "
+                     f"best step {tr.get('best_step')}, learned temperature {tr.get('temperature')}.")
+    return lines + [""]
+
+
+def _head_lines(heads: dict) -> list[str]:
+    """The card's list of re-ranking heads with their scalar metrics."""
+    if not heads:
+        return []
+    lines = ["## Re-ranking heads (`relsearch query --rerank NAME`)", ""]
+    for name, head in sorted(heads.items()):
+        m = head.info.get("metrics", {})
+        lines.append(f"- `{name}` ({head.kind}): " + ", ".join(f"{k} {fmt(v)}" for k, v in m.items()
+                                                              if not isinstance(v, (dict, list))))
+    return lines + [""]
 
 
 def training_lines(bundle) -> list[str]:
