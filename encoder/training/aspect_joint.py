@@ -31,7 +31,7 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
     seed_everything(config.seed)
     encoder = TrainableEncoder(base_bundle.encoder["model"], max_length=config.max_length)
     opt = torch.optim.AdamW(encoder.parameters(), lr=config.learning_rate, weight_decay=0.0)
-    stopper, start_epoch, history, best_state = EarlyStopping(config.patience), 1, [], None
+    stopper = EarlyStopping(config.patience)
     budget, stopped_by = budget or Budget(config.time_budget), "epochs"
 
     def dev_score() -> float:
@@ -40,17 +40,10 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
         v = encoder.embed([d.text for d in splits["dev"]])
         return aspect_metrics(IDENTITY, v, splits["dev"], fields, combine)[f"p@{K}"]
 
-    resumed = checkpoint.load() if checkpoint else None
-    if resumed:
-        tensors = resumed["tensors"]
-        encoder.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
-        best_state = {k[len("best."):]: v for k, v in tensors.items() if k.startswith("best.")} or None
-        opt.load_state_dict(resumed["optimizer"])
-        stopper.restore(resumed["state"]["stopper"])
-        start_epoch, history = resumed["state"]["epoch"] + 1, resumed["state"]["history"]
-        budget.spent = resumed["state"].get("elapsed", 0.0)
-    else:
+    resumed = _resume(checkpoint, encoder, opt, stopper, budget)
+    if resumed is None:
         stopper.update(dev_score(), 0)
+    best_state, start_epoch, history = resumed or (None, 1, [])
     t0 = time.time()
     train = splits["train"]
     steps = -(-len(train) // config.batch_size)
@@ -77,10 +70,8 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
         if not np.isnan(score):
             stopper.update(score, epoch)
         if checkpoint:
-            tensors = {f"model.{k}": v for k, v in encoder.state_dict().items()}
-            tensors.update({f"best.{k}": v for k, v in (best_state or {}).items()})
-            checkpoint.save({"epoch": epoch, "history": history, "stopper": stopper.state(),
-                             "elapsed": budget.elapsed()}, tensors, opt)
+            _save(checkpoint, encoder, opt, best_state, {"epoch": epoch, "history": history,
+                                                         "stopper": stopper.state(), "elapsed": budget.elapsed()})
     bar.close()
     if best_state is not None:
         encoder.load_state_dict(best_state)
@@ -88,6 +79,28 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
                 f"dev_p@{K}": stopper.best, "stopped_by": stopped_by, "precision": encoder.precision,
                 **(budget.record() if config.time_budget else {}), "history": history}
     return _bundle(encoder, name, splits, fields, combine, config, base_bundle, training), encoder
+
+
+def _resume(checkpoint, encoder, opt, stopper: EarlyStopping, budget: Budget) -> tuple | None:
+    """Restore a run from ``checkpoint`` into ``encoder``, ``opt``, ``stopper`` and ``budget``:
+    returns its best weights (None: none yet), the next epoch and the history; None without one."""
+    resumed = checkpoint.load() if checkpoint else None
+    if not resumed:
+        return None
+    tensors = resumed["tensors"]
+    encoder.load_state_dict({k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")})
+    best_state = {k[len("best."):]: v for k, v in tensors.items() if k.startswith("best.")} or None
+    opt.load_state_dict(resumed["optimizer"])
+    stopper.restore(resumed["state"]["stopper"])
+    budget.spent = resumed["state"].get("elapsed", 0.0)
+    return best_state, resumed["state"]["epoch"] + 1, resumed["state"]["history"]
+
+
+def _save(checkpoint, encoder, opt, best_state: dict | None, state: dict) -> None:
+    """Save the encoder's weights, the best ones so far, the optimiser and ``state`` to ``checkpoint``."""
+    tensors = {f"model.{k}": v for k, v in encoder.state_dict().items()}
+    tensors.update({f"best.{k}": v for k, v in (best_state or {}).items()})
+    checkpoint.save(state, tensors, opt)
 
 
 def _epoch(encoder, opt, texts: list[str], relevant_to, config, epoch: int, bar) -> list[float]:
