@@ -194,18 +194,7 @@ def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: R
             stopped_by = "time budget"
             break
         t_epoch = budget.clock()
-        order, losses = rng.permutation(len(train)), []
-        for start in range(0, len(order), config.batch_size):
-            batch = order[start:start + config.batch_size]
-            cand_pos, cand_unit = candidates.for_batch(batch, rng)
-            mask = torch.from_numpy(_mask(batch, excl, cand_pos, len(cand_unit)))
-            q = forward(params, raw[train.head[batch]])
-            loss = rse_loss(q, cand_unit, torch.from_numpy(cand_pos[train.tail[batch]]), mask, config.temperature)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        loss_value = float(np.mean(losses)) if losses else float("nan")
+        loss_value = _epoch(params, opt, raw, train, candidates, excl, rng, config)
         mrr = dev_mrr()
         budget.unit_done(budget.clock() - t_epoch)
         history.append({"epoch": epoch, "loss": round(loss_value, 5), "dev_mrr": round(mrr, 5),
@@ -225,6 +214,26 @@ def _train_relation(name: str, vectors: np.ndarray, train: RelationSplit, dev: R
             "dev_mrr": None if dev is None else round(best["mrr"], 5), "stopped_by": stopped_by,
             **(budget.record() if config.time_budget else {}), "history": history}
     return {k: v.numpy().astype(np.float32) for k, v in best["params"].items()}, info
+
+
+def _epoch(params: dict, opt, raw, train: RelationSplit, candidates: _Candidates, excl, rng: np.random.Generator,
+           config: TrainConfig) -> float:
+    """One epoch over ``train`` in an order drawn from ``rng``, a batch per optimiser step, each
+    against its candidates (``excl``: the known answers masked out); returns the mean loss."""
+    import torch
+
+    order, losses = rng.permutation(len(train)), []
+    for start in range(0, len(order), config.batch_size):
+        batch = order[start:start + config.batch_size]
+        cand_pos, cand_unit = candidates.for_batch(batch, rng)
+        mask = torch.from_numpy(_mask(batch, excl, cand_pos, len(cand_unit)))
+        q = forward(params, raw[train.head[batch]])
+        loss = rse_loss(q, cand_unit, torch.from_numpy(cand_pos[train.tail[batch]]), mask, config.temperature)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return float(np.mean(losses)) if losses else float("nan")
 
 
 def _load(files) -> list[Triple]:
