@@ -351,7 +351,7 @@ def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: li
         columns[text].append(col)
     bm25 = BM25(cands.texts)
     relations = sorted({t["relation"] for t in test})
-    rows, missing, ranks = [], {}, {}
+    rows, missing = [], {}
     for direction in directions:
         items = _items(test, known, direction)
         lost = [it for it in items if it.gold not in columns]
@@ -363,50 +363,73 @@ def evaluate(test: list[dict], known: list[dict], cands: Candidates, methods: li
         missing[direction] = {r: sum(it.relation == r for it in lost) for r in relations}
         items = [it for it in items if it.gold in columns]
         for method in methods:
-            collected = []
-            for rel in relations:
-                group = [it for it in items if it.relation == rel]
-                op_name = rel if _own(method) else method
-                op = None if method == "bm25" else operator_for(cands.bundle.operators, op_name, direction)
-                row = {"direction": direction, "relation": rel, "method": method,
-                       "operator": None if method == "bm25" else op_name,
-                       "queries": len(group), "missing": missing[direction][rel]}
-                if method != "bm25" and op is None:
-                    kind = lookup(cands.bundle.operators, op_name).kind
-                    rows.append(dict(row, available=False, reason=f"no inverse of {op_name!r}: its kind {kind} has none "
-                                     f"(kinds with one: {', '.join(INVERTIBLE)}) and the bundle has no operator "
-                                     f"{op_name + '^-1'!r}"))
-                    collected = None
-                    continue
-                pair = _rank(method, group, cands, bm25, op, columns, chunk)
-                ranks[(direction, rel, method)] = pair
-                rows.append(dict(row, available=True, **_metrics(pair)))
-                if collected is not None:
-                    collected.append(pair)
-            overall = {"direction": direction, "relation": "overall", "method": method,
-                       "operator": None if _own(method) else method,
-                       "queries": len(items), "missing": sum(missing[direction].values())}
-            if collected is None:
-                rows.append(dict(overall, available=False, reason="unavailable for some relation"))
-            else:
-                pair = (Ranks.concat([p[0] for p in collected]), Ranks.concat([p[1] for p in collected]))
-                rows.append(dict(overall, available=True, **_metrics(pair)))
+            rows += _method_rows(method, direction, items, relations, missing[direction],
+                                 _Ranking(cands, bm25, columns, chunk))
     if len(directions) == 2:
-        by_key = {(r["direction"], r["relation"], r["method"]): r for r in rows}
-        for rel in relations + ["overall"]:
-            for method in methods:
-                a, b = by_key[("tail", rel, method)], by_key[("head", rel, method)]
-                row = {"direction": "mean", "relation": rel, "method": method, "operator": a["operator"],
-                       "queries": a["queries"] + b["queries"], "missing": a["missing"] + b["missing"]}
-                if a["available"] and b["available"]:
-                    rows.append(dict(row, available=True, **_mean(a, b)))
-                else:
-                    rows.append(dict(row, available=False, reason="head prediction unavailable"))
+        rows += _mean_rows(rows, relations, methods)
     place = [{key: i for i, key in enumerate(keys)} for keys in ([*DIRECTIONS, "mean"], [*relations, "overall"], methods)]
     rows.sort(key=lambda r: (place[0][r["direction"]], place[1][r["relation"]], place[2][r["method"]]))
     return {"rows": rows, "counts": {"triples": len(test), "known_triples": len(known),
                                      "candidates": len(cands.texts), "distinct_candidate_texts": len(columns),
                                      "missing": missing}}
+
+
+@dataclass(frozen=True)
+class _Ranking:
+    """What ranks a group of items: the candidates, their BM25 index, each text's columns, the chunk size."""
+
+    cands: Candidates
+    bm25: BM25
+    columns: dict[str, list[int]]
+    chunk: int
+
+
+def _method_rows(method: str, direction: str, items: list, relations: list[str], missing: dict[str, int],
+                 ranking: _Ranking) -> list[dict]:
+    """``method``'s rows in ``direction``: one per relation, then "overall" (unavailable when some
+    relation's operator has no inverse for head prediction)."""
+    rows, collected = [], []
+    for rel in relations:
+        group = [it for it in items if it.relation == rel]
+        op_name = rel if _own(method) else method
+        op = None if method == "bm25" else operator_for(ranking.cands.bundle.operators, op_name, direction)
+        row = {"direction": direction, "relation": rel, "method": method,
+               "operator": None if method == "bm25" else op_name, "queries": len(group), "missing": missing[rel]}
+        if method != "bm25" and op is None:
+            kind = lookup(ranking.cands.bundle.operators, op_name).kind
+            rows.append(dict(row, available=False, reason=f"no inverse of {op_name!r}: its kind {kind} has none "
+                             f"(kinds with one: {', '.join(INVERTIBLE)}) and the bundle has no operator "
+                             f"{op_name + '^-1'!r}"))
+            collected = None
+            continue
+        pair = _rank(method, group, ranking.cands, ranking.bm25, op, ranking.columns, ranking.chunk)
+        rows.append(dict(row, available=True, **_metrics(pair)))
+        if collected is not None:
+            collected.append(pair)
+    overall = {"direction": direction, "relation": "overall", "method": method,
+               "operator": None if _own(method) else method, "queries": len(items), "missing": sum(missing.values())}
+    if collected is None:
+        rows.append(dict(overall, available=False, reason="unavailable for some relation"))
+    else:
+        pair = (Ranks.concat([p[0] for p in collected]), Ranks.concat([p[1] for p in collected]))
+        rows.append(dict(overall, available=True, **_metrics(pair)))
+    return rows
+
+
+def _mean_rows(rows: list[dict], relations: list[str], methods: list[str]) -> list[dict]:
+    """The "mean" direction's rows: each relation's (and overall) tail and head metrics averaged."""
+    by_key = {(r["direction"], r["relation"], r["method"]): r for r in rows}
+    means = []
+    for rel in relations + ["overall"]:
+        for method in methods:
+            a, b = by_key[("tail", rel, method)], by_key[("head", rel, method)]
+            row = {"direction": "mean", "relation": rel, "method": method, "operator": a["operator"],
+                   "queries": a["queries"] + b["queries"], "missing": a["missing"] + b["missing"]}
+            if a["available"] and b["available"]:
+                means.append(dict(row, available=True, **_mean(a, b)))
+            else:
+                means.append(dict(row, available=False, reason="head prediction unavailable"))
+    return means
 
 
 # ---------------------------------------------------------------- tables and the command
