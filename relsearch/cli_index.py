@@ -113,8 +113,7 @@ def index(ctx, corpus, index_dir, model, id_field, text_fields, collapse_field, 
     index replaces the old one atomically, and only when the run succeeds.
     """
     from relsearch.indexer.records import Limits
-    from relsearch.indexer.spool import signals_exit, spooled
-    from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
+    from relsearch.pipelines.index import IndexJob
 
     # a failing Beam step logs its traceback before the error reaches here; it is reported below in one line
     logging.getLogger("apache_beam.runners.common").setLevel(logging.CRITICAL)
@@ -132,19 +131,33 @@ def index(ctx, corpus, index_dir, model, id_field, text_fields, collapse_field, 
                    faiss_add_units=faiss_add_units, append=append, max_segments=max_segments, es=es_target(**es), chunk_lines=chunk_lines,
                    max_length=max_length, precision=precision, strict=strict, progress=not quiet,
                    limits=Limits(max_line_bytes, max_text_bytes, max_metadata_bytes))
+    _echo_report(_run(job, beam_args), index_dir, append)
+
+
+def _run(job, beam_args: list[str]):
+    """Run the index job (its input copied from standard input first when it is ``-``); a failure
+    is one line, with the spool's path said as stdin."""
+    from relsearch.indexer.spool import signals_exit, spooled
+    from relsearch.pipelines.index import IndexInputError, run_index
+
     spool = None
     try:  # SIGTERM / SIGHUP leave through the finally blocks (the spool, a half-written generation) as Ctrl-C does
         with signals_exit(), contextlib.ExitStack() as stack:
-            if corpus == "-":
-                spool = stack.enter_context(spooled(sys.stdin.buffer, index_dir))
+            if job.input == "-":
+                spool = stack.enter_context(spooled(sys.stdin.buffer, job.index))
                 job = dataclasses.replace(job, input=spool)
-            report = run_index(job, beam_args)
+            return run_index(job, beam_args)
     except (IndexInputError, FileExistsError, ValueError, RuntimeError) as e:
         raise click.ClickException(str(e).replace(spool, "stdin") if spool else str(e)) from None
     except OSError as e:  # disk full, permissions: the previous index is untouched
         name = "stdin" if spool and e.filename == spool else e.filename
         raise click.ClickException(f"{e.strerror or e}{f': {name}' if name else ''}; "
                                    "nothing was published") from None
+
+
+def _echo_report(report, index_dir: str, append: bool) -> None:
+    """Say what the index run did: resumed chunks, counts, encoder, truncations, rejections, texts
+    left out, FAISS and its tuning, the mirrors, and where the index is."""
     if report.resumed_chunks:
         click.echo(f"resumed: {report.resumed_chunks} chunks were already encoded by an interrupted run")
     click.echo(report.summary() + (f" (replaced {report.replaced})" if append else ""))
