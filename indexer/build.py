@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import faults
-from . import lexical, rowfile, store
+from . import lexical, locking, rowfile, store
 from .docstore import DocStore
 from .faiss_index import FaissSpec, write_faiss
 from .rowfile import unit_rows
@@ -173,5 +173,5 @@ def build_published(target: str, blocks: Iterable[Block], *, n: int, d: int, enc
                         runs=({"op": "build", "read": n, "indexed": n, "rejected": 0, **(run or {}),
                                "at": store.utc_now()},))
 
-    with store.writer_lock(target):
+    with locking.writer_lock(target):
         return store.publish_new(target, fill, mirrors)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import elastic, store
+from . import elastic, reader, store
 from .manifest import Manifest
 from .segments import Documents
 
@@ -68,7 +68,7 @@ class EsMirror:
 
     def load(self, gen: Path, manifest: Manifest) -> dict:
         """Create a new index and bulk-load ``gen``'s live documents; returns reconciled counts."""
-        files = store.open_generation(gen, manifest)
+        files = reader.open_generation(gen, manifest)
         vectors, docstore = files.vectors, files.docstore
         stamp = self.clock().strftime("%Y%m%dt%H%M%S")
         self.index_name = elastic.check_index_name(f"{self.target.alias}-{stamp}-{uuid.uuid4().hex[:6]}")

@@ -1,6 +1,6 @@
 """One text field of an index of several, read as if it were the index (indexer/text_fields.py).
 
-:func:`field_view` gives an :class:`~.store.IndexFiles` whose segments are the field's files
+:func:`field_view` gives an :class:`~.reader.IndexFiles` whose segments are the field's files
 (vectors, FAISS, BM25) and whose dead positions are the deleted ones plus those of documents
 lacking that text, so every search path — FAISS with its selector, exact filtered search, BM25,
 recipes, collapse — runs on it unchanged and never returns a document for a text it does not
@@ -17,7 +17,7 @@ import numpy as np
 from . import segments as seg
 from .ann import Selection
 from .docstore import DocRows
-from .store import IndexFiles
+from .reader import IndexFiles
 
 
 class FieldDocuments:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .. import faults
-from . import integrity, store
+from . import integrity, locking, reader, store
 from .manifest import Manifest
 from .manifest import write as write_manifest
 
@@ -89,7 +89,7 @@ def set_keep(target: str | os.PathLike, keep: int) -> None:
     """Retain ``keep`` generations from now on (older ones are removed at once)."""
     if not 1 <= keep <= store.MAX_HISTORY:
         raise SnapshotError(f"keep must be between 1 (the published generation only) and {store.MAX_HISTORY}")
-    with store.writer_lock(target, create=False):
+    with locking.writer_lock(target, create=False):
         if not store.is_published(target):
             raise FileNotFoundError(f"no index at {target}")
         history = store.read_history(target)
@@ -100,7 +100,7 @@ def set_keep(target: str | os.PathLike, keep: int) -> None:
 def rollback(target: str | os.PathLike, to: str | None = None) -> tuple[str, Manifest]:
     """Publish retained generation ``to`` again (default: the one published before the current
     one); returns (its name, its manifest). Its files are verified first."""
-    with store.writer_lock(target, create=False):
+    with locking.writer_lock(target, create=False):
         gens = store.retained(target)
         if not gens:
             raise FileNotFoundError(f"no index at {target}")
@@ -117,7 +117,7 @@ def rollback(target: str | os.PathLike, to: str | None = None) -> tuple[str, Man
         gen = store.generations_dir(Path(target).absolute()) / to
         try:
             manifest = store.read_manifest(gen)
-            store.verify_generation(gen, manifest)
+            reader.verify_generation(gen, manifest)
         except ValueError as e:  # IndexCorruptError, or a format this version cannot read
             rest = [n for n in others if n != to]
             raise e.__class__(f"cannot roll back to {to}: {e}. {target} still serves {gens[0].name}; other retained "

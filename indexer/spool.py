@@ -10,7 +10,7 @@ the index ``NAME``. The file's owner holds an exclusive ``flock`` on it from bef
   ordinary exit that runs ``finally`` blocks;
 - a SIGKILL (or a power cut) cannot be handled; the lock dies with the process, so the next writer
   of the index (a build, ``--append``, ``delete``, ``compact``, ``rollback``, the HTTP API: every
-  :func:`indexer.store.writer_lock`, and every ``relsearch index`` before it reads its input)
+  :func:`indexer.locking.writer_lock`, and every ``relsearch index`` before it reads its input)
   removes the spools that no live process holds (:func:`sweep`). A full disk caused by a spool
   therefore never blocks the next build.
 """

@@ -10,7 +10,7 @@
 
 Indexes written before this layout (``DIR`` a symlink to ``.DIR.generations/<gen>``, with
 ``.DIR.history.json`` and ``.DIR.lock`` beside it) open as they are and are migrated to it by their
-next writer (:func:`writer_lock`). Any other symlink given as ``DIR`` stands for the folder it
+next writer (indexer/migration.py). Any other symlink given as ``DIR`` stands for the folder it
 links to (:func:`index_dir`); inside ``DIR``, ``generations`` and its entries must not be symlinks
 (:func:`generations_dir`), and only folders named as a writer names them are ever removed.
 A generation folder ``DIR/generations/<gen>`` holds::
@@ -28,18 +28,14 @@ A generation folder ``DIR/generations/<gen>`` holds::
 A build or a mutation (indexer/mutations.py) writes a new generation, writes its manifest last
 (with the size and sha256 of every file, indexer/integrity.py), fsyncs it, and then replaces the
 ``current`` pointer with ``os.replace`` (atomic on POSIX): readers see the old index or the new one, never a
-half-written one, and a killed writer leaves the previous index untouched. Opening verifies the
-files against the manifest, so a damaged file is a clear error naming it; every file it opens is a
-regular file of the generation listed in the manifest, never a symlink. Writers of one index take
-``writer_lock`` so two mutations cannot both start from the same generation (and a writer decides
-between building and appending under it). A full disk is one :class:`NoSpaceError`. A reader keeps
-every file of its generation open (the FAISS file by descriptor), so it keeps answering even
-after a later publish removes that generation's folder.
+half-written one, and a killed writer leaves the previous index untouched. Writers of one index
+take the writer lock (indexer/locking.py) so two mutations cannot both start from the same
+generation (and a writer decides between building and appending under it). A full disk is one
+:class:`NoSpaceError`. Readers open a generation with indexer/reader.py, which verifies its files
+against the manifest and keeps them open.
 """
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import datetime as _dt
 import errno
 import fcntl
@@ -49,26 +45,17 @@ import re
 import shutil
 import sqlite3
 import stat
-import threading
-import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-
-import numpy as np
 
 from ..version import __version__
 from .. import faults
 from ..files import replaced_atomically
-from . import integrity, lexical, spool
-from . import text_fields as tf
-from . import segments as seg
-from .docstore import DocStore
+from . import integrity
 from .integrity import IndexCorruptError  # noqa: F401  (re-exported: callers catch it from here)
 from .manifest import FILE as MANIFEST
 from .manifest import FORMAT, Manifest
-from .manifest import parse as parse_manifest
 from .manifest import read as read_manifest  # noqa: F401  (re-exported)
 from .manifest import write as write_manifest
 FAISS_FILE = "index.faiss"
@@ -99,7 +86,7 @@ def legacy(target: str | os.PathLike) -> bool:
         return False
     real = Path(os.path.realpath(target))
     # the parent test: an old-layout link whose generation was removed is still an old-layout index
-    return os.path.lexists(real / MANIFEST) or real.parent == Path(os.path.realpath(_legacy_path(target, "generations")))
+    return os.path.lexists(real / MANIFEST) or real.parent == Path(os.path.realpath(legacy_path(target, "generations")))
 
 
 def index_dir(target: str | os.PathLike) -> Path:
@@ -112,7 +99,7 @@ def index_dir(target: str | os.PathLike) -> Path:
     return target
 
 
-def _legacy_path(target: Path, suffix: str) -> Path:
+def legacy_path(target: Path, suffix: str) -> Path:
     return target.parent / f".{target.name}.{suffix}"
 
 
@@ -124,7 +111,7 @@ def generations_dir(target: str | os.PathLike) -> Path:
     in, a place that is not the index."""
     target = index_dir(target)
     if legacy(target):
-        return _legacy_path(target, "generations")
+        return legacy_path(target, "generations")
     gens = target / GENERATIONS
     if gens.is_symlink():
         raise IndexCorruptError(f"{gens} is a symlink; an index's generations must be a folder inside it: "
@@ -198,7 +185,8 @@ def new_generation(target: str | os.PathLike) -> Path:
 def publish(target: str | os.PathLike, gen: Path, *, remove_builds: bool = True) -> None:
     """Atomically point ``target`` at ``gen`` (a rename of ``DIR/current``), record it in the
     index's publish history, then remove generations that are neither retained (:func:`retained`)
-    nor being opened. The caller holds :func:`writer_lock` (so the index has the one-folder layout).
+    nor being opened. The caller holds the writer lock (indexer/locking.py), so the index has the one-folder
+    layout.
 
     Shards of interrupted builds (``build-*``) go too: a build can be resumed until a build or
     append of other input to the same index starts (:func:`remove_stale_builds`) or succeeds.
@@ -217,14 +205,14 @@ def publish(target: str | os.PathLike, gen: Path, *, remove_builds: bool = True)
         os.fsync(f.fileno())
     faults.point("publish.link-created")
     os.replace(tmp, target / CURRENT)
-    _fsync_dir(target)  # the swap itself survives a power cut once this returns
+    fsync_dir(target)  # the swap itself survives a power cut once this returns
     faults.point("publish.swapped")
-    _show_rejected(target, gen)
+    show_rejected(target, gen)
     _record_published(target, gen.name)
     remove_stale_generations(target, keep=gen, builds=remove_builds)
 
 
-def _show_rejected(target: Path, gen: Path) -> None:
+def show_rejected(target: Path, gen: Path) -> None:
     """``DIR/rejected.jsonl``: a copy of the published generation's rejection log where users look
     for it (replaced atomically; nothing reads it back, and editing it harms no generation)."""
     source = gen / REJECTED_FILE
@@ -253,7 +241,7 @@ MAX_HISTORY = 100
 
 def history_path(target: str | os.PathLike) -> Path:
     target = index_dir(target)
-    return _legacy_path(target, "history.json") if legacy(target) else target / HISTORY
+    return legacy_path(target, "history.json") if legacy(target) else target / HISTORY
 
 
 def read_history(target: str | os.PathLike) -> dict:
@@ -303,7 +291,7 @@ def safe_generation_name(name: str) -> bool:
     return integrity.safe_name(name) and not name.startswith((".", "build-"))
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -321,7 +309,7 @@ def fsync_generation(gen: Path) -> None:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-    _fsync_dir(gen)
+    fsync_dir(gen)
 
 
 def remove_stale_generations(target: Path, *, keep: Path | None = None, builds: bool = True) -> None:
@@ -386,7 +374,7 @@ def remove_stale_builds(target: str | os.PathLike, *, keep: Path | None = None) 
 
 
 def _being_opened(gen: Path) -> bool:
-    """True while a reader holds ``gen``'s manifest under a shared lock (see :func:`_open`)."""
+    """True while a reader holds ``gen``'s manifest under a shared lock (see indexer/reader.py)."""
     try:
         with open(gen / MANIFEST, "rb") as f:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -397,120 +385,7 @@ def _being_opened(gen: Path) -> bool:
         return False
 
 
-_held = threading.local()  # the targets whose writer lock this thread holds
-
-
-@contextlib.contextmanager
-def writer_lock(target: str | os.PathLike, *, create: bool = True):
-    """Exclusive lock for writers of ``target`` (blocks until the other writer publishes); the lock
-    file is ``DIR/lock``. An index of the old layout is migrated first (:func:`migrate`). ``create``:
-    make the index folder when it is absent (a first build); else FileNotFoundError. Re-entrant
-    within a thread: the index job decides under the lock whether to build or append, and the
-    append takes it again."""
-    target = index_dir(target)
-    held = _held.__dict__.setdefault("targets", set())
-    if target in held:
-        yield
-        return
-    migrate(target)
-    if not _ours(target):
-        raise FileExistsError(f"{target} exists and is not a relsearch index; choose another --index")
-    if not create and not target.is_dir():
-        raise FileNotFoundError(f"no index at {target}; build one with `relsearch index CORPUS.jsonl --index {target}`")
-    target.mkdir(parents=True, exist_ok=True)
-    with os.fdopen(_open_lock_file(target / LOCK), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        held.add(target)
-        try:
-            spool.sweep(target)  # standard-input copies of killed `relsearch index -` runs
-            yield
-        finally:
-            held.discard(target)
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def migrate(target: str | os.PathLike) -> bool:
-    """Move an index of the old layout (``DIR`` a symlink to ``.DIR.generations/<gen>``, with
-    ``.DIR.history.json`` and ``.DIR.lock`` beside it) into one folder: every generation and build
-    folder is hard-linked (copied across file systems) into a new folder with its ``current``
-    pointer and history, which then takes the symlink's place in one atomic exchange
-    (``renameat2(RENAME_EXCHANGE)``; where that is missing, the link is removed and the folder renamed
-    in its place, and a writer killed between the two finishes the move next time). The old
-    folders go last. Under the old lock, so old writers and other migrators wait; readers that
-    opened a generation keep their open files, and an open racing the exchange retries.
-    Returns True when it migrated (or finished a killed migration)."""
-    target = index_dir(target)
-    old_lock = _legacy_path(target, "lock")
-    if not legacy(target) and not (not os.path.lexists(target) and any(_migrations(target))):
-        return False
-    with os.fdopen(_open_lock_file(old_lock), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        done = False
-        if legacy(target):
-            for stale in _migrations(target):  # a migration killed before its exchange
-                shutil.rmtree(stale, ignore_errors=True)
-            published = Path(os.path.realpath(target))
-            name = published.name
-            tmp = _legacy_path(target, f"migrating-{uuid.uuid4().hex[:8]}")
-            (tmp / GENERATIONS).mkdir(parents=True)
-            old_gens = _legacy_path(target, "generations")
-            for entry in sorted(old_gens.iterdir()) if old_gens.is_dir() else []:
-                if entry.is_dir() and not entry.is_symlink():
-                    shutil.copytree(entry, tmp / GENERATIONS / entry.name, symlinks=True, copy_function=link_or_copy)
-            if published.parent != old_gens.resolve() and published.is_dir():  # a link to a folder elsewhere
-                # named as a writer names generations, so that retention can remove it one day
-                if not GENERATION_NAME.fullmatch(name) or (tmp / GENERATIONS / name).exists():
-                    name = f"{_dt.datetime.now(_dt.timezone.utc):%Y%m%dT%H%M%S}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-                shutil.copytree(published, tmp / GENERATIONS / name, symlinks=True, copy_function=link_or_copy)
-            history = read_history(target)
-            (tmp / HISTORY).write_text(json.dumps(history) + "\n", encoding="utf-8")
-            (tmp / CURRENT).write_text(name + "\n", encoding="utf-8")
-            fsync_generation(tmp)
-            if _exchange(tmp, target):
-                os.unlink(tmp)  # the old symlink, now under the temporary name
-            else:
-                os.unlink(target)
-                faults.point("migrate.link-removed")
-                os.rename(tmp, target)
-            done = True
-            _show_rejected(target, target / GENERATIONS / name)
-        elif not os.path.lexists(target):  # killed between removing the link and renaming the folder
-            for tmp in _migrations(target):
-                if (tmp / CURRENT).is_file() and not os.path.lexists(target):
-                    os.rename(tmp, target)
-                    done = True
-        _fsync_dir(target.parent)
-        if os.path.lexists(target) and not legacy(target):
-            for stale in _migrations(target):
-                if stale.is_symlink() or stale.is_file():
-                    stale.unlink(missing_ok=True)
-                else:
-                    shutil.rmtree(stale, ignore_errors=True)
-            shutil.rmtree(_legacy_path(target, "generations"), ignore_errors=True)
-            _legacy_path(target, "history.json").unlink(missing_ok=True)
-            for link in target.parent.glob(f".{target.name}.link-*"):  # temporary links of the old publish
-                if link.is_symlink():
-                    link.unlink(missing_ok=True)
-            old_lock.unlink(missing_ok=True)  # a writer waiting on it sees the new layout and takes DIR/lock
-        return done
-
-
-def _migrations(target: Path) -> list[Path]:
-    return list(target.parent.glob(f".{target.name}.migrating-*"))
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap the names ``a`` and ``b`` atomically (Linux ``renameat2`` with ``RENAME_EXCHANGE``);
-    False where the system cannot."""
-    try:
-        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
-
-
-def _open_lock_file(path: Path) -> int:
+def open_lock_file(path: Path) -> int:
     """The writer lock file, opened (created if need be) without following a symlink: a link planted
     as ``DIR/lock`` would make every writer create or lock a file outside the index."""
     try:
@@ -623,7 +498,7 @@ def publish_new(target: str | os.PathLike, fill: Callable[[Path], Manifest], mir
     """The one publish sequence of every writer (build, append, delete, compact): a new generation
     folder, ``fill(gen)`` writes its data files and returns their manifest, :func:`commit`. On any
     failure the folder is removed and the published index is untouched. The caller holds
-    :func:`writer_lock`.
+    :func:`~.locking.writer_lock`.
 
     Every write stays inside the index folder, resolved here once: the generation is checked
     (integrity.check_inside) after ``fill`` and before each write of :func:`commit`; a folder on
@@ -643,275 +518,3 @@ def publish_new(target: str | os.PathLike, fill: Callable[[Path], Manifest], mir
         shutil.rmtree(gen, ignore_errors=True)
         raise_if_full(e, target)
         raise
-
-
-def check_faiss_header(path, name, *, dim: int, most: int) -> None:
-    """Refuse (IndexCorruptError) a FAISS file whose header claims another dimension, or more vectors
-    than its segment has positions, before FAISS reads it: FAISS sizes its buffers from those
-    claims, so a crafted file (even one whose checksum was recomputed) could make it allocate
-    terabytes. Every FAISS index type relsearch writes starts with a fourcc, d (int32) and
-    ntotal (int64)."""
-    with open(path, "rb") as f:
-        head = f.read(16)
-    if len(head) < 16 or not head[:1] == b"I":
-        raise IndexCorruptError(f"{name} is not a FAISS index file this version writes")
-    d, ntotal = int.from_bytes(head[4:8], "little", signed=True), int.from_bytes(head[8:16], "little", signed=True)
-    if d != dim or not 0 <= ntotal <= most:
-        raise IndexCorruptError(f"{name} claims {ntotal:,} vectors of {d} dimensions; its segment has {most:,} "
-                                f"positions of {dim}: the index is damaged")
-
-
-class Segment:
-    """One segment of an opened generation (indexer/segments.py): its vectors and docstore, and
-    its FAISS index loaded on first use from a descriptor opened with the rest."""
-
-    def __init__(self, spec: seg.SegmentSpec, root: Path, vectors: np.ndarray, docstore: DocStore, faiss_fd: int,
-                 bm25_fd: int | None = None):
-        self.spec, self.root, self.vectors, self.docstore = spec, root, vectors, docstore
-        self._faiss_fd: int | None = faiss_fd
-        self._faiss = None
-        self._bm25_fd, self._bm25 = bm25_fd, None
-        # several text fields (indexer/text_fields.py): this segment as each field's files (fields[0]
-        # is itself) and each document's norm per field, 0 where it lacks that text
-        self.fields: list[Segment] = [self]
-        self.text_norms: np.ndarray | None = None
-
-    @property
-    def bm25(self) -> lexical.LexicalSegment | None:
-        """The segment's BM25 lists (indexer/lexical.py), loaded on first use; None if it has none."""
-        if self._bm25 is None and self._bm25_fd is not None:
-            with os.fdopen(self._bm25_fd, "rb") as f:
-                self._bm25_fd = None
-                self._bm25 = lexical.LexicalSegment.load(f)
-        return self._bm25
-
-    @property
-    def start(self) -> int:
-        return self.spec.start
-
-    @property
-    def faiss(self):
-        if self._faiss is None:
-            import faiss
-
-            name = self.root / self.spec.file(FAISS_FILE)
-            path = str(name)
-            if self._faiss_fd is not None and os.path.exists(f"/proc/self/fd/{self._faiss_fd}"):
-                path = f"/proc/self/fd/{self._faiss_fd}"  # the generation may be gone by now
-            try:
-                check_faiss_header(path, name, dim=self.vectors.shape[1], most=self.spec.positions)
-                self._faiss = faiss.read_index(path)
-            except (RuntimeError, MemoryError) as e:
-                raise IndexCorruptError(f"{name} cannot be read by FAISS: "
-                                        f"{str(e).strip().splitlines()[-1][:200]}") from None
-            finally:
-                if self._faiss_fd is not None:
-                    os.close(self._faiss_fd)
-                    self._faiss_fd = None
-        return self._faiss
-
-    def close_faiss_fd(self) -> None:
-        """Close the descriptors still held for lazy loading (the FAISS and BM25 files), every text field's."""
-        for part in self.fields:
-            for name in ("_faiss_fd", "_bm25_fd"):
-                if getattr(part, name) is not None:
-                    os.close(getattr(part, name))
-                    setattr(part, name, None)
-
-
-@dataclass
-class IndexFiles:
-    """A published index opened for reading (one consistent generation)."""
-
-    root: Path
-    manifest: Manifest
-    segments: list[Segment]
-    deleted: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # sorted dead positions
-    _live = None
-
-    def __post_init__(self):
-        parts = [s.vectors for s in self.segments]
-        # one segment: the memory map itself, so single-segment reads cost what they always did
-        self.vectors = parts[0] if len(parts) == 1 else seg.Vectors(parts, [s.start for s in self.segments])
-        self.docstore = seg.Documents([s.docstore for s in self.segments], self.deleted, self.positions,
-                                      [s.start for s in self.segments])
-
-    @property
-    def faiss(self):
-        """The first segment's FAISS index (the trained, tuned one), loaded on first use."""
-        return self.segments[0].faiss
-
-    def close_faiss_fd(self) -> None:
-        for s in self.segments:
-            s.close_faiss_fd()
-
-    @property
-    def positions(self) -> int:
-        """Rows of vectors.npy (live and deleted)."""
-        return int(sum(len(s.vectors) for s in self.segments))
-
-    @property
-    def text_fields(self) -> tuple[str, ...]:
-        """The index's named text fields, in order (one for an index of one text)."""
-        return tf.names_of(self.manifest)
-
-    def raw_rows(self, positions: np.ndarray) -> np.ndarray:
-        """(m, d) raw vectors h = t̂·‖h‖ of the documents at ``positions``: what an ``--id`` query starts from."""
-        rows = np.asarray(self.vectors[positions], np.float32)  # indexing by an array copies: scaled in place
-        rows *= self.docstore.norms(positions).astype(np.float32)[:, None]
-        return rows
-
-    def live(self):
-        """An :class:`~relsearch.indexer.ann.Selection` of live positions, or None when all are live."""
-        if not len(self.deleted):
-            return None
-        if self._live is None:
-            from .ann import Selection
-
-            mask = np.ones(self.positions, dtype=bool)
-            mask[self.deleted] = False
-            self._live = Selection(mask, use_selector=self.manifest.counts.tombstones > 0)
-        return self._live
-
-
-def open_index(path: str | os.PathLike) -> IndexFiles:
-    """Open the generation ``path`` publishes now (``path/current``; or the generation an index of
-    the old layout links to; or ``path`` itself when it is a generation folder), after checking its
-    files against the manifest; later publishes do not affect this reader."""
-    path = index_dir(path)
-    for attempt in range(5):
-        root = _pointed(path)
-        try:
-            return _open(path, root)
-        except (OSError, IndexCorruptError, sqlite3.Error):
-            # a writer may have published and removed this generation between reading the pointer and
-            # opening it (or be migrating an old-layout index): then the pointer names another one now
-            if attempt < 4 and _pointed(path) != root:
-                continue
-            if attempt < 4 and (root is None or not root.is_dir()) and any(_migrations(path.absolute())):
-                time.sleep(0.01 * (attempt + 1))
-                continue
-            raise
-    raise AssertionError("unreachable")
-
-
-def _pointed(path: Path) -> Path | None:
-    try:
-        return current_generation(path)
-    except (OSError, IndexCorruptError):
-        return None
-
-
-def _open(path: Path, root: Path | None) -> IndexFiles:
-    if root is None:
-        root = current_generation(path)  # raises for a damaged pointer
-    if root is None or not os.path.lexists(root):
-        if root is not None and os.path.lexists(path / CURRENT):
-            raise IndexCorruptError(f"{path / CURRENT} names generation {root.name}, which is missing from "
-                                    f"{root.parent}; the index is damaged (`relsearch rollback --index {path}` "
-                                    "publishes a retained one)")
-        raise FileNotFoundError(f"no index at {path}; build one with `relsearch index CORPUS.jsonl --index {path}`")
-    manifest_path = root / MANIFEST
-    if not os.path.lexists(manifest_path):
-        raise FileNotFoundError(f"{path} is not a relsearch index (no {MANIFEST})")
-    with os.fdopen(integrity.open_regular(manifest_path), "rb") as guard:
-        fcntl.flock(guard, fcntl.LOCK_SH)  # writers do not remove a generation while a reader opens it
-        return _open_locked(root, parse_manifest(guard.read(), manifest_path))
-
-
-def _segment_specs(root: Path, manifest: Manifest) -> list[seg.SegmentSpec]:
-    specs = manifest.segment_specs
-    problem = seg.check_specs(specs, manifest.counts.positions)
-    if problem:
-        raise IndexCorruptError(f"{root / MANIFEST}: {problem}; the index is damaged")
-    return specs
-
-
-def _open_locked(root: Path, manifest: Manifest) -> IndexFiles:
-    verify_generation(root, manifest)
-    return open_generation(root, manifest)
-
-
-def verify_generation(root: Path, manifest: Manifest) -> None:
-    """Check every file of generation ``root`` against ``manifest`` (IndexCorruptError naming the first
-    that is damaged, missing or not the generation's own)."""
-    specs = _segment_specs(root, manifest)
-    count = len(tf.names_of(manifest))
-    bm25 = lexical.FILE in manifest.files
-    integrity.verify(root, manifest.files, required=tuple(name for s in specs
-                                                          for name in s.files() + tf.segment_files(s, count, bm25=bm25)))
-    # verify() checked every listed file; any other a reader opens must be listed too, so that none is
-    # read through a symlink or from outside the generation
-    for name in manifest.projection_files + ([DELETED_FILE] if os.path.lexists(root / DELETED_FILE) else []):
-        if not (isinstance(name, str) and name in manifest.files):
-            raise IndexCorruptError(f"{root / MANIFEST} does not list {name!r}, a file the index opens; "
-                                    "the index is damaged")
-
-
-def open_generation(root: Path, manifest: Manifest) -> IndexFiles:
-    """Open the data files of generation ``root`` as ``manifest`` describes them, without checking
-    them: :func:`open_index` verifies first; a writer opens its own unpublished generation."""
-    specs = _segment_specs(root, manifest)
-    positions = manifest.counts.positions
-    deleted = np.zeros(0, np.int64)
-    if os.path.lexists(root / DELETED_FILE):
-        deleted = np.asarray(_load_npy(root / DELETED_FILE), np.int64)
-        if deleted.ndim != 1 or (len(deleted) and (deleted.min() < 0 or deleted.max() >= positions)):
-            raise IndexCorruptError(f"{root / DELETED_FILE} holds positions outside the index")
-    opened: list[Segment] = []
-    try:
-        for spec in specs:
-            opened.append(_open_segment(root, spec, manifest.dim, spec.file(lexical.FILE) in manifest.files,
-                                        len(tf.names_of(manifest))))
-    except BaseException:
-        for s in opened:
-            s.docstore.close()
-            s.close_faiss_fd()
-        raise
-    return IndexFiles(root, manifest, opened, deleted)
-
-
-def _open_segment(root: Path, spec: seg.SegmentSpec, dim: int, bm25: bool, text_fields: int = 1) -> Segment:
-    vectors_name, docstore_name, faiss_name = spec.files()
-    vectors = _segment_vectors(root / vectors_name, spec, dim)
-    try:
-        docstore = DocStore(str(root / docstore_name))
-        docstore.conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()  # binds the file now, and checks it
-    except sqlite3.DatabaseError as e:
-        raise IndexCorruptError(f"{root / docstore_name} cannot be read as SQLite ({e})") from None
-    segment = Segment(spec, root, vectors, docstore, integrity.open_regular(root / faiss_name),
-                      integrity.open_regular(root / spec.file(lexical.FILE)) if bm25 else None)
-    if text_fields > 1:  # indexer/text_fields.py: each further field's files, under its tag
-        try:
-            norms = _load_npy(root / spec.file(tf.NORMS_FILE), mmap_mode="r")
-            if norms.dtype != np.float32 or norms.shape != (spec.positions, text_fields):
-                raise IndexCorruptError(f"{root / spec.file(tf.NORMS_FILE)} holds {norms.dtype} {norms.shape}, the "
-                                        f"manifest says float32 ({spec.positions}, {text_fields})")
-            segment.text_norms = norms
-            for i in range(1, text_fields):
-                fs = tf.field_spec(spec, i)
-                segment.fields.append(Segment(
-                    fs, root, _segment_vectors(root / fs.file(seg.VECTORS), spec, dim), docstore,
-                    integrity.open_regular(root / fs.file(FAISS_FILE)),
-                    integrity.open_regular(root / fs.file(lexical.FILE)) if bm25 else None))
-        except BaseException:
-            segment.close_faiss_fd()
-            docstore.close()
-            raise
-    return segment
-
-
-def _segment_vectors(path: Path, spec: seg.SegmentSpec, dim: int) -> np.ndarray:
-    vectors = _load_npy(path, mmap_mode="r")
-    if vectors.dtype != np.float32 or vectors.ndim != 2 or vectors.shape != (spec.positions, dim or vectors.shape[1]):
-        raise IndexCorruptError(f"{path} holds {vectors.dtype} {vectors.shape}, the manifest says "
-                                f"float32 ({spec.positions}, {dim})")
-    return vectors
-
-
-def _load_npy(path: Path, **kw) -> np.ndarray:
-    """np.load without pickles: an object array in an index is damage or an attack, never data."""
-    try:
-        return np.load(path, allow_pickle=False, **kw)
-    except ValueError as e:
-        raise IndexCorruptError(f"{path} is not a plain numeric .npy file ({e})") from None

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from relsearch.indexer import belonging
 from relsearch.indexer import records as rec
-from relsearch.indexer import store
+from relsearch.indexer import reader
 from relsearch.indexer.field_view import all_norms, field_view
 from relsearch.pipelines.index import IndexJob, run_index
 from relsearch.retrieval.search import Query, Searcher
@@ -138,7 +138,7 @@ def test_index_leaves_the_flagged_text_out_of_the_documents_vectors_and_reports_
     assert ("misattributed: 6 texts about another record left out of their record's vectors (--keep-misattributed "
             "keeps them; all in the manifest's runs): AAT text_wikipedia: about Alphabet Inc. (GOOG): its subject;"
             in out.output)
-    files = store.open_index(target)
+    files = reader.open_index(target)
     try:
         run = files.manifest.runs[-1]
         assert "CCF text_wikipedia: about JPMorgan Chase & Co. (JPM): its subject" in run["misattributed"]
@@ -168,7 +168,7 @@ def test_keep_misattributed_indexes_every_text(tmp_path):
                                  progress=False))
     assert flagged.misattributed == ["CCF text_wikipedia: about JPMorgan Chase & Co. (JPM): its subject"]
     for where, wiki in ((target, True), (tmp_path / "checked", False)):
-        files = store.open_index(where)
+        files = reader.open_index(where)
         try:
             assert bool(all_norms(files)[files.docstore.positions(["CCF"])["CCF"], 1] > 0) is wiki
             assert np.all(all_norms(files)[files.docstore.positions(["JPM"])["JPM"]] > 0)

@@ -19,7 +19,7 @@ from relsearch.indexer import ann, docstore, mutations
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.docstore import DocStore
 from relsearch.indexer.faiss_index import FaissSpec
-from relsearch.indexer.store import open_index
+from relsearch.indexer.reader import open_index
 from relsearch.retrieval import hits as hits_module
 from relsearch.retrieval import request
 from relsearch.retrieval.hits import Hit

@@ -303,7 +303,7 @@ def hostile(tmp_path_factory):
 
 
 def test_pipeline_indexes_or_rejects_every_hostile_line(hostile, tmp_path):
-    from relsearch.indexer.store import open_index
+    from relsearch.indexer.reader import open_index
     from relsearch.pipelines.index import IndexJob, run_index
 
     path, expected = hostile
@@ -328,7 +328,7 @@ def test_cli_raises_the_limits_and_then_truncates_instead(hostile, tmp_path):
     from click.testing import CliRunner
 
     from relsearch.cli import cli
-    from relsearch.indexer.store import open_index
+    from relsearch.indexer.reader import open_index
 
     path, expected = hostile
     out = CliRunner().invoke(cli, ["index", str(path), "--index", str(tmp_path / "idx"), "--quiet",

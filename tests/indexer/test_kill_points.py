@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from relsearch import faults
-from relsearch.indexer import mutations, store
+from relsearch.indexer import mutations, reader, store
 
 from conftest import DEMO_CORPUS
 from synthetic_index import answers, build, run_cli, write_ids
@@ -55,7 +55,7 @@ def assert_only_published_is_an_index(target: Path, before_gen: str | None) -> N
         assert out.returncode == 1 and "no index at" in out.stderr and "Traceback" not in out.stderr
         return
     assert target.is_dir() and (target / store.CURRENT).is_file()
-    files = store.open_index(target)  # verifies every file against the manifest's checksums
+    files = reader.open_index(target)  # verifies every file against the manifest's checksums
     assert str(files.root) == gen_of(target)
 
 
@@ -146,7 +146,7 @@ def test_mirror_killed_between_the_two_switches(base, tmp_path, point):
         assert_only_published_is_an_index(target, gen_of(target))
         out = run_cli(*args)
         assert out.returncode == 0, out.stderr
-        manifest = store.open_index(target).manifest
+        manifest = reader.open_index(target).manifest
         assert set(server.aliases["docs"]) == {manifest.backends["elasticsearch"]["index"]}
         assert manifest.counts.documents == 396 == manifest.backends["elasticsearch"]["read"]
 
@@ -171,7 +171,7 @@ def test_rollback_with_a_mirror_killed_after_marking_it(base, tmp_path):
         assert gen_of(target) == before_gen and answers(target) == before
         assert run_cli("rollback", "--index", target).returncode == 0
         assert answers(target) == restored and set(server.aliases["docs"]) == alias
-        assert store.open_index(target).manifest.backends["elasticsearch"]["stale"] is True
+        assert reader.open_index(target).manifest.backends["elasticsearch"]["stale"] is True
         assert_clean(target)
 
 
@@ -260,7 +260,7 @@ def test_append_killed_while_merging_segments(small_index, corpora, tmp_path):
     assert gen_of(target) == before_gen and answers(target, ids=COMPANIES) == before
     assert run_cli(*merge).returncode == 0
     assert run_cli(*[reference if a == target else a for a in merge]).returncode == 0
-    assert len(store.open_index(target).segments) == 2
+    assert len(reader.open_index(target).segments) == 2
     assert answers(target, ids=COMPANIES) == answers(reference, ids=COMPANIES)
     assert_clean(target)
 
@@ -272,7 +272,7 @@ def test_first_build_killed_leaves_no_index(corpora, tmp_path, point):
     killed(*_index_args(corpora, target, "index"), point=point)
     assert_only_published_is_an_index(target, None)
     assert run_cli(*_index_args(corpora, target, "index")).returncode == 0
-    assert store.open_index(target).docstore.count() == 30
+    assert reader.open_index(target).docstore.count() == 30
     assert_clean(target)
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from relsearch.cli import cli
 from relsearch.encoder.model import resolve_model_path, weights_fingerprint
-from relsearch.indexer import integrity, mutations, store
+from relsearch.indexer import integrity, mutations, reader, store
 from relsearch.indexer.manifest import Counts
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
@@ -62,7 +62,7 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     replacement = docs([f"d{i}" for i in range(100)] + [f"d{i}" for i in range(3000, 3200)], seed=2)
     report = mutations.append(str(target), [replacement], n=300, run={"read": 300})
     assert (report.added, report.replaced, report.documents, report.positions) == (200, 100, 3200, 3300)
-    files = store.open_index(target)
+    files = reader.open_index(target)
     assert files.manifest.counts == Counts(3200, 3300, 100, 100)
     # the appended documents are a second segment; the first segment's FAISS file is untouched
     assert [(s.start, len(s.vectors)) for s in files.segments] == [(0, 3000), (3000, 300)]
@@ -87,7 +87,7 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
 
     report = mutations.delete(str(target), ["d3000", "d5", "d200", "nope", "d200"])
     assert (report.deleted, report.not_found, report.documents) == (3, ["nope"], 3197)
-    files = store.open_index(target)
+    files = reader.open_index(target)
     assert files.manifest.counts.deleted == 103 and files.docstore.count() == 3197
     assert json.loads((files.root / "rejected.jsonl").read_text().splitlines()[0])["raw"] == "nope"
     assert files.faiss.ntotal == 3000  # a delete only writes tombstones: segment files are hard links
@@ -103,7 +103,7 @@ def test_append_replace_delete_compact(tmp_path, encoder_identity, factory):
     assert [row[0] for row in old_ids] == ["d0", "d1", "d2"]
 
     report = mutations.compact(str(target))
-    files = store.open_index(target)
+    files = reader.open_index(target)
     assert files.manifest.counts == Counts(3197, 3197, 0, 0)
     assert not (files.root / store.DELETED_FILE).exists() and files.faiss.ntotal == 3197
     assert files.manifest.faiss["factory"] == factory
@@ -130,7 +130,7 @@ def test_concurrent_appends_are_serialised(tmp_path, encoder_identity):
     for t in threads:
         t.join()
     assert not errors
-    files = store.open_index(target)
+    files = reader.open_index(target)
     assert files.docstore.count() == 300 == files.manifest.counts.documents  # no lost update
 
 
@@ -145,7 +145,7 @@ def test_cli_delete_and_compact(tmp_path, encoder_identity):
     assert "deleted 2, not found 1" in out.output and "missing" in out.output
     out = runner.invoke(cli, ["compact", "--index", str(target)])
     assert out.exit_code == 0 and "kept 298" in out.output, out.output
-    assert store.open_index(target).manifest.counts.positions == 298
+    assert reader.open_index(target).manifest.counts.positions == 298
     bad = runner.invoke(cli, ["delete", "--index", str(tmp_path / "none"), "--ids", str(ids)])
     assert bad.exit_code != 0 and "no index" in bad.output
 
@@ -200,10 +200,10 @@ def test_a_full_disk_mid_append_is_one_error_and_keeps_the_index(tmp_path, encod
     with pytest.raises(store.NoSpaceError, match="^no space left on device while writing .*; nothing was published$"):
         mutations.append(str(target), [docs([f"d{i}" for i in range(1000, 1050)], seed=3)], n=50, run={"read": 50})
     assert os.listdir(tmp_path / "idx" / "generations") == before  # the half-written generation is gone
-    assert store.open_index(target).docstore.count() == 200
+    assert reader.open_index(target).docstore.count() == 200
     monkeypatch.undo()
     mutations.append(str(target), [docs([f"d{i}" for i in range(1000, 1050)], seed=3)], n=50, run={"read": 50})
-    assert store.open_index(target).docstore.count() == 250
+    assert reader.open_index(target).docstore.count() == 250
 
 
 _OTHER_ENCODER_BUILD = """
@@ -267,7 +267,7 @@ def test_an_append_checks_the_encoder_under_the_writer_lock(tmp_path, encoder_id
             rebuild.kill()
     assert isinstance(outcome[0], RequestError), outcome
     assert outcome[0].status == 409 and "another-384d-model" in str(outcome[0])
-    files = store.open_index(target)
+    files = reader.open_index(target)
     assert files.manifest.encoder["model"] == "another-384d-model"
     assert files.docstore.positions(["late"]) == {} and files.manifest.counts.documents == 50
 
@@ -277,7 +277,7 @@ def test_rejections_of_every_operation_accumulate(tmp_path, encoder_identity):
     (93 build rejections became one unknown-id line); compact and rejection-free writes carry them."""
     target = tmp_path / "idx"
     build(target, encoder_identity, n=50)
-    root = store.open_index(target).root
+    root = reader.open_index(target).root
     build_lines = [json.dumps({"line": n, "reason": "invalid-json", "detail": "x", "raw": "{"}) for n in (51, 52)]
     (root / "rejected.jsonl").write_text("".join(line + "\n" for line in build_lines))
     manifest = json.loads((root / "manifest.json").read_text())
@@ -290,7 +290,7 @@ def test_rejections_of_every_operation_accumulate(tmp_path, encoder_identity):
                      rejected=[{"line": 2, "reason": "empty-text", "detail": "", "raw": ""}])
     mutations.compact(str(target))
     mutations.delete(str(target), ["d2", "lost"])
-    lines = [json.loads(x) for x in (store.open_index(target).root / "rejected.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in (reader.open_index(target).root / "rejected.jsonl").read_text().splitlines()]
     assert [(r.get("op"), r["reason"], r["raw"]) for r in lines] == [
         (None, "invalid-json", "{"), (None, "invalid-json", "{"), ("delete", "unknown-id", "gone"),
         ("append", "empty-text", ""), ("delete", "unknown-id", "lost")]
@@ -304,7 +304,7 @@ def test_a_delete_that_deletes_nothing_publishes_nothing_and_says_so(tmp_path, e
     report = mutations.delete(str(target), ["nope", "missing"])
     assert not report.published and report.deleted == 0 and report.not_found == ["nope", "missing"]
     assert "no new generation published" in report.summary() and report.documents == 50
-    assert gen_of(target) == before and len(store.open_index(target).manifest.runs) == 1
+    assert gen_of(target) == before and len(reader.open_index(target).manifest.runs) == 1
     ids = tmp_path / "ids.txt"
     ids.write_text("nope\n")
     out = CliRunner().invoke(cli, ["delete", "--index", str(target), "--ids", str(ids)])

@@ -9,7 +9,7 @@ import tarfile
 
 import pytest
 
-from relsearch.indexer import mutations, snapshots, store
+from relsearch.indexer import migration, mutations, snapshots, store
 
 from synthetic_index import answers, build, searcher_answers
 
@@ -114,7 +114,7 @@ def test_a_migration_killed_between_its_two_renames_is_finished_by_the_next_writ
             raise Killed(name)
         real(name)
 
-    monkeypatch.setattr(store, "_exchange", lambda a, b: False)  # where renameat2 is missing
+    monkeypatch.setattr(migration, "_exchange", lambda a, b: False)  # where renameat2 is missing
     monkeypatch.setattr(faults, "point", point)
     with pytest.raises(Killed):
         mutations.delete(str(index), ["d1"])

@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from relsearch.cli import cli
 from relsearch.indexer import integrity, store
-from relsearch.indexer.store import IndexCorruptError, open_index
+from relsearch.indexer.integrity import IndexCorruptError
+from relsearch.indexer.reader import open_index
 
 from synthetic_index import answers, build
 from conftest import gen_of

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from relsearch.indexer import integrity, mutations, store
+from relsearch.indexer import integrity, mutations, reader, store
 from relsearch.indexer import segments as seg
 from relsearch.indexer.manifest import Counts
 from relsearch.indexer.build import build_published
@@ -74,7 +74,7 @@ def test_a_damaged_segment_list_is_refused(tmp_path, encoder_identity, bad):
     manifest["segments"] = [bad]
     (Path(root) / store.MANIFEST).write_text(json.dumps(manifest))
     with pytest.raises(store.IndexCorruptError, match="segment"):
-        store.open_index(target)
+        reader.open_index(target)
 
 
 # ---------------------------------------------------------------- appends, deletes, merges
@@ -106,7 +106,7 @@ def test_many_segments_answer_like_a_rebuild_from_scratch(tmp_path, encoder_iden
                          max_segments=4)
         if step == 3:
             mutations.delete(str(target), ["d1", "d2050", "d2150", "nope"])
-    files = store.open_index(target)
+    files = reader.open_index(target)
     assert len(files.segments) == 4 and files.manifest.max_segments == 4
     # an IVF build's appended segments fill its trained IVF (no training), sharing one coarse assignment
     kinds = {type(s.faiss).__name__ for s in files.segments[1:]}
@@ -134,14 +134,14 @@ def test_an_append_writes_only_its_own_segment_and_a_delete_only_tombstones(tmp_
     target = tmp_path / "idx"
     build_published(str(target), [docs([f"d{i}" for i in range(3000)], seed=1)], n=3000, d=D,
                     encoder=encoder_identity, spec=FaissSpec(factory="Flat"))
-    first = store.open_index(target)
+    first = reader.open_index(target)
     inodes = {name: os.stat(first.root / name).st_ino for name in first.manifest.files}
     hashed = []
     real = integrity.sha256_file
     monkeypatch.setattr(integrity, "sha256_file", lambda path: hashed.append(path.name) or real(path))
 
     mutations.append(str(target), [docs(["d5", "d3000"], seed=2)], n=2, run={"read": 2})
-    files = store.open_index(target)
+    files = reader.open_index(target)
     for name in seg.SegmentSpec("", 0, 0).files():  # the first segment: the same inodes, not re-hashed
         assert os.stat(files.root / name).st_ino == inodes[name]
     assert sorted(hashed) == sorted(["deleted.npy", "s1-vectors.npy", "s1-index.faiss", "s1-bm25.npz",
@@ -152,7 +152,7 @@ def test_an_append_writes_only_its_own_segment_and_a_delete_only_tombstones(tmp_
     report = mutations.delete(str(target), ["d3000", "d7", "missing"])
     assert (report.deleted, report.not_found) == (2, ["missing"])
     assert sorted(hashed) == ["deleted.npy", "rejected.jsonl"]
-    files = store.open_index(target)
+    files = reader.open_index(target)
     assert sorted(files.deleted.tolist()) == [5, 7, 3001]
     assert files.manifest.counts == Counts(2999, 3002, 3, 3)
     assert files.docstore.positions(["d5", "d7", "d3000"]) == {"d5": 3000}
@@ -171,7 +171,7 @@ def test_a_merge_keeps_positions_and_answers(tmp_path, encoder_identity):
     assert len(searcher.files.segments) == 4
 
     mutations.append(str(target), [], n=0, run={"read": 0}, max_segments=3)  # nothing new: only the merge
-    files = store.open_index(target)
+    files = reader.open_index(target)
     assert [(s.prefix, s.start, s.positions) for s in files.manifest.segment_specs] == [
         ("", 0, 500), ("s4-", 500, 100), ("s3-", 600, 51)]
     assert not (files.root / "s1-vectors.npy").exists() and not (files.root / "s2-index.faiss").exists()

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from relsearch.cli import cli
-from relsearch.indexer import integrity, mutations, snapshots, store
+from relsearch.indexer import integrity, mutations, reader, snapshots, store
 
 from synthetic_index import answers, build
 from conftest import gen_of
@@ -59,7 +59,7 @@ def test_rollback_restores_the_previous_answers_and_can_be_undone(index):
     assert answers(index) == after
     assert snapshots.rollback(index)[0] == first  # default: the previously published one
     mutations.delete(str(index), ["d3"])  # mutations continue from the restored generation
-    assert store.open_index(index).manifest.counts.documents == 299
+    assert reader.open_index(index).manifest.counts.documents == 299
 
 
 def test_sizes_count_shared_hard_links_once(index):
@@ -179,13 +179,13 @@ def test_a_rollback_marks_the_elasticsearch_mirror_stale_and_its_undo_fresh(inde
         first = os.path.basename(gen_of(index))
         assert runner.invoke(cli, ["delete", "--index", str(index), "--ids", str(ids), *es]).exit_code == 0
         latest = os.path.basename(gen_of(index))
-        newer = store.open_index(index).manifest.backends["elasticsearch"]["index"]
+        newer = reader.open_index(index).manifest.backends["elasticsearch"]["index"]
         assert server.aliases["docs"] == {newer}
 
         out = runner.invoke(cli, ["rollback", "--index", str(index)])
         assert out.exit_code == 0, out.output
         assert f"alias docs still holds index {newer}, not this generation's contents" in out.output
-        restored = store.open_index(index).manifest  # verified: the rewritten manifest lists the same files
+        restored = reader.open_index(index).manifest  # verified: the rewritten manifest lists the same files
         assert restored.backends["elasticsearch"]["stale"] is True
         assert restored.backends["elasticsearch"]["alias_holds"] == newer
         assert server.aliases["docs"] == {newer}  # Elasticsearch itself is not touched
@@ -194,11 +194,11 @@ def test_a_rollback_marks_the_elasticsearch_mirror_stale_and_its_undo_fresh(inde
 
         out = runner.invoke(cli, ["rollback", "--index", str(index), "--to", latest])  # undo: the alias holds it
         assert out.exit_code == 0 and f"alias docs still holds this generation's mirror ({newer})" in out.output
-        assert "stale" not in store.open_index(index).manifest.backends["elasticsearch"]
+        assert "stale" not in reader.open_index(index).manifest.backends["elasticsearch"]
 
         snapshots.rollback(index, to=first)  # a later mutation with --es-url mirrors again
         assert runner.invoke(cli, ["delete", "--index", str(index), "--ids", str(ids), *es]).exit_code == 0
-        mirror = store.open_index(index).manifest.backends["elasticsearch"]
+        mirror = reader.open_index(index).manifest.backends["elasticsearch"]
         assert "stale" not in mirror and server.aliases["docs"] == {mirror["index"]} and mirror["read"] == 299
 
 

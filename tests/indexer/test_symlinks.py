@@ -14,7 +14,8 @@ from click.testing import CliRunner
 from relsearch import faults
 from relsearch.cli import cli
 from relsearch.indexer import integrity, mutations, snapshots, store
-from relsearch.indexer.store import IndexCorruptError, open_index
+from relsearch.indexer.integrity import IndexCorruptError
+from relsearch.indexer.reader import open_index
 
 from synthetic_index import answers, build
 from conftest import gen_of, write_jsonl

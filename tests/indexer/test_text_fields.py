@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from relsearch.indexer import records as rec
-from relsearch.indexer import store
+from relsearch.indexer import reader, store
 from relsearch.indexer import text_fields as tf
 from relsearch.indexer.field_view import all_norms, field_view, vectors_of
 from relsearch.pipelines.index import IndexJob, run_index
@@ -65,7 +65,7 @@ def test_build_indexes_every_record_with_any_text_and_counts_reconcile(multi):
     target, report = multi
     assert (report.read, report.indexed, report.rejected) == (8, 6, 2)
     assert dict(report.reasons) == {rec.NO_TEXT: 1, rec.NON_STRING_TEXT: 1}
-    files = store.open_index(target)
+    files = reader.open_index(target)
     try:
         m = files.manifest
         assert (m.fields.text, m.fields.texts, files.text_fields) == ("text", NAMES, NAMES)
@@ -103,7 +103,7 @@ def test_append_delete_merge_and_compact_keep_every_fields_rows(tmp_path):
         report = run_index(IndexJob(input=str(more), index=str(target), text_field="text", text_fields=NAMES,
                                     append=True, max_segments=2, progress=False))
         assert report.indexed == 2
-    files = store.open_index(target)
+    files = reader.open_index(target)
     try:
         assert files.manifest.counts.documents == 5 and len(files.segments) <= 2
         positions = files.docstore.positions(["AAPL", "XOM"])
@@ -124,7 +124,7 @@ def test_append_delete_merge_and_compact_keep_every_fields_rows(tmp_path):
     assert "AAPL" not in [h.id for h in Searcher(str(target)).for_field("wiki").search([Query(text="iPhone")], k=10)[0]]
     mutations.append(str(target), [], n=0, run={"read": 0})  # nothing new: still opens
     mutations.compact(str(target))
-    files = store.open_index(target)
+    files = reader.open_index(target)
     try:
         assert len(files.segments) == 1 and files.manifest.counts.documents == 4
         assert set(files.manifest.field_faiss) == {"wiki", "bloomberg"}
@@ -153,7 +153,7 @@ def test_an_index_of_one_text_is_stored_as_before(small_index):
     data = json.loads((gen / "manifest.json").read_text())
     assert "texts" not in data["fields"] and "field_faiss" not in data and "collapse" not in data
     assert not [n for n in data["files"] if n.startswith("t1-") or n == tf.NORMS_FILE]
-    files = store.open_index(small_index)
+    files = reader.open_index(small_index)
     try:
         assert files.text_fields == ("text",) and field_view(files, "text") is files
         with pytest.raises(KeyError, match="unknown text field 'wiki'; this index's text fields: text"):

@@ -8,7 +8,7 @@ import pytest
 from relsearch.indexer import records as rec
 from relsearch.indexer import store
 from relsearch.indexer.manifest import Counts, Fields
-from relsearch.indexer.store import open_index
+from relsearch.indexer.reader import open_index
 from relsearch.pipelines.index import IndexInputError, IndexJob, run_index
 from conftest import DEMO_CORPUS, write_jsonl
 from conftest import gen_of
@@ -159,18 +159,18 @@ def test_two_appends_to_a_missing_index_keep_both_inputs(tmp_path, monkeypatch):
     encoding and waits for the writer lock before A publishes (B saw no index before the fix)."""
     import threading
 
-    from relsearch.indexer import store
+    from relsearch.indexer import locking
 
     target = tmp_path / "idx"
     a, b = write_jsonl(tmp_path / "a.jsonl", GOOD[:3]), write_jsonl(tmp_path / "b.jsonl", GOOD[3:6])
-    b_waits, real_lock, reports = threading.Event(), store.writer_lock, []
+    b_waits, real_lock, reports = threading.Event(), locking.writer_lock, []
 
     def lock(index, **kw):
         if threading.current_thread().name == "B":
             b_waits.set()
         return real_lock(index, **kw)
 
-    monkeypatch.setattr(store, "writer_lock", lock)
+    monkeypatch.setattr(locking, "writer_lock", lock)
     with real_lock(target):
         writer_b = threading.Thread(name="B", target=lambda: reports.append(run_index(job(b, target, append=True))))
         writer_b.start()

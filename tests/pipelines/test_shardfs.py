@@ -9,7 +9,7 @@ import pytest
 from apache_beam.io.filesystem import FileMetadata
 from apache_beam.io.localfilesystem import LocalFileSystem
 
-from relsearch.indexer.store import open_index
+from relsearch.indexer.reader import open_index
 from relsearch.pipelines import index as index_job
 from relsearch.pipelines import shardfs
 from relsearch.pipelines.index import IndexJob, run_index

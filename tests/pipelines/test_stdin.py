@@ -97,7 +97,7 @@ def test_a_killed_runs_spool_is_swept_by_the_next_writer(tmp_path):
     import fcntl
     import signal
 
-    from relsearch.indexer import spool, store
+    from relsearch.indexer import locking, spool
 
     proc = subprocess.Popen([RELSEARCH, "index", "-", "--index", tmp_path / "idx", "--quiet"],
                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
@@ -112,7 +112,7 @@ def test_a_killed_runs_spool_is_swept_by_the_next_writer(tmp_path):
     assert len(stale) == 1
     with open(tmp_path / ".idx.stdin-live0000.jsonl", "w") as live:  # a running writer's spool
         fcntl.flock(live, fcntl.LOCK_EX)
-        with store.writer_lock(tmp_path / "idx"):  # delete, compact, the API: every writer
+        with locking.writer_lock(tmp_path / "idx"):  # delete, compact, the API: every writer
             pass
         assert _spools(tmp_path) == [".idx.stdin-live0000.jsonl"]
     assert spool.sweep(tmp_path / "idx") == [tmp_path / ".idx.stdin-live0000.jsonl"]

@@ -6,7 +6,7 @@ import pytest
 
 from relsearch.encoder.bundle import Bundle
 from relsearch.encoder.relations import Operator
-from relsearch.indexer.store import open_index
+from relsearch.indexer.reader import open_index
 from relsearch.retrieval.search import Query, QueryError, Searcher
 
 
