@@ -32,7 +32,7 @@ from .. import faults
 from ..files import sha256_file
 from ..encoder.bundle import Bundle, load_bundle, recorded_ref
 from ..encoder.model import Encoder, EncoderConfig, encode_texts, settle_precision
-from ..indexer import integrity, spool, store
+from ..indexer import integrity, locking, spool, store
 from ..indexer import belonging
 from ..indexer import records as rec
 from ..indexer.es_mirror import EsTarget
@@ -439,7 +439,7 @@ def _check_job(job: IndexJob) -> None:
     spool.sweep(job.index)  # standard-input copies of killed runs: never let them fill the disk this run needs
     check_input(job.input)
     if store.legacy(job.index):  # an index of the old layout becomes one folder before its build folder is chosen
-        with store.writer_lock(job.index):
+        with locking.writer_lock(job.index):
             pass
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..encoder.bundle import Bundle
-from ..indexer import mutations, store
+from ..indexer import locking, mutations, store
 from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
 from ..indexer.es_mirror import mirrors_for
@@ -66,7 +66,7 @@ def publish(build: str, job, bundle: Bundle, chunks: list, input_sha: str, *, op
            **({"misattributed": list(misattributed)} if misattributed else {})}
     mirrors = mirrors_for(job.es)
     # decided under the lock: an append to a missing index must not overwrite one another writer publishes meanwhile
-    with store.writer_lock(job.index):
+    with locking.writer_lock(job.index):
         if job.append and store.is_published(job.index):
             return _append(build, job, chunks, plan, encoder, run, mirrors, report)
         fill = partial(_fill_generation, build=build, job=job, bundle=bundle, chunks=chunks, plan=plan,
