@@ -27,7 +27,7 @@ from ..indexer import lexical as bm25
 from ..indexer.ann import SearchResult
 from ..indexer.build import projection_key
 from ..indexer.filters import fields_in
-from ..indexer.store import IndexFiles, open_index
+from ..indexer.reader import IndexFiles, open_index
 from . import hybrid as fusion
 from .hits import Hit, HitColumns, keep_top  # noqa: F401  (Hit re-exported: callers import it from here)
 from .inputs import MAX_WEIGHT, Filters, check_filters, check_weights, is_utf8
