@@ -46,7 +46,7 @@ class ServeBenchJob:
 
 def query_texts(index_dir: str, n: int, words: int = 8) -> list[str]:
     """Short queries: the first ``words`` words of the first ``n`` live documents."""
-    from ..indexer.store import open_index
+    from ..indexer.reader import open_index
 
     docs = open_index(index_dir).docstore
     out = []
@@ -59,7 +59,7 @@ def query_texts(index_dir: str, n: int, words: int = 8) -> list[str]:
 
 def corpus_of(index_dir: str) -> list[tuple[str, str]]:
     """(id, text) of every live document, for the txtai side."""
-    from ..indexer.store import open_index
+    from ..indexer.reader import open_index
 
     return [(doc_id, text) for rows in open_index(index_dir).docstore.rows() for _, doc_id, text, _, _ in rows]
 
