@@ -149,16 +149,13 @@ def query(text, index_dir, doc_id, queries_file, relations, filters, collapse_fi
           ef_search, nprobe, rerank, search_param, backend, es_url, es_index, es_credentials, es_ca_certs, num_candidates,
           hybrid, fusion, facets, no_collapse, text_field, why_not, **declared):
     """Find documents standing in --relation to TEXT (or to --id, to --like examples, or to each line of --queries)."""
-    from relsearch.encoder.relations import parse_relation_args
     from relsearch.retrieval import request
-    from relsearch.retrieval.es_backend import EsQueryOptions, open_searcher
-    from relsearch.retrieval.export import csv_text, query_label
+    from relsearch.retrieval.es_backend import EsQueryOptions
     from relsearch.retrieval.search import DEFAULT_WEIGHT, QueryError
 
     if as_json and out_format not in (None, "json"):
         _fail(f"give --json or --format {out_format}, not both")
     out_format = out_format or ("json" if as_json else "table")
-    as_json = out_format == "json"
     if out_format == "csv" and (facets or why_not):
         _fail(f"{'--facet' if facets else '--why-not'}: a CSV holds the hits alone; use --json or the table")
     examples = {side: [_example(v) for v in declared.pop(f"{side}_ids")] + [{"text": t} for t in declared.pop(f"{side}_texts")]
@@ -172,75 +169,122 @@ def query(text, index_dir, doc_id, queries_file, relations, filters, collapse_fi
         _fail("give --collapse FIELD or --no-collapse, not both")
     options = request.SearchOptions(filters=filters, field=text_field, collapse=False if no_collapse else collapse_field,
                                     rerank=head, hybrid=hybrid, fields=fields, facets=facets, why_not=why_not, **declared)
-    offset = options.offset
     es = EsQueryOptions(url=es_url, index=es_index, credentials_file=es_credentials, ca_certs=es_ca_certs,
                         num_candidates=num_candidates, fusion=fusion) if backend == "es" else None
+    asked = _Asked(text, doc_id, examples, queries_file)
     try:
         options.check()
-        try:
-            weights = parse_relation_args(relations)
-        except ValueError as e:
-            raise request.RequestError("relations", str(e)) from None
-        searcher = open_searcher(index_dir, model, backend=backend, es=es,
-                                 search_params=_search_params(ef_search, nprobe, rerank, search_param))
-        if backend == "es":
-            _warn_if_stale_mirror(searcher.searcher.files.manifest, es_index)
-        if queries_file:
-            searcher.check(weights, {})
-            options.check_against(searcher)
-            queries, errors = _read_queries(queries_file, weights, searcher)
-        else:  # the validation of the Python API and the server (relsearch/api.py)
-            from relsearch.api import SearchRequest, validate_request
-
-            req = SearchRequest(text=text, id=doc_id, relations=weights, **examples, **vars(options))
-            validate_request(searcher, req)
-            queries, errors = [req.query()], []
-        plan = request.plan(searcher, queries, options)
-        # a filter that can never match, or a named relation's part that cannot apply, says so
-        for line in [*(searcher.filter_warnings(filters) if filters else ()), *plan.warnings]:
-            click.echo(f"warning: {line}", err=True)
-        results = plan.run()
-        counts = plan.facets()
-        reasons = [plan.why_not(i, options.offset + options.k) for i in range(len(queries))]
-        modes = {s.mode for s in plan.scorings}
-        fused = modes.pop() if len(modes) == 1 and head is None else None
-        for line in searcher.no_match_warnings(filters) if queries and not any(results) else ():
-            click.echo(line if line.startswith("no document") else f"warning: {line}", err=True)
+        searcher = _open(index_dir, model, backend, es, _search_params(ef_search, nprobe, rerank, search_param))
+        answer = _search(searcher, asked, relations, options, reranked=head is not None)
     except request.RequestError as e:
         _fail(f"{OPTION_FLAGS.get(e.field) or request.flag_of(e.field)}: {e.message}")
     except (QueryError, KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         _fail(e.args[0] if isinstance(e, KeyError) else str(e))
-    if out_format == "csv":
-        labels = [q.query_id for q in queries] if queries_file else [query_label(text, doc_id, examples)]
-        click.echo(csv_text([(label, [h.to_json(rank) for rank, h in enumerate(hits, offset + 1)])
-                             for label, hits in zip(labels, results)]), nl=False)
-    elif queries_file:
-        for q, hits, facet, reason in zip(queries, results, counts, reasons):
-            payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits], **({"facets": facet} if facets else {}),
-                       **({"why_not": reason} if reason else {})}
-            click.echo(json.dumps(payload, ensure_ascii=False) if as_json
-                       else _table(hits, title=f"query {q.query_id}", first=offset + 1, fields=fields, fused=fused)
-                       + _facet_lines(facet) + _why_not_lines(reason))
-    if queries_file:
-        for err in errors:
+    _print(answer, asked, options, out_format)
+    if answer.errors:
+        for err in answer.errors:
             click.echo(f"{queries_file}:{err['line']}: {err['error']}", err=True)
-        if errors:
-            sys.exit(1)
-        return
-    if out_format == "csv":
-        return
-    hits = results[0]
-    if as_json:
-        for rank, hit in enumerate(hits, offset + 1):
-            click.echo(json.dumps(hit.to_json(rank), ensure_ascii=False))
-        if facets:  # one last line, after the hits: {"facets": {field: [[value, count], ...]}}
-            click.echo(json.dumps({"facets": counts[0]}, ensure_ascii=False))
-        if why_not:  # and {"why_not": {...}}
-            click.echo(json.dumps({"why_not": reasons[0]}, ensure_ascii=False))
+        sys.exit(1)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Asked:
+    """What the command line asks about: one TEXT, --id, examples by side, or a --queries file."""
+
+    text: str | None
+    doc_id: str | None
+    examples: dict[str, list[dict]]
+    queries_file: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Answer:
+    """What one run found: per query its hits, facet counts and --why-not, and the --queries lines refused."""
+
+    searcher: object
+    queries: list
+    errors: list[dict]
+    results: list
+    counts: list[dict]
+    reasons: list[dict | None]
+    fused: str | None  # the score scale every query ran on, when they share one (the table's column)
+
+
+def _open(index_dir, model, backend, es, search_params):
+    """The searcher of --backend (a stale Elasticsearch mirror said on stderr)."""
+    from relsearch.retrieval.es_backend import open_searcher
+
+    searcher = open_searcher(index_dir, model, backend=backend, es=es, search_params=search_params)
+    if backend == "es":
+        _warn_if_stale_mirror(searcher.searcher.files.manifest, es.index)
+    return searcher
+
+
+def _search(searcher, asked: _Asked, relations, options, *, reranked: bool) -> _Answer:
+    """The queries validated as the Python API and the server validate them (relsearch/api.py), planned
+    and run once; warnings on stderr."""
+    from relsearch.encoder.relations import parse_relation_args
+    from relsearch.retrieval import request
+
+    try:
+        weights = parse_relation_args(relations)
+    except ValueError as e:
+        raise request.RequestError("relations", str(e)) from None
+    if asked.queries_file:
+        searcher.check(weights, {})
+        options.check_against(searcher)
+        queries, errors = _read_queries(asked.queries_file, weights, searcher)
     else:
-        card = _anchor_card(searcher.local, text, doc_id, examples) if options.explain else ""
-        click.echo(card + _table(hits, first=offset + 1, fields=fields, fused=fused) + _facet_lines(counts[0])
-                   + _why_not_lines(reasons[0]))
+        from relsearch.api import SearchRequest, validate_request
+
+        req = SearchRequest(text=asked.text, id=asked.doc_id, relations=weights, **asked.examples, **vars(options))
+        validate_request(searcher, req)
+        queries, errors = [req.query()], []
+    plan = request.plan(searcher, queries, options)
+    # a filter that can never match, or a named relation's part that cannot apply, says so
+    filters = options.filters
+    for line in [*(searcher.filter_warnings(filters) if filters else ()), *plan.warnings]:
+        click.echo(f"warning: {line}", err=True)
+    results = plan.run()
+    modes = {s.mode for s in plan.scorings}
+    for line in searcher.no_match_warnings(filters) if queries and not any(results) else ():
+        click.echo(line if line.startswith("no document") else f"warning: {line}", err=True)
+    return _Answer(searcher, queries, errors, results, plan.facets(),
+                   [plan.why_not(i, options.offset + options.k) for i in range(len(queries))],
+                   modes.pop() if len(modes) == 1 and not reranked else None)
+
+
+def _print(answer: _Answer, asked: _Asked, options, out_format: str) -> None:
+    """The answer as --format says: CSV rows, JSON lines or the table (per --queries line, or the one query)."""
+    from relsearch.retrieval.export import csv_text, query_label
+
+    first, fields = options.offset + 1, options.fields
+    if out_format == "csv":
+        labels = [q.query_id for q in answer.queries] if asked.queries_file else [query_label(asked.text, asked.doc_id,
+                                                                                                asked.examples)]
+        click.echo(csv_text([(label, [h.to_json(rank) for rank, h in enumerate(hits, first)])
+                             for label, hits in zip(labels, answer.results)]), nl=False)
+        return
+    if asked.queries_file:
+        for q, hits, facet, reason in zip(answer.queries, answer.results, answer.counts, answer.reasons):
+            payload = {"query_id": q.query_id, "results": [h.to_json() for h in hits],
+                       **({"facets": facet} if options.facets else {}), **({"why_not": reason} if reason else {})}
+            click.echo(json.dumps(payload, ensure_ascii=False) if out_format == "json"
+                       else _table(hits, title=f"query {q.query_id}", first=first, fields=fields, fused=answer.fused)
+                       + _facet_lines(facet) + _why_not_lines(reason))
+        return
+    hits = answer.results[0]
+    if out_format == "json":
+        for rank, hit in enumerate(hits, first):
+            click.echo(json.dumps(hit.to_json(rank), ensure_ascii=False))
+        if options.facets:  # one last line, after the hits: {"facets": {field: [[value, count], ...]}}
+            click.echo(json.dumps({"facets": answer.counts[0]}, ensure_ascii=False))
+        if options.why_not:  # and {"why_not": {...}}
+            click.echo(json.dumps({"why_not": answer.reasons[0]}, ensure_ascii=False))
+        return
+    card = _anchor_card(answer.searcher.local, asked.text, asked.doc_id, asked.examples) if options.explain else ""
+    click.echo(card + _table(hits, first=first, fields=fields, fused=answer.fused) + _facet_lines(answer.counts[0])
+               + _why_not_lines(answer.reasons[0]))
 
 
 def _anchor_card(searcher, text: str | None, doc_id: str | None, examples: dict[str, list[dict]]) -> str:

@@ -69,45 +69,65 @@ def exported(body: SearchBody, hits, fmt: str, max_bytes: int) -> Response:
                     headers={"Content-Disposition": f'attachment; filename="relsearch-answer.{fmt}"'})
 
 
+def costed(limits, requests: list[SearchRequest], field: str) -> list[SearchRequest]:
+    """``requests``, or a RequestError naming ``field`` when together they may cost more than --max-hits."""
+    cost = sum(map(request_cost, requests))
+    if cost > limits.max_hits:
+        raise RequestError(field, f"this request may cost {cost:,} hits (per query: k + offset candidates, "
+                                  f"{collapse_depth(1)}x with collapse, at least rerank_depth with rerank, "
+                                  f"x2 with explain), over the {limits.max_hits:,} a request may cost "
+                                  f"(--max-hits): ask for fewer queries or a smaller k")
+    return requests
+
+
+async def searched(served: Served, name: str | None, requests: list[SearchRequest]):
+    """(index name, generation, results) of ``requests`` on the served index ``name``, within --timeout."""
+    limits = served.limits
+    name, batcher = served.pick(name)
+    deadline = time.monotonic() + limits.timeout_s  # past it the pass skips or stops this request's work
+    try:
+        generation, results = await asyncio.wait_for(batcher.search(requests, deadline), limits.timeout_s)
+    except asyncio.TimeoutError:
+        raise HTTPException(503, f"search did not finish within {limits.timeout_s} s") from None
+    return name, generation, results
+
+
+def hits_json(limits, hits, offset: int, budget: list[int]) -> str:
+    """The hits as a JSON array, charged to ``budget[0]`` (bytes left in this response)."""
+    parts = []
+    for rank, hit in enumerate(hits, offset + 1):
+        part = json.dumps(hit.to_json(rank), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        budget[0] -= len(part.encode("utf-8")) + 1
+        if budget[0] < 0:
+            raise RequestError("k", f"the response would be larger than {limits.max_response_bytes:,} bytes "
+                                    "(--max-response-bytes): ask for fewer hits (k) or fewer queries")
+        parts.append(part)
+    return "[" + ",".join(parts) + "]"
+
+
+def answer_json(limits, result, offset: int, budget: list[int]) -> str:
+    """One query's answer as JSON members after its hits: facets, why_not, the plan."""
+    return ('"results":' + hits_json(limits, result, offset, budget) + facets_json(result) + why_not_json(result)
+            + plan_json(result))
+
+
+def failed(limits, result: Exception) -> HTTPException | Exception:
+    """What the server answers for a request's exception."""
+    if isinstance(result, SearchStopped):
+        return HTTPException(503, f"search did not finish within {limits.timeout_s} s")
+    if isinstance(result, ElasticError):  # serve --backend es: what the cluster said (never credentials)
+        return HTTPException(502, str(result))
+    return result
+
+
 def add_routes(router: APIRouter, served: Served) -> None:
-    limits, pick = served.limits, served.pick
+    _add_search(router, served)
+    _add_batch(router, served)
+    _add_relations_and_score(router, served)
 
-    def costed(requests: list[SearchRequest], field: str) -> list[SearchRequest]:
-        cost = sum(map(request_cost, requests))
-        if cost > limits.max_hits:
-            raise RequestError(field, f"this request may cost {cost:,} hits (per query: k + offset candidates, "
-                                      f"{collapse_depth(1)}x with collapse, at least rerank_depth with rerank, "
-                                      f"x2 with explain), over the {limits.max_hits:,} a request may cost "
-                                      f"(--max-hits): ask for fewer queries or a smaller k")
-        return requests
 
-    async def searched(name: str | None, requests: list[SearchRequest]):
-        name, batcher = pick(name)
-        deadline = time.monotonic() + limits.timeout_s  # past it the pass skips or stops this request's work
-        try:
-            generation, results = await asyncio.wait_for(batcher.search(requests, deadline), limits.timeout_s)
-        except asyncio.TimeoutError:
-            raise HTTPException(503, f"search did not finish within {limits.timeout_s} s") from None
-        return name, generation, results
-
-    def hits_json(hits, offset: int, budget: list[int]) -> str:
-        """The hits as a JSON array, charged to ``budget[0]`` (bytes left in this response)."""
-        parts = []
-        for rank, hit in enumerate(hits, offset + 1):
-            part = json.dumps(hit.to_json(rank), ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-            budget[0] -= len(part.encode("utf-8")) + 1
-            if budget[0] < 0:
-                raise RequestError("k", f"the response would be larger than {limits.max_response_bytes:,} bytes "
-                                        "(--max-response-bytes): ask for fewer hits (k) or fewer queries")
-            parts.append(part)
-        return "[" + ",".join(parts) + "]"
-
-    def failed(result: Exception) -> HTTPException | Exception:
-        if isinstance(result, SearchStopped):
-            return HTTPException(503, f"search did not finish within {limits.timeout_s} s")
-        if isinstance(result, ElasticError):  # serve --backend es: what the cluster said (never credentials)
-            return HTTPException(502, str(result))
-        return result
+def _add_search(router: APIRouter, served: Served) -> None:
+    limits = served.limits
 
     @router.post("/search", summary="Top-k documents standing in a relation to a text or an indexed document",
                  responses={200: {"model": SearchAnswer, "description": "The hits and what the query plan ran "
@@ -117,16 +137,20 @@ def add_routes(router: APIRouter, served: Served) -> None:
     async def search(body: SearchBody, fmt: Literal["json", "csv", "jsonl"] = Query(
             "json", alias="format", description="json (the answer below), or the hits alone as a download: csv (a row "
             "per hit: query, rank, id, score, text, each metadata field) or jsonl (a line per hit)")):
-        requests = costed([body.request(body)], "k")
-        name, generation, [result] = await searched(body.index, requests)
+        requests = costed(limits, [body.request(body)], "k")
+        name, generation, [result] = await searched(served, body.index, requests)
         if isinstance(result, Exception):
-            raise failed(result)
+            raise failed(limits, result)
         if fmt != "json":
             return exported(body, result, fmt, limits.max_response_bytes)
         # written here, hit by hit, within max_response_bytes (FastAPI's generic encoder is not needed)
-        content = (head(name, generation) + ',"results":' + hits_json(result, body.offset, [limits.max_response_bytes])
-                   + ',"warnings":' + warnings_json([result]) + facets_json(result) + why_not_json(result) + plan_json(result) + "}")
+        content = (head(name, generation) + "," + answer_json(limits, result, body.offset, [limits.max_response_bytes])
+                   + ',"warnings":' + warnings_json([result]) + "}")
         return Response(content, media_type="application/json")
+
+
+def _add_batch(router: APIRouter, served: Served) -> None:
+    limits = served.limits
 
     @router.post("/search/batch", summary="Several queries sharing k, filters and options; errors per query",
                  responses={200: {"model": BatchSearchAnswer, "description": "Per query its hits and plan, or its error"},
@@ -134,24 +158,27 @@ def add_routes(router: APIRouter, served: Served) -> None:
     async def search_batch(body: BatchBody):
         if len(body.queries) > limits.max_batch:
             raise RequestError("queries", f"at most {limits.max_batch} queries per batch, got {len(body.queries)}")
-        requests = costed([body.request(q, q.relations) for q in body.queries], "queries")
-        name, generation, results = await searched(body.index, requests)
+        requests = costed(limits, [body.request(q, q.relations) for q in body.queries], "queries")
+        name, generation, results = await searched(served, body.index, requests)
         out, budget = [], [limits.max_response_bytes]
         for i, result in enumerate(results):
             if isinstance(result, SearchStopped):
-                raise failed(result)
+                raise failed(limits, result)
             if isinstance(result, RequestError):
                 error = {"field": f"queries[{i}].{result.field}", "message": result.message}
             elif isinstance(result, Exception):  # logged where it happened; this query alone failed
                 error = {"field": f"queries[{i}]", "message": f"internal error ({type(result).__name__}); "
                                                                "see the server log"}
             else:
-                out.append('{"results":' + hits_json(result, body.offset, budget) + facets_json(result)
-                           + why_not_json(result) + plan_json(result) + "}")
+                out.append("{" + answer_json(limits, result, body.offset, budget) + "}")
                 continue
             out.append(json.dumps({"error": error}, ensure_ascii=False))
         return Response(head(name, generation) + ',"batch":[' + ",".join(out) + '],"warnings":' + warnings_json(results)
                         + "}", media_type="application/json")
+
+
+def _add_relations_and_score(router: APIRouter, served: Served) -> None:
+    limits, pick = served.limits, served.pick
 
     @router.get("/relations", summary="The relation operators and re-ranking heads of an index's bundle",
                 responses=READ_ERRORS)
