@@ -6,7 +6,7 @@ DEMO_INDEX ?= demo-index
 # the prepared public datasets (docs/datasets.md): $RELSEARCH_DATA, else this workspace's copy
 DATA ?= $(or $(RELSEARCH_DATA),../shared/data)
 
-.PHONY: demo test test-bf16 test-slow test-kill test-dask test-browser docs test-docs pack company-bundle bench-speed gpu-report-data gpu-report clean
+.PHONY: demo demo-companies test test-bf16 test-slow test-kill test-dask test-browser docs test-docs pack company-bundle bench-speed gpu-report-data gpu-report clean
 
 # torch==2.13.0 first: it is the CPU build on this machine's disk; a bare `torch` would pull CUDA wheels.
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -25,6 +25,38 @@ demo: $(VENV)/.installed
 	$(RELSEARCH) query "operates hospitals and outpatient surgery centers" --index $(DEMO_INDEX) --relation similar-company -k 3
 	@echo; echo '# Banks similar to JPMorgan, only within the Financials sector, with per-relation scores:'
 	$(RELSEARCH) query --id JPM --index $(DEMO_INDEX) --relation similar-company --filter gics_sector=Financials -k 3 --explain
+
+# The tour of docs/companies.md: the three-text Russell 3000 index (built once, minutes; skipped
+# when $(COMPANY_INDEX) exists), then per anchor firm its similar-company top 5 with the recipe parts
+# that placed each peer, beside plain cosine's top 5. Anchors only: the peers are what the index says.
+COMPANY_INDEX ?= companies-index
+COMPANY_ANCHORS ?= JPM KO XOM UNH MSFT
+COMPANY_QUERY = $(RELSEARCH) query --index $(COMPANY_INDEX) -k 5 --fields name
+# The tour's awk, over the table of one anchor's similar-company query (--explain); `cosine` holds
+# the plain query's table. Columns split at two spaces; names padded to 24 characters, "…" counted once.
+define COMPANY_TOUR
+function pad(s, width, n) { n = length(s) - gsub(/[\200-\277]/, "&", s); while (n++ < width) s = s " "; return s }
+BEGIN {
+	rows = split(cosine, lines, "\n")
+	for (i = 1; i <= rows; i++)
+		if (split(lines[i], cell, "  +") > 6 && cell[2] ~ /^[0-9]+$$/) plain[cell[2]] = sprintf("%-6s %s", cell[4], cell[6])
+}
+/^anchor: / { printf "\n%s%-70s%s\n", pad(substr($$0, 9) "  ", 38), "similar-company: score = its parts", "plain cosine" }
+/^ +[0-9]+  / { rank = $$2; hit = sprintf("%2d %-6s %s", $$2, $$4, pad($$6, 24)) }
+/^      recipe:/ { sub(/^ +/, ""); gsub(/recipe:|same:gics_/, ""); gsub(/_code=/, "="); printf "  %s  %-68s  %s\n", hit, $$0, plain[rank] }
+endef
+export COMPANY_TOUR
+demo-companies: $(VENV)/.installed
+	test -e $(COMPANY_INDEX) || $(RELSEARCH) index $(DATA)/russell3000_companies/corpus.jsonl --index $(COMPANY_INDEX) \
+		--text-field text --text-field text_wikipedia --text-field text_bloomberg --collapse-field name
+	@echo; echo '# relsearch query --id ID --index $(COMPANY_INDEX) -k 5 --fields name --relation similar-company --explain,'
+	@echo '# its anchor line and per hit id, name and the parts of its score ("recipe:", "same:gics_", "_code" cut),'
+	@echo '# beside the hit of the same rank without --relation (plain cosine, identity):'
+	@for id in $(COMPANY_ANCHORS); do \
+		cosine=$$($(COMPANY_QUERY) --id $$id) && recipe=$$($(COMPANY_QUERY) --id $$id --relation similar-company --explain) \
+			|| exit 1; \
+		printf '%s\n' "$$recipe" | LC_ALL=C awk -F '  +' -v cosine="$$cosine" "$$COMPANY_TOUR"; \
+	done
 
 # The linter first (configured in pyproject.toml [tool.ruff]): CI (.ci/run) runs this target.
 test: $(VENV)/.installed
