@@ -9,12 +9,13 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from relsearch.api import Index, RequestError
+from relsearch.api import Index, RequestError, SearchRequest
 from relsearch.client import Client, ClientError
 from relsearch.retrieval.request import SearchOptions, run
 from relsearch.retrieval.search import Query, Searcher
@@ -198,8 +199,6 @@ def test_add_and_delete_are_visible_without_restart(server, index_dir):
 
 def test_filters_match_json_types_over_http_and_in_one_micro_batch(server, index):
     """true is not 1 (nor "1"), even when both filters meet in one encoder pass (True == 1 in Python)."""
-    from relsearch.api import SearchRequest
-
     client = Client(server)
     text = "A maker of artisanal anvils and forging hammers."
     client.add([{"id": f"ZZ-{kind}", "text": text, "flag": value}
@@ -306,7 +305,7 @@ def test_a_pass_waits_briefly_for_the_clients_the_previous_pass_answered():
 
         async def arrive(i):
             await asyncio.sleep(0.002 * i)
-            await batcher.queue.put(Pending([f"q{i}"], None))
+            batcher.put(Pending([SearchRequest(text=f"q{i}")], None))
 
         started = loop.time()
         for i in range(arrivals):
@@ -492,10 +491,69 @@ def test_a_pass_holds_at_most_max_hits_of_work():
     async def passes():
         batcher = Batcher(None, ServeLimits(max_hits=1000, refill_wait_ms=0), Metrics())
         for cost in (600, 300, 600, 50):
-            batcher.queue.put_nowait(Pending([cost], None, cost=cost))
+            batcher.put(Pending([SearchRequest(text="x", k=cost)], None))
         return [[item.cost for item in await batcher.gather(1)] for _ in range(2)]
 
-    assert asyncio.run(passes()) == [[600, 300], [600, 50]]
+    # the second 600 waits (over the pass's budget) and starts the next pass; the 50 after it fits
+    assert asyncio.run(passes()) == [[600, 300, 50], [600]]
+
+
+class _SlowIndex:
+    """An index whose every query takes ``seconds`` of the model thread: what the batcher schedules."""
+
+    def __init__(self, seconds: float):
+        self.seconds, self.ran = seconds, []
+
+    def search_batch(self, requests, deadlines=None):
+        from relsearch.api import BatchAnswer
+
+        for r in requests:
+            time.sleep(self.seconds)
+            self.ran.append(r.text)
+        return BatchAnswer("g1", [[r.text] for r in requests])
+
+
+def test_a_heavy_batch_shares_the_model_thread_with_a_light_search():
+    """Issue 50, F-1: a 64-query batch is answered a slice at a time, so a one-query search sent while
+    it runs is answered before the batch is (not after all 64), and the batch still gets every answer."""
+    import asyncio
+
+    async def scenario():
+        index = _SlowIndex(0.02)
+        batcher = Batcher(index, ServeLimits(refill_wait_ms=0), Metrics())
+        worker = asyncio.get_running_loop().create_task(batcher.run())
+        heavy = asyncio.ensure_future(batcher.search([SearchRequest(text=f"h{i}") for i in range(64)]))
+        await asyncio.sleep(0.05)
+        light = await batcher.search([SearchRequest(text="light")])
+        done_when_light, ran_when_light = heavy.done(), len(index.ran)
+        generation, results = await heavy
+        worker.cancel()
+        return light, done_when_light, ran_when_light, generation, results
+
+    light, done_when_light, ran_when_light, generation, results = asyncio.run(scenario())
+    assert light == ("g1", [["light"]]) and not done_when_light and ran_when_light < 30
+    assert generation == "g1" and results == [[f"h{i}"] for i in range(64)]  # in order, all of them
+
+
+def test_a_timed_out_request_stops_being_searched():
+    """Issue 50, F-2: once nobody waits for a request (its deadline passed, the server answered 503),
+    its remaining slices never run: the model thread goes idle."""
+    import asyncio
+
+    async def scenario():
+        index = _SlowIndex(0.02)
+        batcher = Batcher(index, ServeLimits(refill_wait_ms=0), Metrics())
+        worker = asyncio.get_running_loop().create_task(batcher.run())
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(batcher.search([SearchRequest(text=f"h{i}") for i in range(200)]), 0.3)
+        await asyncio.sleep(0.5)
+        ran = len(index.ran)
+        await asyncio.sleep(0.5)
+        worker.cancel()
+        return ran, len(index.ran), batcher.waiting
+
+    ran, later, waiting = asyncio.run(scenario())
+    assert ran < 100 and later == ran and not waiting  # about 0.3 s of it ran; nothing after
 
 
 @pytest.mark.parametrize("body, field", [
@@ -611,9 +669,9 @@ def test_access_log_lines_hold_no_body_and_no_key(keyed, caplog):
         status, _ = _post(keyed, "/search", '{"text": "private words in a body", "k": 1}', {"X-API-Key": KEY})
         assert status == 200
         _post(keyed, "/search?key=" + KEY, '{"text": "x"}')
-        for _ in range(100):  # the line is written just after the answer went out
+        for _ in range(200):  # each line is written just after its answer went out
             lines = [r.getMessage() for r in caplog.records if r.name == "relsearch.access"]
-            if len(lines) >= 2:
+            if {"POST /search 200", "POST /search 401"} <= {line.rsplit(" ", 1)[0] for line in lines}:
                 break
             time.sleep(0.05)
     assert any(line.startswith("POST /search 200 ") and line.endswith("ms") for line in lines), lines

@@ -74,3 +74,14 @@ def test_the_table_shows_a_long_facets_ten_most_frequent_values(small_index):
     line = next(line for line in out.output.splitlines() if line.startswith("facet gics_sub_industry: "))
     assert line.endswith(f", … {len(every) - 10} more (--json lists them all)")
     assert f"{every[9][0]} {every[9][1]}," in line and f"{every[10][0]} {every[10][1]}" not in line
+
+
+def test_a_long_texts_highlights_are_bounded():
+    """Issue 50, F-1: highlighting scans at most MAX_ANALYZED characters and keeps MAX_HIGHLIGHTS offsets."""
+    from relsearch.retrieval import highlight
+
+    text = "gas pipeline " * 200_000  # 2.6 million characters, 200,000 matches of "gas"
+    found = offsets(text, terms("natural gas"))
+    assert len(found) == highlight.MAX_HIGHLIGHTS and found[:2] == [[0, 3], [13, 16]]
+    late = "x " * highlight.MAX_ANALYZED + "gas"
+    assert offsets(late, terms("gas")) == []  # past the analysed prefix
