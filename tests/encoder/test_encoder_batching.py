@@ -48,6 +48,20 @@ def test_tokenize_matches_the_tokenizers_truncation_row_by_row(encoder, hf_token
     assert cut.sum() == 2  # "word " * 300 and * 255 (255 words + [CLS] + [SEP] = 257 > 256)
 
 
+LONG = ["word " * 20_000, "   " * 10_000 + "word " * 300, "x" * 40_000 + " tail", "a\n" * 30_000,
+        "ünïcødé " * 9_000, " ".join(["supercalifragilisticexpialidocious"] * 3_000)]
+
+
+def test_a_long_texts_head_stands_for_it_only_when_it_gives_the_same_ids(encoder, hf_tokenizer):
+    """Issue 50, F-3: long texts are tokenised from their head (64 characters per token wanted),
+    whitespace runs, one huge word and repeated long words included: the same ids as the whole text."""
+    ids, lengths, cut = Tokenize(encoder.tokenizer, encoder.max_length)(LONG)
+    for row, text in enumerate(LONG):
+        want = hf_tokenizer(text, truncation=True, max_length=encoder.max_length)["input_ids"]
+        assert ids[row, :lengths[row]].tolist() == want, row
+    assert cut.tolist() == [len(hf_tokenizer(t)["input_ids"]) > encoder.max_length for t in LONG]
+
+
 def test_batches_cover_every_text_once_within_the_token_budget(encoder, hf_tokenizer, monkeypatch):
     monkeypatch.setattr(batching, "FIRST_WINDOW", 3)  # several windows: 3, 6, ...
     sample = texts(20) + MIXED
