@@ -1,12 +1,12 @@
 // The explorer: form ↔ URL state, side-by-side search (identity vs the chosen mixture) of a text, a stored
 // document or examples (like / not like), facet counts that add a filter, highlighted query terms, score and
-// relations panels; above the hits the anchor card, under each hit the link that makes it the query, and the
-// mixture's answer as a CSV or JSONL download.
+// relations panels; above the hits the anchor card, under each hit the link that makes it the query, the
+// mixture's answer as a CSV or JSONL download, and under the hits where a chosen document ranks ("why not").
 import {ApiError, call, file, get, setKey} from "./api.js";
 import {FILTER_OPS, examplesBody, facetFilter, readState, rowParts, writeFilter, writeState} from "./query.js";
 import {NO_HIGHLIGHTS} from "./marks.js";
 import {ranWords} from "./recipe.js";
-import {anchorCard, bars, el, folded, hitList, relationRows, trainedOn} from "./view.js";
+import {anchorCard, bars, el, folded, hitList, relationRows, trainedOn, whyNotBox} from "./view.js";
 
 const $ = (id) => document.getElementById(id);
 const NAME_FIELDS = ["name", "title", "company", "security"];
@@ -198,6 +198,7 @@ function readForm() {
     hybrid: $("hybrid").value,
     field: $("text-field").value,
     columns: [...document.querySelectorAll("[data-column]:checked")].map((box) => box.dataset.column),
+    whyNot: $("why-not").value.trim(),
   };
 }
 
@@ -221,6 +222,7 @@ function fillForm(state, operators, sources) {
   $("k").value = String(state.k);
   $("hybrid").value = state.hybrid;
   $("text-field").value = state.field;
+  $("why-not").value = state.whyNot;
   const chosen = Object.keys(state.relations).length ? state.relations : {identity: 1};
   const names = new Set(operators.map((r) => r.name));
   $("relations").replaceChildren(
@@ -253,6 +255,7 @@ function clearAnswer() {
   exported = null;
   $("downloads").hidden = true;
   anchorCard($("anchor"), null, null);
+  whyNotBox($("why-not-box"), null);
 }
 
 function clearHits() {
@@ -389,7 +392,9 @@ async function search({push = true} = {}) {
   if (state.hybrid) base.hybrid = state.hybrid;
   if (state.field) base.field = state.field;
   const counted = state.facets.length ? {facets: state.facets, ...(state.facetDepth ? {facet_depth: state.facetDepth} : {})} : {};
+  const whyNot = state.whyNot ? {why_not: state.whyNot} : {}; // asked of the mixture: the answer shown beside it
   showQuery(state);
+  whyNotBox($("why-not-box"), null);
   $("facets").replaceChildren();
   $("results").classList.add("loading");
   $("results").setAttribute("aria-busy", "true");
@@ -398,7 +403,7 @@ async function search({push = true} = {}) {
   // highlights are asked of both searches: a search with a BM25 part (the server's plan decides) carries them
   const answer = await guarded(() => Promise.all([
     call("/search", {...base, relations: {identity: 1}, highlight: true}),
-    call("/search", {...base, relations: mixture, highlight: true, ...counted}),
+    call("/search", {...base, relations: mixture, highlight: true, ...counted, ...whyNot}),
     state.mode === "id" ? get("/document", {index: state.index, id: state.id}) : null]), form);
   $("results").classList.remove("loading");
   $("results").removeAttribute("aria-busy");
@@ -420,13 +425,14 @@ async function search({push = true} = {}) {
   hitList($("identity-hits"), plain.results, {columns: state.columns, kept, mode: plain.mode, next,
                                               single: "identity", chosen: new Set(["identity"])});
   const names = Object.keys(mixture);
-  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, mode: mixed.mode, next,
-                                             single: names.length === 1 ? names[0] : "score",
+  const single = names.length === 1 ? names[0] : "score"; // what a score of one part is called
+  hitList($("mixture-hits"), mixed.results, {columns: state.columns, before, mode: mixed.mode, next, single,
                                              chosen: new Set([...names, ...Object.keys(mixed.recipe?.mixture || {})])});
   $("mixture-name").textContent = Object.entries(mixture).map(([name, w]) => `${name} ${w}`).join(" + ");
   $("mixture-recipe").textContent = ranWords(mixed);
   showWarnings([plain, mixed]);
   showFacets(mixed.facets, state);
+  whyNotBox($("why-not-box"), mixed.why_not, {mode: mixed.mode, single});
   const moved = mixed.results.filter((hit) => before.get(hit.id) !== hit.rank).length;
   $("status").textContent = `${mixed.results.length} hits · ${moved} ranked differently from identity · ` +
                             `generation ${mixed.generation}`;
@@ -478,6 +484,7 @@ function completeIds(input, active = () => true) {
   });
 }
 completeIds($("doc-id"));
+completeIds($("why-not"));
 
 // ---------------------------------------------------------------- score and relations panels
 

@@ -1,5 +1,6 @@
 // The page's state and its URL (?id=MSFT&relation=similar-company:0.7&filter=gics_sector=Energy&k=10; a query
-// by examples: ?like=MSFT&like=ORCL:0.5&unlike=IBM&like_text=cloud+software; facet=gics_sector&facet_depth=100),
+// by examples: ?like=MSFT&like=ORCL:0.5&unlike=IBM&like_text=cloud+software; facet=gics_sector&facet_depth=100;
+// why_not=GS),
 // and filter expressions in `relsearch query --filter` syntax. What a filter means is decided by the
 // server (POST /filters/parse runs the CLI's own parser); here an expression is only split into the
 // field / operator / value of a filter row, when a row can show it exactly.
@@ -63,6 +64,7 @@ export function readState(search) {
     hybrid: params.get("hybrid") || "",
     field: params.get("field") || "", // one named text of an index of several ("": all, fused)
     columns: params.has("cols") ? params.get("cols").split(",").filter(Boolean) : null,
+    whyNot: params.get("why_not") || "", // a stored document whose rank in the mixture's whole answer is shown
   };
 }
 
@@ -84,6 +86,7 @@ export function writeState(state) {
   for (const field of state.facets || []) params.append("facet", field);
   if (state.facetDepth) params.set("facet_depth", String(state.facetDepth));
   if (state.columns) params.set("cols", state.columns.join(","));
+  if (state.whyNot) params.set("why_not", state.whyNot);
   return `?${params}`;
 }
 

@@ -1,4 +1,5 @@
-// Drawing: hits with rank movement and their score's parts, bar charts, relation rows. Text goes in as text nodes only.
+// Drawing: hits with rank movement and their score's parts, bar charts, relation rows, the why-not box. Text goes
+// in as text nodes only.
 import {snippet} from "./marks.js";
 import {SCALES, cosines, describe, readRecipe, scoreParts} from "./recipe.js";
 
@@ -241,4 +242,48 @@ export function anchorCard(box, state, doc) {
       texts.length > 1 ? el("span", {class: "muted"}, `${name}: `) : null, String(text))),
     fields.length ? el("details", {class: "anchor-fields"}, el("summary", {}, `${fields.length} fields`),
       el("dl", {class: "meta"}, fields.flatMap(([name, value]) => [el("dt", {}, name), el("dd", {}, shown(value))]))) : null);
+}
+
+// Where the "why not" document stands in the mixture's whole answer (POST /search's why_not: retrieval/request.py
+// Plan.why_not): its rank among all the hits ranked, its score and parts; when it ranks below the last hit shown,
+// that hit's score and parts beside it on the same track, and the parts it trails most on (as `relsearch query
+// --why-not` prints them: the 3 largest gaps)
+export function whyNotBox(box, reason, {mode = "dense", single = "score"} = {}) {
+  box.hidden = !isObject(reason);
+  if (box.hidden) {
+    box.replaceChildren();
+    return;
+  }
+  const scale = SCALES[mode] || SCALES.dense;
+  const count = (n) => (isNumber(n) ? n.toLocaleString("en-US") : String(n));
+  const head = (...words) => el("p", {class: "why-not-head", "data-id": String(reason.id), "data-of": String(reason.of)},
+    el("strong", {}, `why not ${reason.id}`), ...words);
+  if (!isNumber(reason.rank)) {
+    box.replaceChildren(head(": ",
+      `not among the ${count(reason.of)} hits this query can return (filtered out, collapsed under a better hit, `,
+      "the query's own document, or past the first 10,000)"));
+    return;
+  }
+  const cut = isObject(reason.cut) && isNumber(reason.cut.rank) ? reason.cut : null;
+  const hits = cut ? [reason, cut] : [reason];
+  const parts = hits.map((hit) => scoreParts(hit, mode, single));
+  const range = trackRange(parts, mode);
+  const scored = (hit) => [el("span", {class: "scale"}, scale.label), " ", el("span", {class: "value"}, round(hit.score, 4))];
+  const card = (hit, i) => el("div", {class: "why-not-hit", "data-id": String(hit.id), "data-rank": String(hit.rank),
+                                      "data-score": String(hit.score)},
+    el("div", {class: "head"}, i ? `the last shown, rank ${count(hit.rank)} (${hit.id}): ` : `${hit.id}: rank ${count(hit.rank)}`,
+      i ? null : ` of ${count(reason.of)}, `, ...scored(hit)),
+    stack(parts[i], range));
+  const labels = new Map(parts.flat().map((p) => [p.key, p.label]));
+  const mine = isObject(reason.explain) ? reason.explain : {};
+  const theirs = cut && isObject(cut.explain) ? cut.explain : {};
+  const behind = Object.entries(mine).filter(([k, v]) => /^(recipe|mixture):/.test(k) && isNumber(v))
+    .map(([k, v]) => [k, (isNumber(theirs[k]) ? theirs[k] : 0) - v]).filter(([, gap]) => gap > 0)
+    .sort((a, b) => b[1] - a[1]).slice(0, 3);
+  box.replaceChildren(
+    head(el("span", {class: "muted"}, cut ? ` · below the ${count(cut.rank)} hits shown, beside the last of them`
+      : " · among the hits shown")),
+    el("div", {class: "why-not-pair"}, hits.map(card)),
+    behind.length ? el("p", {class: "why-not-behind"}, "behind it on ", behind.flatMap(([k, gap], i) =>
+      [i ? ", " : null, el("span", {class: "gap", "data-part": k}, `${labels.get(k) || k} by ${round(gap)}`)])) : null);
 }

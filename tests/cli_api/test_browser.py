@@ -681,6 +681,79 @@ def test_a_page_on_another_origin_can_neither_write_nor_read(small_index, tmp_pa
         server.should_exit = True
 
 
+# ------------------------------------------------------------------------------ why not X
+def why_not_cards(page) -> list[dict]:
+    """The why-not box's cards: the document's, then the last shown hit's (when it ranks below it)."""
+    return page.eval_on_selector_all("#why-not-box .why-not-hit", "cs => cs.map(c => ({id: c.dataset.id, "
+                                     "rank: Number(c.dataset.rank), score: Number(c.dataset.score), "
+                                     "text: c.querySelector('.head').textContent, parts: Object.fromEntries("
+                                     "[...c.querySelectorAll('.seg')].map(s => [s.dataset.part, Number(s.dataset.value)]))}))")
+
+
+def assert_shows_why_not(page, reason: dict) -> None:
+    """The box says what Index.search(why_not=...) says: rank, of, score, the recipe parts; the last shown hit's."""
+    recipe = lambda hit: {k: pytest.approx(v, abs=1e-6) for k, v in hit["explain"].items() if k.startswith("recipe:")}  # noqa: E731
+    cards = why_not_cards(page)
+    assert [c["id"] for c in cards] == [reason["id"], *([reason["cut"]["id"]] if "cut" in reason else [])]
+    for card, hit in zip(cards, [reason, reason.get("cut")]):
+        assert card["rank"] == hit["rank"] and card["score"] == pytest.approx(hit["score"], abs=1e-6)
+        assert f"{hit['score']:.4f}" in card["text"] and card["parts"] == recipe(hit)
+    assert f"rank {reason['rank']:,} of {reason['of']:,}" in cards[0]["text"]
+
+
+def test_why_not_shows_where_a_document_ranks(served, api_index, browser_page, artifacts):
+    """Issue 52, 5: why_not=ID in the URL sends `why_not` with the mixture's search; under the hits, the rank and
+    score Index.search(why_not=ID) gives, its parts beside the last shown hit's and the parts it trails most on
+    (as the CLI's table says them). The query's own document cannot be returned; an unknown id is named next to
+    the field; one typed in the field (completed as the id box is) goes into the URL, which reproduces it."""
+    url, page = served[0], browser_page
+    query = {"id": DOC, "relations": {"similar-company": 1.0}, "k": 5}
+    target = api_index.search(**{**query, "k": 30})[19].id
+    reason = api_index.search(**query, why_not=target).why_not
+    assert reason["rank"] > 5 and reason["cut"]["rank"] == 5
+    _open_with_key(page, url)
+    page.goto(f"{url}/?id={DOC}&relation=similar-company:1&k=5&why_not={target}")
+    page.wait_for_selector("#why-not-box .why-not-hit")
+    assert page.input_value("#why-not") == target and listed(page, "mixture")[-1] == reason["cut"]["id"]
+    assert_shows_why_not(page, reason)
+    gaps = sorted(((reason["cut"]["explain"].get(k, 0.0) - v, k) for k, v in reason["explain"].items()
+                   if k.startswith(("recipe:", "mixture:"))), reverse=True)
+    behind = [k for gap, k in gaps if gap > 0][:3]
+    assert page.eval_on_selector_all(".why-not-behind .gap", "gs => gs.map(g => g.dataset.part)") == behind and behind
+    page.screenshot(path=str(artifacts / "explorer-why-not.png"), full_page=True)
+
+    # the query's own document: no rank
+    page.fill("#why-not", DOC)
+    page.click("#search")
+    wait_until(page, lambda: "not among the" in (page.text_content("#why-not-box") or ""), "no rank for the query's own")
+    own = api_index.search(**query, why_not=DOC).why_not
+    assert own["rank"] is None and f"not among the {own['of']:,} hits this query can return" in page.text_content("#why-not-box")
+    assert f"why_not={DOC}" in page.url
+
+    # an unknown id: the server's 422 next to the field, no box
+    page.fill("#why-not", "NOSUCH")
+    page.click("#search")
+    wait_until(page, lambda: page.text_content('.error[data-for="why_not"]'), "the error next to the why-not field")
+    assert "unknown document id 'NOSUCH'" in page.text_content('.error[data-for="why_not"]')
+    assert page.is_hidden("#why-not-box") and "why_not=NOSUCH" in page.url
+
+    # typed (completed as the id box is), searched, kept in the URL: the URL alone shows the same box
+    page.fill("#why-not", "appl")
+    wait_until(page, lambda: "AAPL" in page.eval_on_selector_all("#id-options option", "os => os.map(o => o.value)"),
+               "the completion of 'appl'")
+    page.fill("#why-not", "AAPL")
+    page.click("#search")
+    apple = api_index.search(**query, why_not="AAPL").why_not
+    wait_until(page, lambda: [c["id"] for c in why_not_cards(page)][:1] == ["AAPL"], "AAPL's rank")
+    assert_shows_why_not(page, apple)
+    assert page.text_content('.error[data-for="why_not"]') == "" and "why_not=AAPL" in page.url
+    page.goto(page.url)
+    wait_until(page, lambda: [c["id"] for c in why_not_cards(page)][:1] == ["AAPL"], "AAPL's rank from the URL")
+    assert_shows_why_not(page, apple)
+    # only Chromium's own note of the refused request (NOSUCH's 422): the page itself logged nothing
+    assert [e for e in page.console_errors if "status of 422" not in e] == [] and len(page.console_errors) == 1
+
+
 # ------------------------------------------------------------------------------ the anchor, the next query, a download
 @pytest.fixture(scope="module")
 def sp500_served(tmp_path_factory):
