@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..api import Index, SearchRequest
+from ..api import MAX_K, Index, SearchRequest
 from ..encoder.threads import model_executor
 from ..retrieval.paging import SearchStopped, collapse_depth
 from ..retrieval.rerank import DEFAULT_DEPTH as RERANK_DEFAULT_DEPTH
@@ -32,7 +32,8 @@ from .models import ServeLimits
 def request_cost(req: SearchRequest) -> int:
     """What one query may cost, in hits: the candidates it can fetch (``k + offset``; with
     ``rerank`` at least ``rerank_depth``; with ``collapse`` the widened depth of
-    retrieval/paging.py ``collapse_depth``), doubled with ``explain``. Bounded per request and per
+    retrieval/paging.py ``collapse_depth``; with ``why_not`` the whole answer, up to MAX_K), doubled
+    with ``explain`` (and ``why_not``, which explains every hit). Bounded per request and per
     micro-batch pass by ``ServeLimits.max_hits``."""
     candidates = req.k + req.offset
     # a named field; an index's recorded collapse field (collapse None) is not counted: the request does not say it
@@ -40,7 +41,9 @@ def request_cost(req: SearchRequest) -> int:
         candidates = collapse_depth(candidates)
     if req.rerank is not None:
         candidates = max(candidates, req.rerank_depth or RERANK_DEFAULT_DEPTH)
-    return candidates * (2 if req.explain else 1)
+    if req.why_not is not None:
+        candidates = max(candidates, MAX_K)
+    return candidates * (2 if req.explain or req.why_not is not None else 1)
 
 
 FIRST_SLICE = 1  # queries of a new request in its first pass: doubled while its passes stay short

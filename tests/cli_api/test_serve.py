@@ -484,6 +484,15 @@ def test_cost_and_response_bounds_name_the_field(server, index):
         srv.should_exit = True
 
 
+def test_why_not_costs_the_whole_answer_it_ranks():
+    """why_not ranks up to 10,000 hits, every part explained: a request pays for it, so --max-hits
+    bounds how many a batch may ask (5 at the default 100,000)."""
+    from relsearch.serve import request_cost
+
+    assert request_cost(SearchRequest(text="x", k=5, why_not="A")) == 2 * 10_000
+    assert request_cost(SearchRequest(text="x", k=5)) == 5
+
+
 def test_a_pass_holds_at_most_max_hits_of_work():
     """Expensive requests do not share one pass past the cost bound: the one over it starts the next."""
     import asyncio
