@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -220,8 +221,6 @@ class SearchOptions:
     def group_key(self) -> tuple:
         """Requests with equal keys share one search (:meth:`shared`). Filters as JSON text, which
         keeps each value's type (True == 1 in Python, but the filters differ)."""
-        import json
-
         shared = self.shared()
         return tuple(json.dumps(value, sort_keys=True) if f.name == "filters" else
                      tuple(value) if isinstance(value, list) else value
@@ -279,7 +278,10 @@ class Plan:
                                     explain=True, facets=(), highlight=False, fields=None, metadata=True)
         hits = Plan(self.backend, [self.queries[i]], whole, [self.scorings[i]], self.fields).run()[0]
         at = {hit.id: rank for rank, hit in enumerate(hits, 1)}
-        said = lambda rank: {"rank": rank, **{key: hits[rank - 1].to_json()[key] for key in ("id", "score", "explain")}}  # noqa: E731
+        def said(rank: int) -> dict:
+            hit = hits[rank - 1].to_json()
+            return {"rank": rank, "id": hit["id"], "score": hit["score"], "explain": hit["explain"]}
+
         rank = at.get(target)
         out = {"id": target, "of": len(hits), **(said(rank) if rank else {"rank": None})}
         return {**out, "cut": said(min(shown, len(hits)))} if hits and (rank is None or rank > shown) else out
