@@ -12,7 +12,7 @@ from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.retrieval import hybrid, plan, recipe, recipe_search, request
 from relsearch.retrieval.search import Query, QueryError, Searcher
 
-from conftest import SHARED_DATA
+from conftest import shared
 from synthetic_index import D, encoder_identity, raw_vectors
 
 
@@ -142,7 +142,7 @@ def test_bm25_lists_equal_bm25s_own_scores():
     a text of stop words only and an empty one."""
     from relsearch.bench.speed import real_sentences
 
-    texts = real_sentences(3000, data_dir=SHARED_DATA) + ["the and of it", "", "rock rock rock band rock"]
+    texts = real_sentences(3000, data_dir=shared("stsb").parent) + ["the and of it", "", "rock rock rock band rock"]
     ours = lexical.build(texts)
     theirs = lexical.bm25s_module().BM25(k1=lexical.K1, b=lexical.B)
     theirs.index(lexical.tokenize(texts), show_progress=False)
@@ -168,7 +168,7 @@ def test_a_querys_bm25_scores_add_each_terms_list_in_float32_term_after_term(tmp
     of peers), repeated and unknown terms, a query of stop words and an empty one."""
     from relsearch.bench.speed import real_sentences
 
-    texts = real_sentences(2000, data_dir=SHARED_DATA)
+    texts = real_sentences(2000, data_dir=shared("stsb").parent)
     lexical.write(tmp_path / "bm25.npz", np.arange(100, 100 + len(texts)), texts)
     segment = lexical.LexicalSegment.load(tmp_path / "bm25.npz")
 
@@ -198,7 +198,7 @@ def test_a_querys_bm25_scores_are_the_same_under_any_hash_seed(tmp_path):
 
     from relsearch.bench.speed import real_sentences
 
-    texts = real_sentences(500, data_dir=SHARED_DATA)
+    texts = real_sentences(500, data_dir=shared("stsb").parent)
     lexical.write(tmp_path / "bm25.npz", np.arange(len(texts)), texts)
     script = ("import sys; from relsearch.indexer import lexical; "
               "s = lexical.LexicalSegment.load(sys.argv[1]); "
