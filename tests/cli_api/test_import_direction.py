@@ -186,3 +186,22 @@ def import_cycles() -> list[list[str]]:
 
 def test_no_module_imports_itself_round_a_loop():
     assert import_cycles() == []
+
+
+MAX_FILE_LINES, MAX_FUNCTION_LINES, LONG_FUNCTIONS_ALLOWED = 600, 60, 8  # issue 49: units a reader takes in
+
+
+def test_source_files_and_functions_stay_small():
+    """No source file over 600 lines, at most 8 functions over 60 (docstrings and comments count)."""
+    big, long = [], []
+    for folder in (*PACKAGES, "relsearch"):
+        for file in sorted((ROOT / folder).rglob("*.py")):
+            text = file.read_text(encoding="utf-8")
+            name = str(file.relative_to(ROOT))
+            if text.count("\n") > MAX_FILE_LINES:
+                big.append(f"{name}: {text.count(chr(10))} lines")
+            long += [f"{name}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines"
+                     for node in ast.walk(ast.parse(text)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                     and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert big == []
+    assert len(long) <= LONG_FUNCTIONS_ALLOWED, long
