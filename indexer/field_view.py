@@ -15,7 +15,6 @@ import json
 import numpy as np
 
 from . import segments as seg
-from .ann import Selection
 from .docstore import DocRows
 from .reader import IndexFiles
 
@@ -71,14 +70,9 @@ class FieldFiles(IndexFiles):
     field_index: int = 0
     parent: IndexFiles | None = None
 
-    def live(self):
-        if not len(self.deleted):
-            return None
-        if self._live is None:
-            mask = np.ones(self.positions, dtype=bool)
-            mask[self.deleted] = False
-            self._live = Selection(mask, use_selector=True)  # lacking texts are zero rows in FAISS: always select
-        return self._live
+    @property
+    def deleted_rows_in_faiss(self) -> bool:
+        return True  # documents lacking this text are zero rows in its FAISS index: always select
 
     def raw_rows(self, positions) -> np.ndarray:
         """Raw vectors of field ``i`` at ``positions``; a document lacking it: the mean of the raw

@@ -156,8 +156,13 @@ class IndexFiles:
 
             mask = np.ones(self.positions, dtype=bool)
             mask[self.deleted] = False
-            self._live = Selection(mask, use_selector=self.manifest.counts.tombstones > 0)
+            self._live = Selection(mask, use_selector=self.deleted_rows_in_faiss)
         return self._live
+
+    @property
+    def deleted_rows_in_faiss(self) -> bool:
+        """Whether FAISS still holds rows of non-live positions (tombstones), so a search must select."""
+        return self.manifest.counts.tombstones > 0
 
 
 def open_index(path: str | os.PathLike) -> IndexFiles:
