@@ -169,8 +169,8 @@ def _echo_report(report, index_dir: str, append: bool) -> None:
         click.echo(f"rejected lines: {os.path.join(index_dir, 'rejected.jsonl')}")
     if report.misattributed:
         shown = "; ".join(report.misattributed[:3]) + (" …" if len(report.misattributed) > 3 else "")
-        click.echo(f"misattributed: {len(report.misattributed)} texts about another record left out of their "
-                   f"record's vectors (--keep-misattributed keeps them; all in the manifest's runs): {shown}")
+        click.echo(f"misattributed: {len(report.misattributed)} texts not about their record left out of its "
+                   f"vectors (--keep-misattributed keeps them; all in the manifest's runs): {shown}")
     faiss = report.faiss
     tuning = faiss.get("tuning", {})
     click.echo(f"faiss: {faiss.get('factory')} ({faiss.get('tier')}), search params {faiss.get('search_params')}"

@@ -75,10 +75,36 @@ def test_a_text_about_another_record_is_flagged_with_its_reason():
                                     "its text_wikipedia (Jaccard 0.82)",
         ("CIO", "text_wikipedia"): "text_wikipedia: held verbatim by 1 other (MITT), naming none of them",
         ("MITT", "text_wikipedia"): "text_wikipedia: held verbatim by 1 other (CIO), naming none of them",
+        # one word of "Hudson Ltd." is not the subject "Hudson Yards", but the page names Front Yard nowhere
+        ("RESI", "text_wikipedia"): "text_wikipedia: names its record nowhere, as its other texts do",
     }
     # not flagged: GOOG and GOOGL (one name, share classes), WFC (rivals named after its subject), BHLB's own
-    # text, APLE ("Apple Hospitality" is its own name, not Apple Inc.), RESI (one word of "Hudson Ltd." is not
-    # the subject "Hudson Yards"), the short placeholder ETN and PNR share
+    # text, APLE ("Apple Hospitality" is its own name, not Apple Inc.), the short placeholder ETN and PNR share
+
+
+def test_a_text_naming_its_record_nowhere_is_flagged_unless_the_others_name_its_subject():
+    bottling = "This is a list of bottling companies. A bottler is a company that bottles beverages."
+    rows = [("GOOD", "Gladstone Commercial Corporation", {"y": "Gladstone Commercial is a REIT owning offices.",
+                                                          "w": bottling}),
+            # its ticker is a word ("home") of the page about another firm: no excuse
+            ("HOME", "At Home Group Inc.", {"y": "At Home Group Inc. operates home decor superstores.",
+                                            "w": "Home Box Office, Inc. is a pay television network; home of drama."}),
+            # a former name that its other text gives: its own page
+            ("SGEN", "Seagen Inc.", {"y": "Seagen Inc., formerly Seattle Genetics, develops antibodies.",
+                                     "w": "Seattle Genetics, Inc. is a biotechnology company in Bothell."}),
+            # initials, its id, a glued name, accents spelt two ways: all name it
+            ("OFC", "Corporate Office Properties Trust", {"y": "COPT is a REIT that owns office parks.",
+                                                          "w": "Corporate Office Properties Trust is a REIT."}),
+            ("DHC", "Diversified Healthcare Trust", {"y": "DHC is a REIT of medical offices.",
+                                                     "w": "Diversified Healthcare Trust owns clinics."}),
+            ("NBEV", "NewAge, Inc.", {"y": "New Age Beverages Corporation sells drinks.", "w": "NewAge, Inc. sells tea."}),
+            ("EL", "The Estée Lauder Companies Inc.", {"y": "The EstÃ©e Lauder Companies Inc. makes skin care.",
+                                                      "w": "The Estee Lauder Companies Inc. sells makeup."}),
+            # one text only: nothing to compare it with
+            ("SOLO", "Solo Brands, Inc.", {"y": "A maker of fire pits and coolers."})]
+    flags = {(f.id, f.field): f.reason() for f in belonging.misattributed(rows)}
+    assert flags == {("GOOD", "w"): "w: names its record nowhere, as its other texts do",
+                     ("HOME", "w"): "w: names its record nowhere, as its other texts do"}
 
 
 def test_share_classes_of_one_issuer_keep_a_shared_text_whatever_their_class_suffix():
@@ -110,7 +136,7 @@ def test_a_corpus_without_names_gets_no_flags(tmp_path):
     named = write_jsonl(tmp_path / "n.jsonl", [{**r, "issuer": name["name"]} for r, name in zip(rows, ROWS)])
     by_line = belonging.check_corpus(str(named), text_fields=FIELDS, name_field="issuer")  # --collapse-field issuer
     assert sorted((n, f.id) for n, fs in by_line.items() for f in fs) == [
-        (3, "AAT"), (4, "DNOW"), (6, "CCF"), (9, "FCBP"), (14, "CIO"), (15, "MITT")]
+        (3, "AAT"), (4, "DNOW"), (6, "CCF"), (9, "FCBP"), (13, "RESI"), (14, "CIO"), (15, "MITT")]
 
 
 def test_a_record_keeps_its_other_texts_and_one_left_with_none_is_rejected_with_the_reason():
@@ -135,7 +161,7 @@ def test_index_leaves_the_flagged_text_out_of_the_documents_vectors_and_reports_
     assert out.exit_code == 0, out.output
     # CIO's only text was the shared REIT definition: rejected, and read = indexed + rejected still
     assert "read 17, indexed 16, rejected 1 (misattributed-text: 1)" in out.output
-    assert ("misattributed: 6 texts about another record left out of their record's vectors (--keep-misattributed "
+    assert ("misattributed: 7 texts not about their record left out of its vectors (--keep-misattributed "
             "keeps them; all in the manifest's runs): AAT text_wikipedia: about Alphabet Inc. (GOOG): its subject;"
             in out.output)
     files = reader.open_index(target)
