@@ -32,7 +32,7 @@ ONLY_FOR = {
     "eval_every": ("rse",), "margin": ("rse",), "pre_batch": ("rse",), "lora_rank": ("rse",), "warmup": ("rse",),
     "chunk": ("rse",), "inverse": ("rse",), "layers": ("rse",), "keep_worse": ("rse",),
     "max_candidates": ("rse", "aspect"),
-    "relations": ("rse", "transition"),
+    "relations": ("rse", "transition"), "max_dev_queries": ("rse", "transition"),
     "aspects": ("aspect",), "combine": ("aspect",), "split_field": ("aspect",), "project": ("aspect",),
     "text_field": ("aspect", "distill"),
     "lambda_": ("transition",), "off_temperature": ("transition",), "group_field": ("transition",),
@@ -133,7 +133,12 @@ def _description_map(specs) -> dict[str, str]:
 @click.option("--epochs", type=int, default=None,
               help="maximum epochs (early stopping on --dev); with --time-budget and no --epochs, rse joint and "
                    "encoder train until the budget is spent or dev patience stops them")
-@click.option("--patience", type=int, default=None, help="evaluations without dev gain before stopping")
+@click.option("--patience", type=int, default=None,
+              help="evaluations clearly below the best dev score (by 2 standard errors where the objective has "
+                   "them: rse joint and encoder, pu, aspect joint) before stopping")
+@click.option("--max-dev-queries", type=click.IntRange(min=1), default=None,
+              help="rse, transition: dev queries scored per evaluation (a seeded sample; default 1000, adapter and "
+                   "transition 2000); the dev MRR's standard error shrinks as 1/√N")
 @click.option("--batch-size", type=int, default=None)
 @click.option("--lr", type=float, default=None, help="learning rate (joint: the encoder's)")
 @click.option("--relation-lr", type=float, default=None, help="rse joint: learning rate of the relation operators")

@@ -34,15 +34,20 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
     stopper = EarlyStopping(config.patience)
     budget, stopped_by = budget or Budget(config.time_budget), "epochs"
 
-    def dev_score() -> float:
+    def dev_score() -> tuple[float, float]:
+        """Dev P@K and a bound on its standard error: √(p(1−p)/queries), the largest a mean of per-query
+        precisions in [0, 1] can have (so the noise margin of early stopping errs toward training on)."""
         if len(splits["dev"]) < 2:
-            return float("nan")
+            return float("nan"), float("nan")
         v = encoder.embed([d.text for d in splits["dev"]])
-        return aspect_metrics(IDENTITY, v, splits["dev"], fields, combine)[f"p@{K}"]
+        m = aspect_metrics(IDENTITY, v, splits["dev"], fields, combine)
+        p = m[f"p@{K}"]
+        return p, float(np.sqrt(p * (1 - p) / m["seeds"])) if m["seeds"] else 0.0
 
     resumed = _resume(checkpoint, encoder, opt, stopper, budget)
     if resumed is None:
-        stopper.update(dev_score(), 0)
+        start, se = dev_score()
+        stopper.update(start, 0, se)
     best_state, start_epoch, history = resumed or (None, 1, [])
     t0 = time.time()
     train = splits["train"]
@@ -60,15 +65,15 @@ def train_joint_aspect(splits, fields, combine, config, base_bundle: Bundle, che
             break
         t_epoch = budget.clock()
         losses = _epoch(encoder, opt, [d.text for d in train], relevant_to, config, epoch, bar)
-        score = dev_score()
+        score, se = dev_score()
         encoder.train()
         budget.unit_done(budget.clock() - t_epoch)
-        history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5),
-                        "seconds": round(budget.elapsed(), 1)})
         if np.isnan(score) or stopper.improved(score):
             best_state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
         if not np.isnan(score):
-            stopper.update(score, epoch)
+            stopper.update(score, epoch, se)  # stale only 2 SE below the best
+        history.append({"epoch": epoch, "loss": round(float(np.mean(losses)), 5), f"dev_p@{K}": round(score, 5),
+                        f"dev_p@{K}_se": round(se, 5), "stale": stopper.counted, "seconds": round(budget.elapsed(), 1)})
         if checkpoint:
             _save(checkpoint, encoder, opt, best_state, {"epoch": epoch, "history": history,
                                                          "stopper": stopper.state(), "elapsed": budget.elapsed()})

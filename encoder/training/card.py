@@ -100,7 +100,8 @@ def stop_lines(bundle) -> list[str]:
             point = next((h for h in tr.get("history", []) if h.get("step", h.get("epoch")) ==
                           tr.get("best_step", tr.get("best_epoch"))), {})
             sides = [f"{k[8:]} {point[k]:.3f}" for k in ("dev_mrr_tail", "dev_mrr_head") if k in point]
-            best = (f"; best dev MRR {tr['dev_mrr']:.3f}" + (f" ({', '.join(sides)})" if sides else "")
+            se = f" ± {point['dev_mrr_se']:.3f}" if isinstance(point.get("dev_mrr_se"), (int, float)) else ""
+            best = (f"; best dev MRR {tr['dev_mrr']:.3f}{se}" + (f" ({', '.join(sides)})" if sides else "")
                     + (f" at step {tr['best_step']}" if tr.get("best_step") is not None else ""))
         return [f"training stopped by {tr['stopped_by']}: {done}{limit}{best}"]
     if runs:

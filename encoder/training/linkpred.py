@@ -48,12 +48,10 @@ def numpy_apply(params: dict):
     return apply
 
 
-def link_prediction(apply, vectors: np.ndarray, split: RelationSplit, known: dict[int, set[int]], *,
-                    chunk: int = 2048) -> tuple[dict, int, int]:
-    """Metrics of ``apply`` (raw (n, d) → unit (n, d)) on ``split``; see ``PROTOCOL``.
-
-    Returns (metrics, n_queries, n_candidates).
-    """
+def link_ranks(apply, vectors: np.ndarray, split: RelationSplit, known: dict[int, set[int]], *,
+               chunk: int = 2048) -> tuple[Ranks, int]:
+    """Filtered ranks of each query's gold tail under ``apply`` (raw (n, d) → unit (n, d)) on ``split``
+    (see ``PROTOCOL``), and the number of candidates."""
     cand = np.unique(np.concatenate([split.head, split.tail]))
     pos = np.full(len(vectors), -1, dtype=np.int64)
     pos[cand] = np.arange(len(cand))
@@ -68,7 +66,17 @@ def link_prediction(apply, vectors: np.ndarray, split: RelationSplit, known: dic
             p = pos[list(known[h])]
             filt[row, p[p >= 0]] = True
         parts.append(rank_gold(scores, pos[tails], filter_mask=filt, exclude=pos[heads]))
-    return ranking_metrics(Ranks.concat(parts)), len(rows), len(cand)
+    return Ranks.concat(parts), len(cand)
+
+
+def link_prediction(apply, vectors: np.ndarray, split: RelationSplit, known: dict[int, set[int]], *,
+                    chunk: int = 2048) -> tuple[dict, int, int]:
+    """Metrics of ``apply`` (raw (n, d) → unit (n, d)) on ``split``; see ``PROTOCOL``.
+
+    Returns (metrics, n_queries, n_candidates).
+    """
+    ranks, n_candidates = link_ranks(apply, vectors, split, known, chunk=chunk)
+    return ranking_metrics(ranks), len(ranks), n_candidates
 
 
 def trained_vs_identity(apply, vectors: np.ndarray, test: RelationSplit, known: dict[int, set[int]]) -> dict:

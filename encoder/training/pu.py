@@ -422,14 +422,16 @@ def _fit(config: PUConfig, vectors, text_list, model_ref, train, dev, labels, pr
         t_epoch = budget.clock()
         step, entry, loss = _epoch(m, config, epoch, step, total, train, priors, classes, bar)
         acc = m.accuracy(dev[0][dev_rows], dev[1][dev_rows], dev[2][dev_rows]) if has_dev else float("nan")
+        se = math.sqrt(acc * (1 - acc) / dev_rows.sum()) if has_dev else float("nan")  # of a mean of 0/1 outcomes
         budget.unit_done(budget.clock() - t_epoch)
-        progress["history"].append(dict(entry, dev_accuracy=None if math.isnan(acc) else round(acc, 5),
-                                        seconds=round(budget.elapsed(), 1)))
-        bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}", dev_acc=f"{acc:.3f}")
+        bar.set_postfix(epoch=epoch, loss=f"{loss:.4f}", dev_acc=f"{acc:.3f} ± {se:.3f}")
         if has_dev:
             if stopper.improved(acc):
                 best = {k: v.detach().clone() for k, v in m.state_tensors().items()}
-            progress["stopped"] = stopper.update(acc, epoch)
+            progress["stopped"] = stopper.update(acc, epoch, se)  # stale only 2 SE below the best
+        progress["history"].append(dict(entry, dev_accuracy=None if math.isnan(acc) else round(acc, 5),
+                                        **({"dev_accuracy_se": round(se, 5), "stale": stopper.counted} if has_dev
+                                           else {}), seconds=round(budget.elapsed(), 1)))
         progress.update(epoch=epoch, step=step, early=stopper.state(), seconds=round(time.time() - t0, 1),
                         elapsed=budget.elapsed())
         if progress["stopped"]:

@@ -6,8 +6,9 @@ negative per triple (its ``negative`` field, else a random tail of the same rela
 true tail of the head) with gradient caching, and minimises the RSE contrastive loss over the
 batch's tails and hard negatives (other true tails of the head masked out). Relations and encoder
 have separate learning rates (1e-2 and 2e-5 by default). Dev link-prediction MRR is measured at
-the start (step 0), every ``eval_every`` steps and at each epoch's end; the best state is kept and
-training stops after ``patience`` evaluations without a gain, or before a step and its evaluation
+the start (step 0), every ``eval_every`` steps and at each epoch's end; the best state is kept (any
+gain) and training stops after ``patience`` evaluations each at least two standard errors below the
+best (:class:`~.loop.EarlyStopping`: a wobble within the dev sample's noise never does), or before a step and its evaluation
 would overrun ``time_budget`` minutes (:class:`~.loop.Budget`); with ``until_budget`` (``relsearch
 train --time-budget`` without ``--epochs``) there is no epoch limit, the budget and patience end the
 run (``training.stopped_by`` says which). The fine-tuned encoder goes into the
@@ -28,9 +29,10 @@ from ..kinds import TRAINABLE, kind_of
 from ..relations import Operator, normalize
 from .cache import _tqdm, encode_cached
 from .card import hyperparameters
-from .data import Triple, load_triple_splits
-from .linkpred import PROTOCOL, forward, init_params, link_prediction
-from .loop import Budget, Checkpoint, EarlyStopping, seed_everything
+from ..metrics import reciprocal_ranks
+from .data import INVERSE_SUFFIX, Triple, load_triple_splits
+from .linkpred import PROTOCOL, forward, init_params, link_prediction, link_ranks
+from .loop import Budget, Checkpoint, EarlyStopping, dev_line, seed_everything, standard_error
 from .splits import RelationSplit, relation_splits, sample_queries, text_ids, true_tails
 
 
@@ -148,6 +150,7 @@ class _Run:
              {"params": [p for ps in self.params.values() for p in ps.values()], "lr": config.operator_lr}],
             weight_decay=0.0)
         self.stopper, self.step, self.history, self.best = EarlyStopping(config.patience), 0, [], None
+        self.dev_shown = ""  # the last evaluation, as the progress bar shows it
 
     def operators(self) -> dict[str, Operator]:
         return {name: Operator(name=name, kind=self.config.operator,
@@ -159,11 +162,25 @@ class _Run:
         return {name: link_prediction(ops[name].apply, vectors, sp[name], known[name]) for name in self.wanted
                 if len(sp[name])}
 
-    def dev_mrr(self) -> float:
+    def dev_scores(self) -> dict[str, float]:
+        """``{"dev_mrr", "dev_mrr_se"}``: the mean over relations of each one's dev MRR, and its standard
+        error (from each relation's over its sampled queries); plus ``dev_mrr_tail`` and ``dev_mrr_head``
+        (the mean over the relations, and over their ``^-1``) when both directions are trained; NaN
+        without dev data."""
         if not self.data.has("dev"):
-            return float("nan")
-        vectors = _embed_split(self.encoder, self.data.text_list, self.data.splits["dev"])
-        return float(np.mean([m["mrr"] for m, _, _ in self.evaluate("dev", vectors, self.operators()).values()]))
+            return {"dev_mrr": float("nan")}
+        sp, known, ops = self.data.splits["dev"], self.data.known, self.operators()
+        vectors = _embed_split(self.encoder, self.data.text_list, sp)
+        rr = {name: reciprocal_ranks(link_ranks(ops[name].apply, vectors, sp[name], known[name])[0])
+              for name in self.wanted if len(sp[name])}
+        mrr = {name: float(r.mean()) for name, r in rr.items()}
+        out = {"dev_mrr": float(np.mean(list(mrr.values()))),
+               "dev_mrr_se": float(np.sqrt(sum(standard_error(r) ** 2 for r in rr.values())) / len(rr))}
+        head = [name for name in mrr if name.endswith(INVERSE_SUFFIX)]
+        if head and len(head) < len(mrr):
+            out["dev_mrr_tail"] = float(np.mean([v for name, v in mrr.items() if name not in head]))
+            out["dev_mrr_head"] = float(np.mean([mrr[name] for name in head]))
+        return out
 
     # ----------------------------------------------------------------------------- state
     def snapshot(self) -> dict:
@@ -193,24 +210,26 @@ class _Run:
             self.seconds, self.trained = state.get("seconds", 0.0), state.get("trained", 0)
         else:
             t0 = self.budget.clock()
-            start = self.dev_mrr()
+            scores = self.dev_scores()
             self.budget.eval_done(self.budget.clock() - t0)
-            self.stopper.update(start, 0)
-            self.history.append({"step": 0, "dev_mrr": round(start, 5), "seconds": round(self.budget.elapsed(), 1)})
+            self.stopper.update(scores["dev_mrr"], 0, scores.get("dev_mrr_se", 0.0))
+            self.history.append({"step": 0, **_rounded(scores), "seconds": round(self.budget.elapsed(), 1)})
             self.best = self.snapshot()  # the base encoder stays the answer when no step beats it on dev
 
     def after_step(self, epoch: int, loss: float, checkpoint: Checkpoint | None, bar) -> None:
         """Dev evaluation: keep the best state, update early stopping, save the checkpoint."""
         t0 = self.budget.clock()
-        score = self.dev_mrr()
+        scores = self.dev_scores()
+        score = scores["dev_mrr"]
         self.encoder.train()
-        self.history.append({"step": self.step, "epoch": epoch + 1, "loss": round(loss, 5),
-                             "dev_mrr": round(score, 5), "seconds": round(self.budget.elapsed(), 1)})
-        bar.set_postfix(loss=f"{loss:.4f}", dev_mrr=f"{score:.3f}")
         if np.isnan(score) or self.stopper.improved(score):
             self.best = self.snapshot()
         if not np.isnan(score):
-            self.stopper.update(score, self.step)
+            self.stopper.update(score, self.step, scores.get("dev_mrr_se", 0.0))
+        self.history.append({"step": self.step, "epoch": epoch + 1, "loss": round(loss, 5), **_rounded(scores),
+                             "stale": self.stopper.counted, "seconds": round(self.budget.elapsed(), 1)})
+        self.dev_shown = dev_line(self.history[-1], self.stopper, self.config.patience)
+        bar.set_postfix_str(f"loss={loss:.4f}, {self.dev_shown}")
         if checkpoint:
             tensors = self.snapshot()
             tensors.update({f"best.{k}": v for k, v in (self.best or {}).items()})
@@ -250,6 +269,10 @@ class _Run:
         self.step += 1
         self.trained += len(batch)
         return loss
+
+
+def _rounded(scores: dict[str, float]) -> dict[str, float]:
+    return {k: round(v, 5) for k, v in scores.items()}
 
 
 def _hard_negative(t: Triple, data: _Data, rng: random.Random) -> str:
@@ -362,7 +385,7 @@ def _loop(run: _Run, candidates: list[str] | None, checkpoint: Checkpoint | None
         run.seconds += time.perf_counter() - t0
         budget.unit_done(budget.clock() - b0)
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.4f}")
+        bar.set_postfix_str(f"loss={loss:.4f}" + (run.dev_shown and ", " + run.dev_shown))
         if run.step % eval_every == 0 or epoch_end:
             run.after_step(e, loss, checkpoint, bar)
             evaluated = run.step
