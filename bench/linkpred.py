@@ -286,9 +286,10 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
             titles = title_vectors(lambda texts: np.stack([cands.raw[t] for t in texts]), [it.query for it in items], h)
             parts[TITLE] = titles @ cands.unit.T
         lexical = bm25.scores([it.query for it in items]) if recipe.bm25 else None
-        priors = {name: cands.prior(name) for name in recipe.prior}
-        linked = cands.graph().linked([it.query for it in items], cands.texts) if recipe.neighbours else None
-        return score_matrix(recipe, parts, lexical, {}, exclude, priors, linked)
+        tables = {"prior": {name: cands.prior(name) for name in recipe.prior}}  # no names in triples: no prominence
+        if recipe.neighbours:
+            tables["neighbours"] = cands.graph().linked([it.query for it in items], cands.texts)
+        return score_matrix(recipe, parts, lexical, tables, exclude)
     return dense
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..encoder.relations import lookup
-from ..indexer.mining import NAME_FIELDS, name_field
+from .parts import PARTS
 from .recipe import Recipe, recipe_of
 
 
@@ -97,55 +97,42 @@ def resolve(operators: dict, relations: dict[str, float], *, hybrid: str | None 
         raise PlanError(f"hybrid: {names} already fuse BM25 with the dense search; hybrid would fuse it twice. "
                         "Drop hybrid, or name a relation without a BM25 share (e.g. identity)")
     if hybrid == "rrf" and combined.adds:
-        raise PlanError("hybrid rrf fuses ranks and cannot add the metadata bonuses, answer priors, neighbours bonus or prominence of "
+        *others, last = [part.noun for part in PARTS.values()]
+        raise PlanError(f"hybrid rrf fuses ranks and cannot add the {', '.join(others)} or {last} of "
                         f"{', '.join(n for n, r in fused.items() if r.adds)}'s recipe; use hybrid weighted")
     if hybrid == "weighted":
         combined = replace(combined, bm25=1.0 - (0.5 if hybrid_weight is None else hybrid_weight))
-    warnings += _bonus_warnings(combined, fused, metadata_fields, text_query)
-    if combined.prominence and name_field(metadata_fields) is None:
-        owners = ", ".join(n for n, r in fused.items() if r.prominence)
-        warnings.append(f"{owners}: the recipe's prominence does not apply: this index has no name field "
-                        f"({', '.join(NAME_FIELDS)}) to find its documents' names in the texts")
+    for part in PARTS.values():  # what a part cannot apply to here (a field the index lacks, a text query)
+        weights = {key: w for key, w in part.weights(combined).items() if w}
+        if weights:
+            owners = ", ".join(n for n, r in fused.items() if any(part.weights(r).values()))
+            warnings += part.warnings(weights, owners, metadata_fields, text_query)
     if hybrid == "rrf":
         return Scoring("rrf", combined, tuple(warnings))
     return Scoring("recipe" if combined.reorders else "dense", combined, tuple(warnings))
 
 
 def combine(recipes: dict[str, Recipe], weights: dict[str, float]) -> Recipe:
-    """The weighted recipe of a mixture (module docstring); ``recipes``: each relation's."""
+    """The weighted recipe of a mixture (module docstring); ``recipes``: each relation's (of one class)."""
     mixture: dict[str, float] = {}
     for name, recipe in recipes.items():
         for op, w in recipe.mixture.items():
             mixture[op] = mixture.get(op, 0.0) + weights[name] * w
     total = sum(weights.values())
 
-    def averaged(part: str) -> dict[str, float]:  # a bonus or prior weight, weight-averaged over the relations
+    def averaged(part):  # a part's weight (a keyed part's, key by key), weight-averaged over the relations
+        if not part.keyed:
+            return sum(weights[n] * getattr(r, part.name) for n, r in recipes.items()) / total if total > 0 else 0.0
         out: dict[str, float] = {}
         for name, recipe in recipes.items():
-            for key, w in getattr(recipe, part).items():
+            for key, w in getattr(recipe, part.name).items():
                 if w:
                     out[key] = out.get(key, 0.0) + weights[name] * w / total
         return out
 
     mixture = {op: w for op, w in mixture.items() if w} or mixture
-    return Recipe(mixture=mixture, same=averaged("same"), prior=averaged("prior"),
-                  neighbours=sum(weights[n] * r.neighbours for n, r in recipes.items()) / total if total > 0 else 0.0,
-                  prominence=sum(weights[n] * r.prominence for n, r in recipes.items()) / total if total > 0 else 0.0,
-                  depth=max(r.depth for r in recipes.values()),
-                  bm25=sum(weights[n] * r.bm25 for n, r in recipes.items()) / total if total > 0 else 0.0,
-                  title=sum(weights[n] * r.title for n, r in recipes.items()))
-
-
-def _bonus_warnings(recipe: Recipe, fused: dict[str, Recipe], metadata_fields, text_query: bool) -> list[str]:
-    """Why a recipe's metadata bonuses change nothing for this query, when they cannot."""
-    bonus = [f for f, w in recipe.same.items() if w]
-    if not bonus:
-        return []
-    owners = ", ".join(n for n, r in fused.items() if any(r.same.values()))
-    missing = [f for f in bonus if f not in metadata_fields]
-    out = [f"{owners}: the recipe's bonuses for sharing {', '.join(missing)} do not apply: this index has no such "
-           "metadata field"] if missing else []
-    if text_query and len(missing) < len(bonus):
-        out.append(f"{owners}: the recipe's bonuses for sharing {', '.join(f for f in bonus if f not in missing)} "
-                   "with the query document do not apply to a text query (query by --id / id to use them)")
-    return out
+    kind = type(next(iter(recipes.values())))  # Recipe (a test registers a part with a subclass of it)
+    return kind(mixture=mixture, **{part.name: averaged(part) for part in PARTS.values()},
+                depth=max(r.depth for r in recipes.values()),
+                bm25=sum(weights[n] * r.bm25 for n, r in recipes.items()) / total if total > 0 else 0.0,
+                title=sum(weights[n] * r.title for n, r in recipes.items()))

@@ -25,6 +25,9 @@ it that won on its dev split, by whole-corpus retrieval:
   how much text it has), in [0, 1], so that a company everyone names is not outranked by a small one
   that shares its label: the same for every query, mined from the index's own texts.
 
+These four additive parts are components registered in one table (retrieval/parts.py ``PARTS``):
+the code here and in plan.py and recipe_search.py loops over it.
+
 Candidates are the dense list's top ``depth`` and, when b > 0, BM25's: fusion and bonuses only
 reorder this bounded list. The recipe is stored in the operator's bundle entry
 (``info["recipe"]``); :func:`choose` searches its weights on dev, :func:`score_matrix` scores a
@@ -43,21 +46,16 @@ from ..encoder.relations import normalize
 from . import hybrid
 from . import prior as answer_prior
 from .graph import Graph, of_bundle
+from .parts import PARTS, Part
 
 DEPTH = hybrid.HYBRID_DEPTH
 MIXES = (1.0, 0.75, 0.5, 0.25, 0.0)  # the operator's share of the dense query vector (the rest: identity)
 TITLE_SHARES = (0.0, 0.25, 0.5, 1.0)  # the query title's weight beside the mixture (when queries have one)
 TITLE = "@title"  # the dense tables' key of the query-title cosines (no relation name starts with "@")
 BM25_SHARES = (0.0, 0.1, 0.2, 0.3, 0.5, 0.7)
-BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
-PRIOR_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # the operator's answer prior (retrieval/prior.py)
-NEIGHBOUR_BONUSES = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # a candidate linked to the query (retrieval/graph.py)
-NEIGHBOURS = object()  # choose()'s key for the neighbours bonus (no field or operator name is this object)
-PROMINENCE_WEIGHTS = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)  # a candidate's prominence (indexer/mining.py)
-PROMINENCE = object()  # choose()'s key for the prominence weight
 MIN_DEV_QUERIES = 10  # fewer dev queries than this: no recipe beats the operator alone (noise_margin)
 MAX_DEPTH = 10_000  # candidates per list (MAX_K)
-MAX_FIELDS = 64  # mixture operators / bonus fields of one recipe
+MAX_FIELDS = 64  # mixture operators / keys of one keyed part (bonus fields, priors) of one recipe
 MAX_RECIPE_WEIGHT = 1e3  # |mixture weight|, title weight
 MAX_BONUS = 10.0  # a bonus past this outweighs every fused score many times: no dev search picks it
 
@@ -69,7 +67,8 @@ class Recipe:
     weight of its answer prior (retrieval/prior.py); ``neighbours``: bonus for a candidate the
     bundle's training graph links to the query (retrieval/graph.py); ``prominence``: weight of a
     candidate's prominence in the corpus (indexer/mining.py); ``title``: weight of the query's title
-    (first line) vector beside the mixture; ``depth``: candidates taken from each list."""
+    (first line) vector beside the mixture; ``depth``: candidates taken from each list. The additive
+    parts (``same`` … ``prominence``) are declared in retrieval/parts.py's table, in this order."""
 
     mixture: dict[str, float]
     bm25: float = 0.0
@@ -83,16 +82,17 @@ class Recipe:
     def __post_init__(self):
         # bounds checked once, when a bundle's recipe is read: a weight of 1e308 makes scores inf
         # (invalid JSON), a fractional depth breaks the search, 10⁵ bonus fields cost a second a query
-        weights = list(self.mixture.values()) + [self.bm25, self.title, self.neighbours, self.prominence] \
-            + list(self.same.values()) + list(self.prior.values())
+        parts = [(part, part.weights(self)) for part in PARTS.values()]
+        weights = [*self.mixture.values(), self.bm25, self.title, *(w for _, ws in parts for w in ws.values())]
         if not self.mixture or not all(isinstance(w, (int, float)) and not isinstance(w, bool) and math.isfinite(w)
                                        for w in weights):
             raise ValueError(f"a recipe needs finite numeric weights, got {_short(self.to_json())}")
         if isinstance(self.depth, bool) or not isinstance(self.depth, int) or not 1 <= self.depth <= MAX_DEPTH:
             raise ValueError(f"depth must be an integer in [1, {MAX_DEPTH}], got {self.depth!r}")
-        if max(len(self.mixture), len(self.same), len(self.prior)) > MAX_FIELDS:
-            raise ValueError(f"at most {MAX_FIELDS} mixture operators, bonus fields and priors, got "
-                             f"{len(self.mixture)}, {len(self.same)} and {len(self.prior)}")
+        sizes = {"mixture": len(self.mixture), **{part.name: len(ws) for part, ws in parts if part.keyed}}
+        big = [name for name, size in sizes.items() if size > MAX_FIELDS]
+        if big:
+            raise ValueError(f"{big[0]} has {sizes[big[0]]} entries: at most {MAX_FIELDS} in each of {', '.join(sizes)}")
         if any(abs(w) > MAX_RECIPE_WEIGHT for w in self.mixture.values()) or not any(self.mixture.values()):
             raise ValueError(f"mixture weights must be within ±{MAX_RECIPE_WEIGHT:g}, not all zero; "
                              f"got {_short(self.mixture)}")
@@ -100,14 +100,11 @@ class Recipe:
             raise ValueError(f"bm25 share must be in [0, 1], got {self.bm25!r}")
         if not 0.0 <= self.title <= MAX_RECIPE_WEIGHT:
             raise ValueError(f"title weight must be in [0, {MAX_RECIPE_WEIGHT:g}], got {self.title!r}")
-        if not all(0.0 <= w <= MAX_BONUS for w in self.same.values()):
-            raise ValueError(f"same bonuses must be in [0, {MAX_BONUS:g}], got {_short(self.same)}")
-        if not all(0.0 <= w <= MAX_BONUS for w in self.prior.values()):
-            raise ValueError(f"prior weights must be in [0, {MAX_BONUS:g}], got {_short(self.prior)}")
-        if not 0.0 <= self.neighbours <= MAX_BONUS:
-            raise ValueError(f"the neighbours bonus must be in [0, {MAX_BONUS:g}], got {self.neighbours!r}")
-        if not 0.0 <= self.prominence <= MAX_BONUS:
-            raise ValueError(f"the prominence weight must be in [0, {MAX_BONUS:g}], got {self.prominence!r}")
+        for part, ws in parts:
+            if not all(0.0 <= w <= MAX_BONUS for w in ws.values()):
+                value = getattr(self, part.name)
+                raise ValueError(f"{part.what} must be in [0, {MAX_BONUS:g}], got "
+                                 f"{_short(value) if part.keyed else repr(value)}")
 
     @property
     def reorders(self) -> bool:
@@ -116,8 +113,8 @@ class Recipe:
 
     @property
     def adds(self) -> bool:
-        """Whether the recipe adds scores to pooled candidates (bonuses, priors, prominence): rank fusion cannot."""
-        return any(self.same.values()) or any(self.prior.values()) or bool(self.neighbours or self.prominence)
+        """Whether the recipe adds scores to pooled candidates (any part of retrieval/parts.py): rank fusion cannot."""
+        return any(w for part in PARTS.values() for w in part.weights(self).values())
 
     def alone(self, name: str) -> bool:
         """True when the recipe ranks as operator ``name`` alone: nothing to mix, fuse or re-order.
@@ -125,25 +122,23 @@ class Recipe:
         return set(self.mixture) == {name} and not self.reorders
 
     def to_json(self) -> dict:
-        return {"mixture": self.mixture, "bm25": self.bm25, "title": self.title, "same": self.same,
-                "prior": self.prior, "neighbours": self.neighbours, "prominence": self.prominence, "depth": self.depth}
+        return {"mixture": self.mixture, "bm25": self.bm25, "title": self.title,
+                **{name: getattr(self, name) for name in PARTS}, "depth": self.depth}
 
     @classmethod
     def from_json(cls, entry, where: str = "recipe") -> Recipe:
         """A recipe from a bundle's ``recipe`` entry; ValueError naming ``where`` when malformed."""
         try:
             if not isinstance(entry, dict) or not isinstance(entry.get("mixture"), dict) \
-                    or not isinstance(entry.get("same", {}), dict) or not isinstance(entry.get("prior", {}), dict):
+                    or any(part.keyed and not isinstance(entry.get(name, {}), dict) for name, part in PARTS.items()):
                 raise ValueError("not an object with a mixture")
-            unknown = set(entry) - {"mixture", "bm25", "title", "same", "prior", "neighbours", "prominence", "depth"}
+            unknown = set(entry) - {"mixture", "bm25", "title", "depth", *PARTS}
             if unknown:
                 raise ValueError(f"unknown key {sorted(unknown)[0][:40]!r}")
+            parts = {name: {str(k): v for k, v in entry.get(name, {}).items()} if part.keyed else entry.get(name, 0.0)
+                     for name, part in PARTS.items()}
             return cls(mixture={str(k): v for k, v in entry["mixture"].items()}, bm25=entry.get("bm25", 0.0),
-                       title=entry.get("title", 0.0),
-                       same={str(k): v for k, v in entry.get("same", {}).items()},
-                       prior={str(k): v for k, v in entry.get("prior", {}).items()},
-                       neighbours=entry.get("neighbours", 0.0), prominence=entry.get("prominence", 0.0),
-                       depth=entry.get("depth", DEPTH))
+                       title=entry.get("title", 0.0), depth=entry.get("depth", DEPTH), **parts)
         except (ValueError, TypeError) as e:
             raise ValueError(f"{where}: malformed recipe ({e})") from None
 
@@ -152,11 +147,8 @@ class Recipe:
                             + ([f"{self.title:g}·title"] if self.title else []))]
         if self.bm25:
             parts = [f"{1 - self.bm25:g}·minmax({parts[0]}) + {self.bm25:g}·minmax(bm25)"]
-        parts += [f"{w:g}·same {f}" for f, w in self.same.items() if w]
-        parts += [f"{w:g}·prior({name})" for name, w in self.prior.items() if w]
-        parts += [f"{self.neighbours:g}·neighbours"] if self.neighbours else []
-        parts += [f"{self.prominence:g}·prominence"] if self.prominence else []
-        return " + ".join(parts)
+        return " + ".join(parts + [part.describe(key, w) for part in PARTS.values()
+                                   for key, w in part.weights(self).items() if w])
 
 
 def first_line(text: str) -> str | None:
@@ -197,8 +189,8 @@ def recipe_of(operator) -> Recipe | None:
 def check_recipes(bundle) -> Graph | None:
     """Every stored recipe of ``bundle`` parses and names operators that exist, and its training
     graph (retrieval/graph.py) is well formed and there when a recipe reads it: the check made once,
-    when a bundle is opened for search; returns that graph, parsed. ValueError: one line naming the
-    relation and key."""
+    when a bundle is opened for search (each part's :meth:`~.parts.Part.check`); returns that graph,
+    parsed. ValueError: one line naming the relation and key."""
     operators, graph = bundle.operators, of_bundle(bundle)
     for name, op in operators.items():
         recipe = recipe_of(op)
@@ -207,13 +199,11 @@ def check_recipes(bundle) -> Graph | None:
             raise ValueError(f"relation {name!r}: malformed recipe (mixture names {missing[0][:60]!r}, which is not "
                              f"an operator of this bundle; operators: {', '.join(sorted(operators))})")
         answer_prior.weights_of(op)
-        without = [m for m in (recipe.prior if recipe else ())
-                   if m not in operators or answer_prior.weights_of(operators[m]) is None]
-        if without:
-            raise ValueError(f"relation {name!r}: malformed recipe (prior names {without[0][:60]!r}, which is not an "
-                             "operator of this bundle with an answer_prior)")
-        if recipe and recipe.neighbours and graph is None:
-            raise ValueError(f"relation {name!r}: malformed recipe (a neighbours bonus, but the bundle stores no graph)")
+        for part in PARTS.values() if recipe else ():
+            for key, w in part.weights(recipe).items():
+                problem = part.check(key, w, operators, graph)
+                if problem:
+                    raise ValueError(f"relation {name!r}: malformed recipe ({problem})")
     return graph
 
 
@@ -224,22 +214,21 @@ def _short(value) -> str:
 
 # ---- scoring a whole candidate table (dev, test, benchmarks) -------------------------------------
 
-def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
-                 same: dict[str, np.ndarray], exclude: np.ndarray, prior: dict[str, np.ndarray] | None = None,
-                 linked: np.ndarray | None = None, prominence: np.ndarray | None = None) -> np.ndarray:
+def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarray | None, tables: dict,
+                 exclude: np.ndarray) -> np.ndarray:
     """(n, m) recipe scores, as :func:`search` ranks an index: ``dense`` operator → (n, m) cosines
     (every operator of the mixture, and :data:`TITLE` when the recipe weighs the query title),
-    ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``same`` field → (n, m) bool
-    "shares the query's value", ``exclude`` (n, m) bool: the query itself, never a candidate,
-    ``prior`` operator → (m,) answer prior of each candidate (needed for each of ``recipe.prior``),
-    ``linked`` (n, m) bool: the training graph links the query to the candidate (needed when
-    ``recipe.neighbours``), ``prominence`` (m,) each candidate's prominence in [0, 1]
-    (indexer/mining.py; None: the corpus has no names, and the part adds nothing). Candidates past
-    the pool score :func:`past_pool` of their dense score."""
+    ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``tables`` each additive part's
+    values by name (retrieval/parts.py): ``{"same": {field: (n, m) bool "shares the query's value"},
+    "prior": {operator: (m,) answer prior of each candidate}, "neighbours": (n, m) bool "the training
+    graph links the query to the candidate", "prominence": (m,) in [0, 1]}``, a part or key it lacks
+    (or holds None for: a corpus without names has no prominence) adding nothing, as at query time;
+    ``exclude`` (n, m) bool: the query itself, never a candidate. Candidates past the pool score
+    :func:`past_pool` of their dense score."""
     mixed = _dense(recipe, dense)
     dense_list = hybrid.minmax_list(mixed, recipe.depth, False, exclude)
     lex = hybrid.minmax_list(lexical, recipe.depth, True, exclude) if recipe.bm25 else None
-    fused = _fused(recipe, dense_list, lex, _additions(recipe, same, prior, linked, prominence), mixed.shape)
+    fused = _fused(recipe, dense_list, lex, _additions(recipe, tables), mixed.shape)
     pool = np.zeros(mixed.shape, bool)
     for rows, order, valid, _ in [dense_list] + ([lex] if lex is not None else []):
         pool[rows, order] |= valid
@@ -269,15 +258,11 @@ def _dense(recipe: Recipe, dense: dict[str, np.ndarray]) -> np.ndarray:
     return mixed + recipe.title * dense[TITLE] if recipe.title else mixed
 
 
-def _additions(recipe: Recipe, same: dict[str, np.ndarray], prior: dict[str, np.ndarray] | None,
-               linked: np.ndarray | None = None, prominence: np.ndarray | None = None) -> list:
-    """(weight, array) of every score the recipe adds to a pooled candidate: each ``same`` bonus
-    ((n, m) bools), each operator's answer prior ((m,) weights, the same for every query), the
-    neighbours bonus ((n, m) bools) and the prominence ((m,), none without one)."""
-    return [(w, same[f]) for f, w in recipe.same.items() if w] \
-        + [(w, (prior or {})[name]) for name, w in recipe.prior.items() if w] \
-        + ([(recipe.neighbours, linked)] if recipe.neighbours else []) \
-        + ([(recipe.prominence, prominence)] if recipe.prominence and prominence is not None else [])
+def _additions(recipe: Recipe, tables: dict) -> list:
+    """(weight, array) of every score the recipe adds to a pooled candidate, in the parts' order:
+    each non-zero weight's table in ``tables`` (:func:`score_matrix`), (n, m) or (m,)."""
+    return [(w, values) for part in PARTS.values() for key, w in part.weights(recipe).items()
+            if w and (values := part.tables(tables.get(part.name)).get(key)) is not None]
 
 
 def _fused(recipe: Recipe, dense_list, lexical_list, additions: list, shape) -> np.ndarray:
@@ -408,42 +393,34 @@ class Choice:
     within_noise: tuple[Recipe, float] | None = None
 
 
-def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, same: dict[str, np.ndarray],
+def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, tables: dict,
            exclude: np.ndarray, gold: list[set[int]], *, depth: int = DEPTH, mixes: tuple = MIXES,
-           prior: np.ndarray | None = None, linked: np.ndarray | None = None,
-           known: list[set[int]] | None = None, prominence: np.ndarray | None = None) -> Choice:
+           known: list[set[int]] | None = None) -> Choice:
     """The recipe for operator ``name`` chosen on dev: its share of the dense vector against
     identity (:data:`MIXES`) × BM25's share (:data:`BM25_SHARES`, when ``lexical`` is given) ×
-    the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then a
-    bonus per ``same`` field by coordinate ascent (two rounds over :data:`BONUSES`), then, when
-    ``prior`` (m,) gives the operator's answer prior of each candidate, its weight
-    (:data:`PRIOR_WEIGHTS`), then, when ``linked`` (n, m) says which candidates the training graph
-    links to each query, the neighbours bonus (:data:`NEIGHBOUR_BONUSES`), then, when ``prominence``
-    (m,) gives each candidate's, its weight (:data:`PROMINENCE_WEIGHTS`), with one more round of
-    the bonuses after those; ties keep the
-    simpler recipe (tried first). The best of these replaces the simplest — the first tried: the
-    operator alone under the default ``mixes`` — only when it beats it by more than one paired
-    standard error of the per-pair reciprocal-rank differences (:func:`noise_margin`): dev splits
-    per relation are small and dozens of recipes are tried, so a smaller gain is likely noise
-    that costs on test. Arrays as in :func:`score_matrix`; ``known``: each query's answers that
-    training already knows, removed from its golds' competitors (link prediction's filtered ranks)."""
-    search = _Search(name, dense, lexical, same, exclude, gold, depth=depth, prior=prior, linked=linked, known=known,
-                     prominence=prominence)
+    the query title's weight (:data:`TITLE_SHARES`, when ``dense`` holds :data:`TITLE`), then the
+    additive parts (retrieval/parts.py) that ``tables`` holds, each key by coordinate ascent over its
+    part's grid: first the keys of the parts tried around the others (the ``same`` bonuses, two
+    rounds), then each other part's keys whose table has a non-zero value (the operator's answer
+    prior, the neighbours bonus, prominence), then the first parts' keys once more when any other
+    was tried; ties keep the simpler recipe (tried first). The best of these replaces the simplest
+    — the first tried: the operator alone under the default ``mixes`` — only when it beats it by
+    more than one paired standard error of the per-pair reciprocal-rank differences
+    (:func:`noise_margin`): dev splits per relation are small and dozens of recipes are tried, so a
+    smaller gain is likely noise that costs on test. Arrays as in :func:`score_matrix` (the answer
+    prior offered is ``tables["prior"][name]``); ``known``: each query's answers that training already
+    knows, removed from its golds' competitors (link prediction's filtered ranks)."""
+    search = _Search(name, dense, lexical, tables, exclude, gold, depth=depth, known=known)
     simplest = search.grid(mixes)
-    for _ in range(2 if same else 0):
-        for f in same:
-            search.ascend(f, BONUSES)
-    offered = [(key, values) for key, values, table in ((name, PRIOR_WEIGHTS, prior), (NEIGHBOURS, NEIGHBOUR_BONUSES, linked),
-                                                        (PROMINENCE, PROMINENCE_WEIGHTS, prominence))
-               if table is not None and table.any()]
-    for key, values in offered:
-        search.ascend(key, values)
-    if offered:
-        for f in same:  # the bonuses again, beside the prior, the neighbours bonus and prominence
-            search.ascend(f, BONUSES)
+    offered = [(part, key, table) for part in PARTS.values()
+               for key, table in part.tables(tables.get(part.name)).items() if table is not None]
+    around = [(part, key) for part, key, _ in offered if part.around]
+    offered = [(part, key) for part, key, table in offered if not part.around and table.any()]
+    for part, key in around * 2 + offered + (around if offered else []):  # around: once more beside the others
+        search.ascend(part, key)
     best, best_rr, tried = search.best, search.best_rr, search.tried
-    best = replace(best, same={f: w for f, w in best.same.items() if w},
-                   prior={k: w for k, w in best.prior.items() if w})
+    best = replace(best, **{part.name: {k: w for k, w in getattr(best, part.name).items() if w}
+                            for part in PARTS.values() if part.keyed})
     if best == simplest[0]:
         return Choice(best, float(best_rr.mean()), tried)
     margin = noise_margin(best_rr, simplest[1], search.pairs.rows)
@@ -456,13 +433,10 @@ class _Search:
     """The dev search of :func:`choose` (its arguments): each recipe tried is scored by its pairs'
     reciprocal ranks; ``best`` (with its operator share and ranks) is the best so far, ``tried`` counts them."""
 
-    def __init__(self, name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None,
-                 same: dict[str, np.ndarray], exclude: np.ndarray, gold: list[set[int]], *, depth: int,
-                 prior: np.ndarray | None, linked: np.ndarray | None, known: list[set[int]] | None,
-                 prominence: np.ndarray | None):
-        self.name, self.dense, self.lexical, self.same, self.exclude, self.depth = name, dense, lexical, same, exclude, depth
-        self.priors = {name: prior} if prior is not None else None
-        self.linked, self.prominence = linked, prominence
+    def __init__(self, name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, tables: dict,
+                 exclude: np.ndarray, gold: list[set[int]], *, depth: int, known: list[set[int]] | None):
+        self.name, self.dense, self.lexical, self.tables, self.exclude, self.depth = \
+            name, dense, lexical, tables, exclude, depth
         self.tried = 0
         self.pairs = _Pairs(gold, exclude, known)  # ranks are computed over each query's pool only
         self.lexical_list = hybrid.minmax_list(lexical, depth, True, exclude) if lexical is not None else None
@@ -475,9 +449,8 @@ class _Search:
         if (share, recipe.title) not in self.dense_lists:
             self.dense_lists[share, recipe.title] = hybrid.minmax_list(_dense(recipe, self.dense), self.depth, False,
                                                                        self.exclude)
-        additions = _additions(recipe, self.same, self.priors, self.linked, self.prominence)
-        return _pool_reciprocal_ranks(recipe, self.dense_lists[share, recipe.title], self.lexical_list, additions,
-                                      self.pairs)
+        return _pool_reciprocal_ranks(recipe, self.dense_lists[share, recipe.title], self.lexical_list,
+                                      _additions(recipe, self.tables), self.pairs)
 
     def grid(self, mixes: tuple) -> tuple[Recipe, np.ndarray]:
         """Try every operator share × title weight × BM25 share, keeping the best; returns the
@@ -493,14 +466,12 @@ class _Search:
             simplest = simplest or (recipe, rr)
         return simplest
 
-    def ascend(self, key, values: tuple) -> None:
-        """Try each of ``values`` for ``key`` (a same field, the operator (its prior), NEIGHBOURS or
-        PROMINENCE) on the best recipe, keeping one that beats it."""
-        for value in values:
-            recipe = replace(self.best, neighbours=value) if key is NEIGHBOURS \
-                else replace(self.best, prominence=value) if key is PROMINENCE \
-                else replace(self.best, same={**self.best.same, key: value}) if key in self.same \
-                else replace(self.best, prior={key: value})
+    def ascend(self, part: Part, key) -> None:
+        """Try each weight of ``part``'s grid for ``key`` (None: a single part) on the best recipe,
+        keeping one that beats it."""
+        for value in part.grid:
+            current = getattr(self.best, part.name)
+            recipe = replace(self.best, **{part.name: {**current, key: value} if part.keyed else value})
             rr = self.evaluate(recipe, self.best_share)
             if rr.mean() > self.best_rr.mean() + 1e-9:
                 self.best, self.best_rr = recipe, rr

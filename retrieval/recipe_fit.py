@@ -49,23 +49,18 @@ class Tables:
 
     dense: dict[str, np.ndarray]  # "identity" and the operator → (n_queries, m) cosines
     lexical: np.ndarray
-    same: dict[str, np.ndarray]
+    parts: dict  # each additive part's values by name (retrieval/parts.py), as score_matrix reads them
     exclude: np.ndarray
     gold: list[set[int]]
     known: list[set[int]] | None = None  # each query's answers known from training (Corpus.known)
-    prior: np.ndarray | None = None  # (m,) the operator's answer prior of each text (retrieval/prior.py)
-    linked: np.ndarray | None = None  # (n_queries, m) bool: the training graph links them (retrieval/graph.py)
-    prominence: np.ndarray | None = None  # (m,) each text's prominence (indexer/mining.py)
-
-    def priors(self, name: str) -> dict[str, np.ndarray] | None:
-        """What :func:`~.recipe.score_matrix` reads as ``prior`` for operator ``name``."""
-        return None if self.prior is None else {name: self.prior}
 
 
 def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], graph: Graph | None = None) -> Tables:
     """Score ``corpus`` by identity, ``operator`` (query side), BM25 and, when some query has a
-    title (a first line above more text), that title's cosine (key :data:`TITLE`); with the
-    training ``graph``, which texts it links to each query. ``encode``:
+    title (a first line above more text), that title's cosine (key :data:`TITLE`), and by each
+    additive part the corpus gives: its metadata fields (``same``), the operator's answer prior
+    (when it has one), with the training ``graph`` which texts it links to each query
+    (``neighbours``), and each text's prominence (None when the corpus has no names). ``encode``:
     texts → raw (n, d) vectors of the bundle's encoder (query towers attached by the caller); the
     corpus's own texts are encoded only when it is not already :attr:`~Corpus.encoded`."""
     e = corpus.encoded or Encoded.of(corpus.texts, encode)
@@ -74,10 +69,11 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], 
              operator.name: operator.apply(heads_h, head_texts) @ operator.documents(e.unit).T}
     if any(first_line(t) is not None for t in head_texts):
         dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ e.unit.T
-    prior = answer_prior.scores(operator, corpus.texts) if answer_prior.weights_of(operator) is not None else None
-    linked = graph.linked(head_texts, corpus.texts) if graph is not None else None
-    return Tables(dense, e.bm25.scores(head_texts), corpus.same(), corpus.exclude(), corpus.gold, corpus.known,
-                  prior, linked, corpus.prominence)
+    parts = {"same": corpus.same(), "prominence": corpus.prominence,
+             "prior": {operator.name: answer_prior.scores(operator, corpus.texts)}
+             if answer_prior.weights_of(operator) is not None else None,
+             "neighbours": graph.linked(head_texts, corpus.texts) if graph is not None else None}
+    return Tables(dense, e.bm25.scores(head_texts), parts, corpus.exclude(), corpus.gold, corpus.known)
 
 
 def _baseline_scores(t: Tables, name: str) -> dict[str, np.ndarray]:
@@ -109,9 +105,8 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
     dev_t = tables(dev, operator, encode, graph)
     # an identity-kind relation (a recipe over plain cosine) has no operator share to choose
     mixes = (1.0,) if operator.kind == "identity" else MIXES
-    choice: Choice = choose(operator.name, dev_t.dense, dev_t.lexical, dev_t.same, dev_t.exclude, dev_t.gold,
-                            mixes=mixes, prior=dev_t.prior, linked=dev_t.linked, known=dev_t.known,
-                            prominence=dev_t.prominence)
+    choice: Choice = choose(operator.name, dev_t.dense, dev_t.lexical, dev_t.parts, dev_t.exclude, dev_t.gold,
+                            mixes=mixes, known=dev_t.known)
     report = {"recipe": choice.recipe.to_json(), "dev": {**baselines(dev_t, operator.name), "recipe": choice.dev_mrr,
                                                           "queries": len(dev.heads), "candidates": dev.candidates,
                                                           "recipes_tried": choice.tried,
@@ -134,8 +129,7 @@ def measure(recipe: Recipe, operator, corpus: Corpus, encode, *, k: int | None =
     with ``k``, also ``at_k``: method → :func:`at_k`."""
     t = tables(corpus, operator, encode, graph if recipe.neighbours else None)
     scores = {**_baseline_scores(t, operator.name),
-              "recipe": score_matrix(recipe, t.dense, t.lexical, t.same, t.exclude, t.priors(operator.name), t.linked,
-                                     t.prominence)}
+              "recipe": score_matrix(recipe, t.dense, t.lexical, t.parts, t.exclude)}
     out = {**{m: mrr(v, t.gold, t.exclude, t.known) for m, v in scores.items()},
            "first_hit": {m: first_hit_mrr(v, t.gold, t.exclude, t.known) for m, v in scores.items()},
            "queries": len(corpus.heads), "candidates": corpus.candidates}
@@ -182,9 +176,12 @@ def query_folds(corpus: Corpus, k: int) -> list[list[int]]:
 
 
 def _rows(t: Tables, rows: list[int]) -> Tables:
-    return Tables({k: v[rows] for k, v in t.dense.items()}, t.lexical[rows], {f: v[rows] for f, v in t.same.items()},
-                  t.exclude[rows], [t.gold[i] for i in rows], None if t.known is None else [t.known[i] for i in rows],
-                  t.prior, None if t.linked is None else t.linked[rows], t.prominence)
+    def cut(table):  # a part's table: per query (n, m) cut to ``rows``, per candidate (m,) kept whole
+        return {key: cut(v) for key, v in table.items()} if isinstance(table, dict) \
+            else table[rows] if getattr(table, "ndim", 0) == 2 else table
+
+    return Tables({k: v[rows] for k, v in t.dense.items()}, t.lexical[rows], cut(t.parts), t.exclude[rows],
+                  [t.gold[i] for i in rows], None if t.known is None else [t.known[i] for i in rows])
 
 
 def cross_validate(operator, corpus: Corpus, folds: list[list[int]], encode: Callable[[list[str]], np.ndarray], *,
@@ -211,11 +208,11 @@ def cross_validate(operator, corpus: Corpus, folds: list[list[int]], encode: Cal
     for held in folds:
         held_set = set(held)
         fitting, measured = _rows(t, [i for i in range(len(corpus.heads)) if i not in held_set]), _rows(t, held)
-        choice = choose(operator.name, fitting.dense, fitting.lexical, fitting.same, fitting.exclude, fitting.gold,
-                        mixes=mixes, prominence=fitting.prominence)
+        choice = choose(operator.name, fitting.dense, fitting.lexical, fitting.parts, fitting.exclude, fitting.gold,
+                        mixes=mixes)
         scores = {**_baseline_scores(measured, operator.name),
-                  "recipe": score_matrix(choice.recipe, measured.dense, measured.lexical, measured.same,
-                                         measured.exclude, prominence=measured.prominence)}
+                  "recipe": score_matrix(choice.recipe, measured.dense, measured.lexical, measured.parts,
+                                         measured.exclude)}
         row = {"chosen": choice.recipe.to_json(), "queries": len(held)}
         for method, s in scores.items():
             row[method] = at_k(s, measured.gold, measured.exclude, k)

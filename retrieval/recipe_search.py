@@ -15,9 +15,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..indexer import mining
 from ..indexer.ann import SearchResult
-from . import prior as answer_prior
+from . import parts
 from .backend import Backend
 from .recipe import Recipe, _bounds, past_pool, title_vectors
 from .search import Query
@@ -27,8 +26,8 @@ from .search import Query
 class Gathered:
     """A batch's candidates under a recipe, before ranking: the raw and the recipe's query vectors
     (n, d), each query's own position (-1: a text query), the title vectors (when weighed), the
-    query texts (when BM25 or the neighbours bonus reads them) and the dense and BM25 lists without
-    the query and example documents."""
+    query texts (when BM25 reads them) and the dense and BM25 lists without the query and example
+    documents."""
 
     h: np.ndarray
     qv: np.ndarray
@@ -110,7 +109,7 @@ def gather(backend: Backend, queries: list[Query], recipe: Recipe, *, k: int, fi
         titles = title_vectors(lambda texts: encode_texts(searcher.encoder, texts)[0], searcher.query_texts(queries), h)
         qv = qv + recipe.title * titles
     depth = recipe.depth
-    texts = searcher.query_texts(queries) if recipe.bm25 or recipe.neighbours else None
+    texts = searcher.query_texts(queries) if recipe.bm25 else None
     excluded = [{int(p)} - {-1} | examples for p, examples in zip(own, searcher.example_positions(queries))]
     more = max(map(len, excluded))  # one extra candidate per excluded document
     dense, lexical = backend.candidates(qv, texts if recipe.bm25 else None, max(depth, k) + more, depth + more,
@@ -122,29 +121,22 @@ def gather(backend: Backend, queries: list[Query], recipe: Recipe, *, k: int, fi
 def rank(searcher, queries: list[Query], recipe: Recipe, gathered: Gathered, scale: Scale, *, k: int,
          explain: bool = False):
     """Each query's top k of ``gathered`` as hits: the pool (each list's top ``recipe.depth``)
-    normalised on ``scale`` and fused with the bonuses, then the dense list past the pool
-    (:func:`~.recipe.past_pool`). ``explain`` adds each part (``recipe:dense``, ``recipe:bm25``,
-    ``recipe:same:FIELD``, ``recipe:prior:RELATION``, ``recipe:neighbours``, ``recipe:prominence``,
-    ``recipe:past-pool``: they add up to the score) beside every operator's own score."""
+    normalised on ``scale`` and fused with the additive parts (retrieval/parts.py), then the dense
+    list past the pool (:func:`~.recipe.past_pool`). ``explain`` adds each part (``recipe:dense``,
+    ``recipe:bm25``, ``recipe:same:FIELD``, ``recipe:prior:RELATION``, ``recipe:neighbours``,
+    ``recipe:prominence``, ``recipe:past-pool``: they add up to the score) beside every operator's
+    own score."""
     g = gathered
-    wanted = {f: w for f, w in recipe.same.items() if w and f in searcher.metadata_fields}
-    query_meta = _query_metadata(searcher, queries, g.own) if wanted else [{}] * len(queries)
-    priors = {name: (w, answer_prior.weights_of(searcher.operators[name])) for name, w in recipe.prior.items() if w}
-    # the text keys the training graph links to each query (retrieval/graph.py)
-    linked = [searcher.graph.neighbours(t) for t in g.texts] if recipe.neighbours else [set()] * len(queries)
-    # position → prominence, mined from the generation's texts once (indexer/mining.py); None: no names
-    prominence = mining.prominence(searcher.files.docstore, searcher.metadata_fields, searcher.text_fields) \
-        if recipe.prominence else None
-    rows_p, rows_s, parts = [], [], []
+    # each non-zero part's scorer, what it reads of the batch built once, here
+    scorers, read = parts.scorers(recipe, parts.Batch(searcher, queries, g.own, g.texts))
+    rows_p, rows_s, explained = [], [], []
     pooled = [_pooled(recipe, g.dense, g.lexical, i, scale) for i in range(len(queries))]
-    read = bool(wanted or priors or recipe.neighbours)
     for rows, docs in _pool_documents(searcher, [pool for pool, _ in pooled], read=read):
         for i in rows:
-            ranked, row_parts = _rank_row(recipe, g.dense, i, *pooled[i], docs, wanted, query_meta[i], priors,
-                                          linked[i], k, explain, prominence)
+            ranked, row_parts = _rank_row(recipe, g.dense, i, *pooled[i], docs, scorers, k, explain)
             rows_p.append([p for p, _ in ranked] + [-1] * (k - len(ranked)))
             rows_s.append([s for _, s in ranked] + [-np.inf] * (k - len(ranked)))
-            parts.append(row_parts)
+            explained.append(row_parts)
     result = SearchResult(np.asarray(rows_p, np.int64).reshape(len(queries), k),
                           np.asarray(rows_s, np.float32).reshape(len(queries), k))
     # explained without mixture:NAME parts: a recipe's parts are its own (below)
@@ -159,7 +151,7 @@ def rank(searcher, queries: list[Query], recipe: Recipe, gathered: Gathered, sca
         title = {} if g.titles is None or not order else dict(zip(order, vectors @ g.titles[i]))
         # the raw dense score ⟨q, t̂⟩ each hit's recipe:dense part normalises (what `relsearch score` shows)
         dense_score = dict(zip(order, vectors @ g.qv[i])) if order else {}
-        out.append([replace(hit, explain={**parts[i][p], "dense": float(dense_score[p]),
+        out.append([replace(hit, explain={**explained[i][p], "dense": float(dense_score[p]),
                                           **({"title": float(title[p])} if title else {}),
                                           **(hit.explain or {})}) for hit, p in zip(row, order)])
     return out
@@ -189,7 +181,7 @@ def _pool_documents(searcher, pools: list[set[int]], *, read: bool) -> Iterator[
     many queries as share at most :data:`POOL_DOCUMENTS` documents, not one per query — a batch of
     peers within one sector pools the same few hundred companies, and each read decoded every
     pooled document's metadata (their long texts, for an index of several: 38% of a fused lookup
-    with one read per query, per text field). No read unless ``read`` (a bonus or prior reads documents)."""
+    with one read per query, per text field). No read unless ``read`` (a part reads documents)."""
     if not read:
         yield list(range(len(pools))), {}
         return
@@ -207,35 +199,22 @@ def _pool_documents(searcher, pools: list[set[int]], *, read: bool) -> Iterator[
 
 
 def _rank_row(recipe: Recipe, dense: SearchResult, i: int, pool: set[int], contributions: dict[str, dict[int, float]],
-              docs: dict[int, dict], wanted: dict, query_meta: dict, priors: dict, linked: set[str], k: int,
-              explain: bool = True, prominence: dict[int, float] | None = None
+              docs: dict[int, dict], scorers: list, k: int, explain: bool = True
               ) -> tuple[list[tuple[int, float]], dict[int, dict]]:
     """Query ``i``'s top k as (position, score) and, with ``explain``, each hit's parts: the pool
     (:func:`_pooled`) by fused score (ties to the smaller position), then the dense list past the
-    pool in its order. ``docs``: position → document, for every pooled one when ``wanted`` or
-    ``priors`` read them. ``priors``: operator → (weight, its answer prior's weights by text key);
-    ``linked``: the text keys the training graph links to the query (``recipe.neighbours``);
-    ``prominence``: position → prominence (indexer/mining.py; None: the part adds nothing)."""
+    pool in its order. ``docs``: position → document, for every pooled one when a part reads them;
+    ``scorers``: (label, scorer) of each additive part (:func:`~.parts.scorers`)."""
     contributions = dict(contributions)
-    for f, w in wanted.items():
-        values = query_meta.get(f, [])  # the query document's value, or any liked document's
-        contributions[f"recipe:same:{f}"] = {p: w for p in pool if docs[p]["metadata"].get(f) in values}
-    # each pooled text's key, hashed once for every prior and the neighbours bonus
-    keys = {p: answer_prior.key(docs[p]["text"]) for p in pool} if priors or recipe.neighbours else {}
-    for name, (w, weights) in priors.items():
-        found = {p: weights.get(keys[p], 0.0) for p in pool}
-        contributions[f"recipe:prior:{name}"] = {p: w * v for p, v in found.items() if v}
-    if recipe.neighbours:
-        contributions["recipe:neighbours"] = {p: recipe.neighbours for p in pool if keys[p] in linked}
-    if recipe.prominence and prominence is not None:
-        contributions["recipe:prominence"] = {p: recipe.prominence * prominence[p] for p in pool if p in prominence}
+    for label, score in scorers:
+        contributions[label] = score(i, pool, docs)
     # each position's parts added in the parts' order, as sum() adds them (a part without it adds 0.0)
     total = dict.fromkeys(pool, 0)
     for part in contributions.values():
         for p, value in part.items():
             total[p] += value
     ranked = sorted(total.items(), key=lambda item: (-item[1], item[0]))[:k]
-    parts = {p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in ranked} if explain else {}
+    explained = {p: {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in ranked} if explain else {}
     row_p, row_s = dense.positions[i], dense.scores[i].astype(np.float64)
     valid = row_p >= 0
     row_p, row_s = row_p[valid], row_s[valid]
@@ -247,8 +226,8 @@ def _rank_row(recipe: Recipe, dense: SearchResult, i: int, pool: set[int], contr
         for j, score in zip(rest, scores):
             p = int(row_p[j])
             ranked.append((p, float(score)))
-            parts[p] = {"recipe:dense": float(score) + 1.0, "recipe:past-pool": -1.0}
-    return ranked, parts
+            explained[p] = {"recipe:dense": float(score) + 1.0, "recipe:past-pool": -1.0}
+    return ranked, explained
 
 
 def _normalised(positions: np.ndarray, scores: np.ndarray, weight: float, lo: float, span: float) -> dict[int, float]:
@@ -270,21 +249,3 @@ def _without(result: SearchResult, excluded: list[set[int]], depth: int) -> Sear
         kept_p, kept_s = row[keep][:depth], row_scores[keep][:depth]
         positions[i, :len(kept_p)], scores[i, :len(kept_s)] = kept_p, kept_s
     return SearchResult(positions, scores)
-
-
-def _query_metadata(searcher, queries: list[Query], own: np.ndarray) -> list[dict[str, list]]:
-    """Per query, field → the values a hit may share for a bonus: the query document's, or every
-    liked document's ({} for a text query)."""
-    liked = searcher.files.docstore.positions([e.doc_id for q in queries for e in q.like if e.doc_id])
-    sources = [[int(p)] if p >= 0 else [liked[e.doc_id] for e in q.like if e.doc_id in liked]
-               for q, p in zip(queries, own)]
-    found = searcher.files.docstore.get(sorted({p for row in sources for p in row}))
-    out = []
-    for row in sources:
-        values: dict[str, list] = {}
-        for p in row:
-            for f, v in found[p]["metadata"].items():
-                if v is not None:
-                    values.setdefault(f, []).append(v)
-        out.append(values)
-    return out

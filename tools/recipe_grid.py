@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         row = []
         for b in BM25_SHARES:
             mixture = {k: w for k, w in ((op.name, share), ("identity", 1.0 - share)) if w}
-            scores = score_matrix(Recipe(mixture=mixture, bm25=b), t.dense, t.lexical, t.same, t.exclude)
+            scores = score_matrix(Recipe(mixture=mixture, bm25=b), t.dense, t.lexical, t.parts, t.exclude)
             row.append(f"{metric(scores, t.gold, t.exclude):.3f}")
         print(f"{share:27.2f}  " + " ".join(row))
     return 0

@@ -14,7 +14,8 @@ from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.indexer.lexical import BM25
 from relsearch.retrieval.plan import PlanError, resolve
-from relsearch.retrieval.recipe import PROMINENCE_WEIGHTS, Recipe, choose, score_matrix
+from relsearch.retrieval.parts import PARTS
+from relsearch.retrieval.recipe import Recipe, choose, score_matrix
 from relsearch.retrieval.request import SearchOptions, run
 from relsearch.retrieval.search import Query, Searcher
 
@@ -74,8 +75,8 @@ def test_the_index_answers_as_score_matrix_and_explain_adds_up(tmp_path):
     exclude = np.zeros((len(heads), N), bool)
     exclude[np.arange(len(heads)), heads] = True
     p = mining.prominence_of([[d["text"]] for d in docs], [d["metadata"]["name"] for d in docs])
-    expected = score_matrix(RECIPE, dense, lexical, {}, exclude, prominence=p)
-    without = score_matrix(replace(RECIPE, prominence=0.0), dense, lexical, {}, exclude, prominence=p)
+    expected = score_matrix(RECIPE, dense, lexical, {"prominence": p}, exclude)
+    without = score_matrix(replace(RECIPE, prominence=0.0), dense, lexical, {"prominence": p}, exclude)
     assert not np.array_equal(np.argsort(-expected[0])[:10], np.argsort(-without[0])[:10])  # it re-ranks
     pages = run(searcher, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads],
                 SearchOptions(k=N - 1, explain=True))
@@ -129,10 +130,10 @@ def test_choose_takes_prominence_when_dev_rewards_it_and_a_mixture_averages_it()
         dense["identity"][i, sorted(g)] += 0.2
     p = np.full(m, 0.1, np.float32)
     p[major] = 1.0
-    picked = choose("identity", dense, None, {}, exclude, gold, mixes=(1.0,), prominence=p)
-    assert picked.recipe.prominence in PROMINENCE_WEIGHTS and picked.recipe.prominence > 0
+    picked = choose("identity", dense, None, {"prominence": p}, exclude, gold, mixes=(1.0,))
+    assert picked.recipe.prominence in PARTS["prominence"].grid and picked.recipe.prominence > 0
     assert choose("identity", dense, None, {}, exclude, gold, mixes=(1.0,)).recipe.prominence == 0
-    flat = choose("identity", dense, None, {}, exclude, gold, mixes=(1.0,), prominence=np.zeros(m, np.float32))
+    flat = choose("identity", dense, None, {"prominence": np.zeros(m, np.float32)}, exclude, gold, mixes=(1.0,))
     assert flat.recipe.prominence == 0  # nothing to weigh: not offered
     ops = {"a": Operator(name="a", kind="identity", params={}, info={"recipe": Recipe(
         mixture={"a": 1.0}, prominence=0.4).to_json()}), "identity": Operator(name="identity", kind="identity", params={})}

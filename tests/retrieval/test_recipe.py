@@ -2,7 +2,8 @@
 chose it on dev, `--relation R` runs it, so do mixtures and hybrid (weighted or refused:
 retrieval/plan.py), rankings do not move with k, explain shows its parts, and the dev
 search picks what the data rewards."""
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from relsearch.encoder.relations import Operator, normalize
 from relsearch.indexer.build import Block, build_published
 from relsearch.indexer.faiss_index import FaissSpec
 from relsearch.indexer.lexical import BM25
+from relsearch.retrieval import parts as recipe_parts
 from relsearch.retrieval import recipe as recipes
 from relsearch.retrieval import recipe_search
 from relsearch.retrieval.recipe import Recipe, choose, score_matrix
@@ -52,7 +54,7 @@ def whole_table(searcher, docs, raw, heads):
     same = {"group": group[heads][:, None] == group[None, :]}
     exclude = np.zeros((len(heads), len(docs)), bool)
     exclude[np.arange(len(heads)), heads] = True
-    return dense, lexical, same, exclude
+    return dense, lexical, {"same": same}, exclude
 
 
 def test_the_index_answers_as_the_whole_table_scores(indexed):
@@ -172,7 +174,7 @@ def test_crafted_recipes_are_refused_once_naming_the_relation_and_key(indexed, t
     crafted = [({**RECIPE.to_json(), "depth": 50.5}, "depth must be an integer"),
                ({**RECIPE.to_json(), "same": {"group": 1e308}}, "same bonuses must be in"),
                ({**RECIPE.to_json(), "title": 1e308}, "title weight must be in"),
-               ({**RECIPE.to_json(), "same": {f"f{i}": 0.1 for i in range(200_000)}}, "bonus fields"),
+               ({**RECIPE.to_json(), "same": {f"f{i}": 0.1 for i in range(200_000)}}, "same has 200000 entries"),
                ({**RECIPE.to_json(), "mixture": {"nosuchop": 1.0}}, "'nosuchop', which is not an operator")]
     for i, (entry, message) in enumerate(crafted):
         bad = Operator(name="rel", kind=op.kind, params=op.params, info={"recipe": entry})
@@ -250,7 +252,7 @@ def test_choose_follows_what_dev_rewards():
     group = rng.integers(0, 10, m)
     same = {"group": group[:n][:, None] == group[None, :]}
     gold = [{int(j) for j in np.flatnonzero(same["group"][i]) if j >= n} or {n} for i in range(n)]
-    picked = choose("rel", noise, None, same, exclude, gold).recipe
+    picked = choose("rel", noise, None, {"same": same}, exclude, gold).recipe
     assert picked.same.get("group", 0) > 0 and picked.bm25 == 0 and picked.title == 0
     titles = rng.random((n, m))
     for i, g in enumerate(gold):
@@ -399,7 +401,8 @@ def test_an_answer_prior_ranks_the_index_as_the_whole_table_scores(indexed, tmp_
     other = _with_prior(searcher, tmp_path, with_prior, answers)
     weights = prior.scores(other.operators["rel"], [d["text"] for d in docs])
     assert weights[low[0]] == 1.0 and 0 < weights[low[6]] < weights[low[3]] < 1 and weights[low[1]] == 0.0
-    expected = score_matrix(with_prior, *table, prior={"rel": weights})
+    dense, lexical, tables, exclude = table
+    expected = score_matrix(with_prior, dense, lexical, {**tables, "prior": {"rel": weights}}, exclude)
     above = lambda scores: int((scores[0] > scores[0, low[0]]).sum())  # noqa: E731 (candidates above d)
     assert above(expected) < above(without) - 3
     pages = run(other, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=N, explain=True))
@@ -455,7 +458,7 @@ def test_the_pools_fused_scores_are_their_parts_summed_in_order_bit_for_bit():
     documents = {j: {"text": texts[j], "metadata": metadata[j]} for j in range(n)}
     recipe = Recipe(mixture={"identity": 1.0}, bm25=0.7, same={"a": 0.5, "b": 0.05, "c": 0.1}, prior={"rel": 0.3},
                     depth=depth)
-    priors = {"rel": (0.3, {prior.key(f"t{j}"): round(float(rng.random()), 4) for j in range(0, 17, 3)})}
+    weights = {prior.key(f"t{j}"): round(float(rng.random()), 4) for j in range(0, 17, 3)}
     rows = 20
     dense_p = np.stack([rng.permutation(n)[:90] for _ in range(rows)])
     dense_s = np.sort(rng.choice(np.linspace(0, 1, 30), (rows, 90)).astype(np.float32), axis=1)[:, ::-1]  # ties
@@ -463,25 +466,30 @@ def test_the_pools_fused_scores_are_their_parts_summed_in_order_bit_for_bit():
     lex_s = np.sort(rng.choice(np.linspace(0, 9, 12), (rows, depth)).astype(np.float32), axis=1)[:, ::-1]
     lex_p[3, 30:], lex_s[3, 30:] = -1, -np.inf  # a short BM25 list
     dense, lexical = SearchResult(dense_p, dense_s), SearchResult(lex_p, lex_s)
-    wanted = dict(recipe.same)
+    query_meta = [{"a": [metadata[i]["a"]], "b": [metadata[i]["b"]], "c": [1]} for i in range(rows)]
+    searcher = SimpleNamespace(metadata_fields=["a", "b", "c"], operators={"rel": Operator(
+        name="rel", kind="identity", info={"answer_prior": {"key": prior.KEY, "weights": weights}})})
+    batch = recipe_parts.Batch(searcher, [None] * rows, np.arange(rows))
+    batch.metadata = query_meta  # what the query documents' metadata would give
+    scorers, read = recipe_parts.scorers(recipe, batch)
+    assert read and [label for label, _ in scorers] == ["recipe:same:a", "recipe:same:b", "recipe:same:c",
+                                                         "recipe:prior:rel"]
     for i in range(rows):
-        query_meta = {"a": [metadata[i]["a"]], "b": [metadata[i]["b"]], "c": [1]}
         pool, parts_in = recipe_search._pooled(recipe, dense, lexical, i, recipe_search.Scale.of(dense, lexical, depth))
-        ranked, parts = recipe_search._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, set(), k)
+        ranked, explained = recipe_search._rank_row(recipe, dense, i, pool, parts_in, documents, scorers, k)
         # the reference: every part as a dict, each position's score sum() of them in order
         contributions = dict(parts_in)
-        for f, w in wanted.items():
-            contributions[f"recipe:same:{f}"] = {p: w for p in pool if metadata[p].get(f) in query_meta[f]}
-        weights = priors["rel"][1]
+        for f, w in recipe.same.items():
+            contributions[f"recipe:same:{f}"] = {p: w for p in pool if metadata[p].get(f) in query_meta[i][f]}
         contributions["recipe:prior:rel"] = {p: 0.3 * weights[prior.key(texts[p])] for p in pool
                                              if weights.get(prior.key(texts[p]), 0.0)}
         total = {p: sum(part.get(p, 0.0) for part in contributions.values()) for p in pool}
         want = sorted(total.items(), key=lambda item: (-item[1], item[0]))
         assert len(want) < k and ranked[:len(want)] == want
         assert len(ranked) == k and all(s < 0 for _, s in ranked[len(want):])  # past the pool
-        assert all(parts[p] == {name: part.get(p, 0.0) for name, part in contributions.items()} for p, _ in want[:k])
-        assert recipe_search._rank_row(recipe, dense, i, pool, parts_in, documents, wanted, query_meta, priors, set(), k,
-                                 explain=False)[0] == ranked
+        assert all(explained[p] == {name: part.get(p, 0.0) for name, part in contributions.items()}
+                   for p, _ in want[:k])
+        assert recipe_search._rank_row(recipe, dense, i, pool, parts_in, documents, scorers, k, explain=False)[0] == ranked
 
 
 def test_an_answer_prior_mixes_weighted_is_refused_by_rrf_and_checked_at_load(indexed, tmp_path):
@@ -539,7 +547,8 @@ def test_a_neighbours_bonus_ranks_the_index_as_the_whole_table_scores(indexed, t
     other = _with_graph(searcher, tmp_path, linked_recipe, pairs)
     linked = other.graph.linked([docs[h]["text"] for h in heads], [d["text"] for d in docs])
     assert linked[0, [low[0], low[3]]].all() and linked[0].sum() == 2 and linked[1, low[6]]
-    expected = score_matrix(linked_recipe, *table, linked=linked)
+    dense, lexical, tables, exclude = table
+    expected = score_matrix(linked_recipe, dense, lexical, {**tables, "neighbours": linked}, exclude)
     above = lambda scores: int((scores[0] > scores[0, low[0]]).sum())  # noqa: E731 (candidates above d)
     assert above(expected) < above(without) - 3
     pages = run(other, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=N, explain=True))
@@ -576,6 +585,60 @@ def test_choose_takes_the_answer_prior_when_answers_recur():
         dense["rel"][i, sorted(g)] += 0.3  # the operator helps, the prior more
     weights = np.zeros(m, np.float32)
     weights[popular] = 1.0
-    picked = choose("rel", dense, None, {}, exclude, gold, prior=weights)
+    picked = choose("rel", dense, None, {"prior": {"rel": weights}}, exclude, gold)
     assert picked.recipe.prior.get("rel", 0) > 0
     assert not choose("rel", dense, None, {}, exclude, gold).recipe.prior  # no prior offered, none chosen
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Wider(Recipe):
+    """A recipe with one more additive part: the one field a new part adds."""
+
+    length: float = 0.0
+
+
+class _Length(recipe_parts.Part):
+    """A throwaway part: each candidate's text length in hundreds of characters."""
+
+    name, reads_documents, what, noun = "length", True, "the length weight", "length"
+
+    def scorer(self, batch, key, weight):
+        return lambda i, pool, docs: {p: weight * len(docs[p]["text"]) / 100 for p in pool}
+
+
+def test_a_part_registered_in_the_table_is_validated_serialised_described_combined_and_scored(indexed, monkeypatch):
+    """retrieval/parts.py's table is the one place: a part registered there (and its Recipe field)
+    is bounded, written and read, described, weight-averaged in a mixture, scored on a whole table
+    and by the index alike, and explained, with no other code changed."""
+    from relsearch.retrieval.plan import combine
+
+    monkeypatch.setitem(recipe_parts.PARTS, "length", _Length())
+    wide = _Wider(mixture={"rel": 0.5, "identity": 0.5}, bm25=0.3, same={"group": 0.2}, length=0.3, depth=20)
+    with pytest.raises(ValueError, match=r"the length weight must be in \[0, 10\], got -1"):
+        _Wider(mixture={"rel": 1.0}, length=-1.0)
+    assert list(wide.to_json()) == ["mixture", "bm25", "title", "same", "prior", "neighbours", "prominence", "length",
+                                    "depth"]
+    assert _Wider.from_json(wide.to_json()) == wide
+    assert replace(wide, same={}).adds and not replace(wide, same={}, length=0.0).adds
+    assert wide.describe().endswith("+ 0.2·same group + 0.3·length")
+    assert "length" in combine({"a": wide}, {"a": 1.0}).describe()
+    assert combine({"a": wide, "b": replace(wide, length=0.1)}, {"a": 1.0, "b": 3.0}).length == pytest.approx(0.15)
+    searcher, docs, raw = indexed
+    heads = [0, 42]
+    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
+    raw_heads = raw.copy()
+    raw_heads[heads] = stored
+    dense, lexical, tables, exclude = whole_table(searcher, docs, raw_heads, heads)
+    lengths = np.array([len(d["text"]) / 100 for d in docs])
+    expected = score_matrix(wide, dense, lexical, {**tables, "length": lengths}, exclude)
+    without = score_matrix(wide, dense, lexical, tables, exclude)  # a table without the part: it adds nothing
+    assert not np.allclose(expected, without)
+    pages = recipe_search.search(searcher, [Query(doc_id=f"d{h}", relations={}) for h in heads], wide, k=N,
+                                 explain=True)
+    for row, hits in zip(expected, pages):
+        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
+        for hit in hits:
+            parts = {k: v for k, v in hit.explain.items() if k.startswith("recipe:")}
+            assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
+            if "recipe:past-pool" not in parts:
+                assert parts["recipe:length"] == pytest.approx(0.3 * lengths[int(hit.id[1:])])

@@ -178,7 +178,7 @@ def test_the_dev_search_ranks_over_each_pool_as_over_the_whole_table(seed):
                    Recipe(mixture={"rel": 1.0}, bm25=0.7, same={"group": 0.2}, depth=depth),
                    Recipe(mixture={"rel": 1.0}, bm25=0.2, same={"group": 0.1}, prior={"rel": 0.3}, depth=depth),
                    Recipe(mixture={"rel": 1.0}, bm25=0.2, prior={"rel": 0.1}, neighbours=0.2, depth=depth)):
-        additions = _additions(recipe, same, prior, linked)
+        additions = _additions(recipe, {"same": same, "prior": prior, "neighbours": linked})
         for filtered in (None, known):
             whole = pair_reciprocal_ranks(_fused(recipe, *lists, additions, (n, m)), gold, exclude, filtered)
             np.testing.assert_allclose(_pool_reciprocal_ranks(recipe, *lists, additions, _Pairs(gold, exclude, filtered)),
