@@ -19,7 +19,8 @@ most). Also hits@10 (filtered) and each query's first relevant hit (answer selec
 Transfer sets (``--data`` roots are searched in order for each folder; see each loader):
 
 - duplicate-question: qatarliving_dupq (tools/data/qatarliving_dupq.py), every duplicate of dev and
-  test, original question → forum question, over its 632 questions;
+  test, original question → forum question, over its 632 questions (:data:`DUPLICATE_FORUMS` adds
+  qatarliving2_dupq, tools/data/qatarliving2_dupq.py, and meta_se_dupq's test, measured one at a time);
 - qa-entailment: wikiqa test (tools/data/wikiqa.py), question → answer sentence, over its 5,951
   sentences;
 - same-caption: sts12_16's 2014 "images" pairs (PASCAL captions) scored ≥ 4 of 5, both directions,
@@ -129,6 +130,14 @@ def qatarliving(folder: Path) -> Task:
                        note="original question → its PerfectMatch forum questions (dev + test), over every question")
 
 
+def meta_se_test(folder: Path) -> Task:
+    """meta_se_dupq's test duplicates, both ways, over every question of its corpus: the pack's own
+    test (its recipe is chosen on train + dev), a transfer set only for a recipe chosen elsewhere."""
+    corpus = [r["text"] for r in read_jsonl(folder / "corpus.jsonl")]
+    pairs = [p for t in read_jsonl(folder / "triples/test.jsonl") for p in ((t["head"], t["tail"]), (t["tail"], t["head"]))]
+    return _pairs_task(corpus, pairs, by_id=True, note="test question → its duplicates (both ways), over every question")
+
+
 def wikiqa(folder: Path) -> Task:
     sentences = [r["text"] for r in read_jsonl(folder / "sentences/test.jsonl")]
     pairs = [(t["head"], t["tail"]) for t in read_jsonl(folder / "triples/test.jsonl")]
@@ -218,6 +227,16 @@ TRANSFER_SETS = {s.relation: s for s in (
     TransferSet("similar-company", "S&P 500 (GICS sub-industry)", "sp500_companies", sp500),
     TransferSet("aspect:sector", "S&P 500 (GICS sector)", "sp500_companies", sp500_sector),
     TransferSet("aspect:industry", "S&P 500 (GICS industry)", "sp500_companies", sp500_industry),
+)}
+# Every duplicate-question forum at hand, one transfer set each (docs/results.md, "Transfer to other
+# datasets", has a row per forum): TransferJob(relations=("duplicate-question",), sets={"duplicate-question":
+# DUPLICATE_FORUMS[folder]}) measures one. qatarliving2_dupq holds every original question of
+# qatarliving_dupq and 14 more (the same forum, 113 duplicate pairs instead of 90).
+DUPLICATE_FORUMS = {s.folder: s for s in (
+    TRANSFER_SETS["duplicate-question"],
+    TransferSet("duplicate-question", "Qatar Living forum (SemEval-2016 3B, train part 2 + dev)", "qatarliving2_dupq",
+                qatarliving),
+    TransferSet("duplicate-question", "meta.stackexchange test (the pack's own)", "meta_se_dupq", meta_se_test),
 )}
 # A relation whose bundle entry has no whole-corpus test (no recipe fitted: the aspect operators) is
 # measured on its own test split the same way, so that its own figure also stands beside identity,

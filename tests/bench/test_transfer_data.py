@@ -6,6 +6,9 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from relsearch.bench.transfer import qatarliving
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools" / "data"
@@ -65,3 +68,22 @@ def test_qatarliving2_keeps_each_file_as_its_split_and_perfect_matches_as_duplic
     ids = {d["text"]: d["id"] for d in task.documents}
     assert task.queries == [{"id": ids[corpus[0]["text"]], "gold": [ids[corpus[1]["text"]]]},
                             {"id": ids[corpus[3]["text"]], "gold": [ids[corpus[4]["text"]]]}]
+
+
+def test_forum_grid_chooses_with_each_forum_weighing_the_same_and_leaves_the_measured_forum_out():
+    grid = _load("dupq_forum_grid")
+    # forum a: 4 dev pairs favour "0/0" a little; forum b: 1 dev pair favours "1/0" a lot
+    ranks = {"a": {"dev": {"rr": {"0/0": [1, 1, 1, 1], "1/0": [1, 1, 1, 0.5]}},
+                   "test": {"rr": {"0/0": [1, 0.5], "1/0": [0.5, 0.5], "0.25/0.1": [1, 1]}, "query": [0, 1], "queries": 2}},
+             "b": {"dev": {"rr": {"0/0": [0.1], "1/0": [1]}},
+                   "test": {"rr": {"0/0": [0.2, 0.2], "1/0": [1, 0.5], "0.25/0.1": [0.2, 0.2]}, "query": [0, 1],
+                            "queries": 2}}}
+    keys = ["0/0", "1/0"]
+    assert grid.choose(ranks, ["a"], keys) == "0/0" and grid.choose(ranks, ["b"], keys) == "1/0"
+    assert grid.choose(ranks, ["a", "b"], keys) == "1/0"  # pooled by pairs, forum a's 4 pairs would choose 0/0
+    assert grid.paired_se([1, 0, 1], [0, 0, 0], np.asarray([0, 1, 2])) == pytest.approx(1 / 3)
+    for forum in ranks:
+        for split in ("dev",):
+            ranks[forum][split]["rr"]["0.25/0.1"] = ranks[forum][split]["rr"]["0/0"]
+    lines = grid.report(ranks, "0.25/0.1")
+    assert any(line.strip().startswith("b test") and "leave b out [0/0]" in line for line in lines)
