@@ -6,8 +6,10 @@ Data/dev/SemEval2016-Task3-CQA-QL-dev.xml, the organisers' files as released (th
 tools/data/qatarliving_dupq.py normalises). Licence (the organisers' README, v2.0): "free for general research use",
 cite Nakov et al., SemEval-2016 Task 3. The repository holds Qatar Living and SemEval scorer files only.
 
-Part 2 of the training data and the development data hold original questions Q201-Q317, none of part1's, so this set
-shares no query with qatarliving_dupq (the forum questions returned for them may recur). Splits are the data's own:
+Part 2 of the training data and the development data hold original questions Q201-Q317. Their texts are not new:
+the part1 file of the snapshot qatarliving_dupq reads (Q1-Q103) repeats them, and every one of its 613 judged pairs is
+among this set's 1,170 (26 labelled otherwise): this is a larger sample of the same forum, not a second forum.
+Splits are the data's own:
 part2's original questions are ``dev`` (what a recipe may be chosen on), the SemEval dev file's are ``test``.
 PerfectMatch = duplicate (label 1), Relevant / Irrelevant = not (label 0), as in qatarliving_dupq.
 
