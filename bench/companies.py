@@ -285,11 +285,12 @@ def _competitor_corpus(rows: list[dict], ops, *, competitors: bool, splits: tupl
     """The whole corpus as queries of the companies of ``splits`` (None: every split) whose own texts
     name others (bench/peers.py), those others their gold; the metadata fields the recipes' bonuses read;
     each company's prominence (indexer/mining.py) mined from the Yahoo texts alone, as an index of them
-    mines it: the judge's Wikipedia and Bloomberg sentences, which name the gold, are never read for it."""
-    from ..indexer.mining import prominence_of
+    mines it, and which companies name which (``mentions``) from every text but the judge's sentences:
+    the Wikipedia and Bloomberg sentences that name the gold are never read for either."""
+    from ..indexer.mining import mentions_of, prominence_of
     from ..retrieval.recipe import recipe_of
     from ..retrieval.recipe_fit import Corpus
-    from .peers import mine_peers
+    from .peers import MENTIONING, mine_peers, without_cues
 
     position = {r["id"]: i for i, r in enumerate(rows)}
     gold: dict[int, set[int]] = {}
@@ -300,7 +301,9 @@ def _competitor_corpus(rows: list[dict], ops, *, competitors: bool, splits: tupl
     heads = sorted(gold)
     return Corpus([r["text"] for r in rows], heads, [gold[h] for h in heads],
                   {f: [r.get(f) for r in rows] for f in sorted(fields | set(COMPANY_FIELDS))},
-                  prominence=prominence_of([[r["text"]] for r in rows], [r.get("name") for r in rows]))
+                  prominence=prominence_of([[r["text"]] for r in rows], [r.get("name") for r in rows]),
+                  mentions=mentions_of([[r["text"], *(without_cues(r.get(f)) for f in MENTIONING)] for r in rows],
+                                       [r.get("name") for r in rows]))
 
 
 def _encoder(job: CompaniesJob, bundle, ops):

@@ -41,6 +41,12 @@ MENTIONING = ("text_wikipedia", "text_bloomberg")
 ALL_TEXTS = ("text",) + MENTIONING
 
 
+def without_cues(text: str | None) -> str:
+    """``text`` without its sentences that speak of competition (:data:`_CUE`): what a recipe part
+    fitted against this judge may read of the texts it mines, never the sentences the gold comes from."""
+    return " ".join(s for s in _SENTENCE.split(text or "") if not _CUE.search(s))
+
+
 def _aliases(rows: list[dict]) -> dict[str, str]:
     candidates: dict[str, set[str]] = defaultdict(set)
     for r in rows:

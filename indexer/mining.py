@@ -10,7 +10,9 @@ case, accents and punctuation never matter, a leading article and trailing legal
   that few of the corpus's texts contain ("Alphabet Inc. ... the parent company of Google": "google");
 - prominence: how many other texts name the document (its name as a capitalised run), then how
   much text it has (how many texts, how long): :func:`mine`; :func:`prominence` scales it to
-  [0, 1] over a generation's live documents.
+  [0, 1] over a generation's live documents;
+- mentions: which documents name which (either way), by the same names: the recipe's
+  ``mentions`` part (a rival a company's texts name, or that names it).
 
 A generation is mined once, at its first use (:func:`mined`), and again for a new generation: an
 ``--append``, a delete or a compaction publishes one, so the figures always describe what is live.
@@ -98,6 +100,7 @@ class Mined:
 
     aliases: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # position → [(alias, uses)]
     prominence: dict[int, float] = field(default_factory=dict)  # position → score (absent: 0)
+    mentions: dict[int, set[int]] = field(default_factory=dict)  # position → the positions it names or that name it
 
 
 def capitalised_runs(text: str) -> list[str]:
@@ -151,6 +154,10 @@ def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
         issuers.setdefault(k, set()).add(belonging.issuer(names[pos]) if k else ())
     common = belonging.lower_case_words(runs) if any(k and " " not in k for k in keys.values()) else set()
     linking = {k for k, who in issuers.items() if k and len(who) == 1 and not (" " not in k and k in common)}
+    named: dict[str, list[int]] = {}  # a linking key, spaces cut as runs are joined → its documents (share classes)
+    for pos, k in keys.items():
+        if k in linking:
+            named.setdefault(k.replace(" ", ""), []).append(pos)
     out = Mined()
     for pos, own in texts.items():
         own = list(dict.fromkeys(own))
@@ -165,6 +172,9 @@ def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
         key = keys[pos].replace(" ", "")
         naming = df[key] - sum(key in joined[t] for t in own) if keys[pos] in linking else 0
         out.prominence[pos] = math.log1p(naming) + 0.5 * math.log1p(sum(map(len, own)) / 1000)
+        for other in {q for t in own for r in joined[t] for q in named.get(r, ()) if keys[q] != keys[pos]}:
+            out.mentions.setdefault(pos, set()).add(other)
+            out.mentions.setdefault(other, set()).add(pos)
     return out
 
 
@@ -260,6 +270,27 @@ def prominence(docs, metadata_fields, text_fields: tuple[str, ...]) -> dict[int,
         return None
     _, found = mined(docs, field_name, tuple(text_fields))
     return scaled(found.prominence)
+
+
+def mentions(docs, metadata_fields, text_fields: tuple[str, ...]) -> dict[int, set[int]] | None:
+    """position → the live positions whose texts it names or that name it (:func:`mine`), as
+    :func:`prominence` finds them; None where :func:`prominence` is None."""
+    field_name = name_field(metadata_fields)
+    if field_name is None or docs.total > MINED_MAX_DOCS:
+        return None
+    return mined(docs, field_name, tuple(text_fields))[1].mentions
+
+
+def mentions_of(texts: list[list[str]], names: list[str | None]) -> np.ndarray | None:
+    """(m, m) bool: document i names document j or j names i (bench and pack fitting: what
+    :func:`mentions` gives an index of them), None when no document has a name."""
+    if not any(isinstance(n, str) and n.strip() for n in names):
+        return None
+    found = mine(dict(enumerate(texts)), {i: n for i, n in enumerate(names) if isinstance(n, str)}).mentions
+    out = np.zeros((len(texts), len(texts)), bool)
+    for i, linked in found.items():
+        out[i, sorted(linked)] = True
+    return out
 
 
 def prominence_of(texts: list[list[str]], names: list[str | None]) -> np.ndarray | None:

@@ -89,7 +89,8 @@ class Corpus:
     holds (a question is a query of qa-entailment, never one of its answers). ``known``: each
     query's answers that training already knows (a knowledge graph's other facts of the query), not
     ranked and not competing with its golds; None: none. ``prominence``: (m,) each text's prominence
-    in [0, 1] (indexer/mining.py ``prominence_of``), offered to the recipe; None: none. ``encoded``: the
+    in [0, 1] (indexer/mining.py ``prominence_of``), offered to the recipe; None: none. ``mentions``:
+    (m, m) bool, text i names text j's document or j names i's (``mentions_of``); None: none. ``encoded``: the
     texts already encoded and indexed (corpora of one :class:`Split` share it); None: :func:`tables`
     encodes them."""
 
@@ -100,6 +101,7 @@ class Corpus:
     candidate: list[bool] | None = None
     known: list[set[int]] | None = None
     prominence: np.ndarray | None = field(default=None, compare=False, repr=False)
+    mentions: np.ndarray | None = field(default=None, compare=False, repr=False)
     encoded: Encoded | None = field(default=None, compare=False, repr=False)
 
     @classmethod

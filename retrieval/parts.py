@@ -200,7 +200,26 @@ class Prominence(Part):
         return lambda i, pool, docs: {p: weight * found[p] for p in pool if p in found}
 
 
-PARTS: dict[str, Part] = {part.name: part for part in (Same(), Prior(), Neighbours(), Prominence())}
+class Mentions(Part):
+    """A bonus for a candidate that the query document's texts name, or whose texts name it
+    (indexer/mining.py ``mentions``: names as the corpus's name field gives them): a rival a
+    company's own pages name. An ``--id`` query's; a text query has no document to be named by."""
+
+    name, grid = "mentions", (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
+    what, noun = "the mentions bonus", "mentions bonus"
+
+    def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
+        return Prominence.warnings(self, weights, owners, metadata_fields, text_query)
+
+    def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
+        s = batch.searcher  # position → the positions linked to it, mined with prominence; None: no names
+        links = mining.mentions(s.files.docstore, s.metadata_fields, s.text_fields)
+        if links is None:
+            return None
+        return lambda i, pool, docs: {p: weight for p in pool & links.get(int(batch.own[i]), set())}
+
+
+PARTS: dict[str, Part] = {part.name: part for part in (Same(), Prior(), Neighbours(), Prominence(), Mentions())}
 
 
 def scorers(recipe, batch: Batch) -> tuple[list[tuple[str, Scorer]], bool]:

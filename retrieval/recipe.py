@@ -6,6 +6,7 @@ it that won on its dev split, by whole-corpus retrieval:
 
     score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
                + Σ_R w_R · prior_R(d) + w_g · [d linked to q in training] + w_p · prominence(d)
+               + w_m · [q's texts name d, or d's name q]
 
 - dense = ⟨Σ_k w_k normalize(op_k(h)) + w_title · normalize(enc(title)), t̂⟩: the operator mixed
   with identity (``mixture``), one query vector and one ANN search, as any relation mixture
@@ -23,9 +24,11 @@ it that won on its dev split, by whole-corpus retrieval:
   SimKGC's neighbour re-ranking), for relations trained on a knowledge graph;
 - prominence: how much the corpus itself says of d (indexer/mining.py: how many other texts name it,
   how much text it has), in [0, 1], so that a company everyone names is not outranked by a small one
-  that shares its label: the same for every query, mined from the index's own texts.
+  that shares its label: the same for every query, mined from the index's own texts;
+- mentions: a bonus for each candidate that the query document's texts name, or whose texts name
+  it (indexer/mining.py, the same names): a rival named on a company's own pages.
 
-These four additive parts are components registered in one table (retrieval/parts.py ``PARTS``):
+These five additive parts are components registered in one table (retrieval/parts.py ``PARTS``):
 the code here and in plan.py and recipe_search.py loops over it.
 
 Candidates are the dense list's top ``depth`` and, when b > 0, BM25's: fusion and bonuses only
@@ -66,9 +69,10 @@ class Recipe:
     ``same``: metadata field → bonus for sharing the query document's value; ``prior``: operator →
     weight of its answer prior (retrieval/prior.py); ``neighbours``: bonus for a candidate the
     bundle's training graph links to the query (retrieval/graph.py); ``prominence``: weight of a
-    candidate's prominence in the corpus (indexer/mining.py); ``title``: weight of the query's title
-    (first line) vector beside the mixture; ``depth``: candidates taken from each list. The additive
-    parts (``same`` … ``prominence``) are declared in retrieval/parts.py's table, in this order."""
+    candidate's prominence in the corpus (indexer/mining.py); ``mentions``: bonus for a candidate the
+    query document's texts name or that names it (indexer/mining.py); ``title``: weight of the query's
+    title (first line) vector beside the mixture; ``depth``: candidates taken from each list. The
+    additive parts (``same`` … ``mentions``) are declared in retrieval/parts.py's table, in this order."""
 
     mixture: dict[str, float]
     bm25: float = 0.0
@@ -77,6 +81,7 @@ class Recipe:
     prior: dict[str, float] = field(default_factory=dict)
     neighbours: float = 0.0
     prominence: float = 0.0
+    mentions: float = 0.0
     depth: int = DEPTH
 
     def __post_init__(self):
@@ -221,7 +226,8 @@ def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarr
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``tables`` each additive part's
     values by name (retrieval/parts.py): ``{"same": {field: (n, m) bool "shares the query's value"},
     "prior": {operator: (m,) answer prior of each candidate}, "neighbours": (n, m) bool "the training
-    graph links the query to the candidate", "prominence": (m,) in [0, 1]}``, a part or key it lacks
+    graph links the query to the candidate", "prominence": (m,) in [0, 1], "mentions": (n, m) bool "one
+    names the other"}``, a part or key it lacks
     (or holds None for: a corpus without names has no prominence) adding nothing, as at query time;
     ``exclude`` (n, m) bool: the query itself, never a candidate. Candidates past the pool score
     :func:`past_pool` of their dense score."""

@@ -60,7 +60,8 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], 
     title (a first line above more text), that title's cosine (key :data:`TITLE`), and by each
     additive part the corpus gives: its metadata fields (``same``), the operator's answer prior
     (when it has one), with the training ``graph`` which texts it links to each query
-    (``neighbours``), and each text's prominence (None when the corpus has no names). ``encode``:
+    (``neighbours``), each text's prominence and which texts name each query or are named by it
+    (``mentions``; both None when the corpus has no names). ``encode``:
     texts → raw (n, d) vectors of the bundle's encoder (query towers attached by the caller); the
     corpus's own texts are encoded only when it is not already :attr:`~Corpus.encoded`."""
     e = corpus.encoded or Encoded.of(corpus.texts, encode)
@@ -70,6 +71,7 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], 
     if any(first_line(t) is not None for t in head_texts):
         dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ e.unit.T
     parts = {"same": corpus.same(), "prominence": corpus.prominence,
+             "mentions": None if corpus.mentions is None else corpus.mentions[corpus.heads],
              "prior": {operator.name: answer_prior.scores(operator, corpus.texts)}
              if answer_prior.weights_of(operator) is not None else None,
              "neighbours": graph.linked(head_texts, corpus.texts) if graph is not None else None}

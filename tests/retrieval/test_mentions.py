@@ -1,0 +1,77 @@
+"""A recipe's mentions part (retrieval/parts.py ``Mentions``, indexer/mining.py): a bonus for a
+candidate that the query document's texts name or whose texts name it, mined from the index's own
+texts by the corpus's names. The index answers as score_matrix scores it, --explain shows the part,
+a text query and an index without names get nothing, and dev takes it only when it helps."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from relsearch.indexer import mining
+from relsearch.retrieval.parts import PARTS
+from relsearch.retrieval.recipe import Recipe, choose
+from relsearch.retrieval.request import SearchOptions, run
+from relsearch.retrieval.search import Query
+
+from test_prominence import N, corpus, index
+
+RECIPE = Recipe(mixture={"identity": 1.0}, bm25=0.3, mentions=0.5, depth=N)
+
+
+def test_mentions_link_both_ways_by_name_and_never_a_share_class():
+    docs = corpus()  # firm j names Zorb{j % 3} and Quix{5 + j % 2}
+    names = [d["metadata"]["name"] for d in docs]
+    linked = mining.mentions_of([[d["text"]] for d in docs], names)
+    assert linked.shape == (N, N) and (linked == linked.T).all() and not linked.diagonal().any()
+    assert set(np.flatnonzero(linked[10])) == {1, 5}  # what firm 10 names, and nobody names firm 10
+    assert set(np.flatnonzero(linked[1])) == {6} | {j for j in range(N) if j % 3 == 1} - {1}  # and who names it
+    classes = mining.mentions_of([["Acme Inc. makes anvils."], ["Acme Inc. makes anvils."], ["It competes with Acme."]],
+                                 ["Acme Inc Class A", "Acme Inc Class C", "Rival Corp."])
+    assert classes.tolist() == [[False, False, True], [False, False, True], [True, True, False]]
+    assert mining.mentions_of([[d["text"]] for d in docs], [None] * N) is None
+
+
+def test_the_index_adds_the_bonus_to_named_candidates_and_explains_it(tmp_path):
+    searcher = index(tmp_path, corpus(), RECIPE)
+    links = mining.mentions(searcher.files.docstore, searcher.metadata_fields, searcher.text_fields)
+    [hits] = run(searcher, [Query(doc_id="d10", relations={"rel": 1.0})], SearchOptions(k=N - 1, explain=True))
+    got = {h.id: h.explain.get("recipe:mentions", 0.0) for h in hits}
+    assert {i for i, v in got.items() if v} == {f"d{p}" for p in links[searcher.files.docstore.positions(["d10"])["d10"]]}
+    assert set(got) - {"d1", "d5"} and got["d1"] == got["d5"] == pytest.approx(0.5)
+    for h in hits:
+        parts = {k: v for k, v in h.explain.items() if k.startswith("recipe:")}
+        assert sum(parts.values()) == pytest.approx(h.score, abs=1e-5)
+    plain = index(tmp_path / "plain", corpus(), replace(RECIPE, mentions=0.0))
+    [before] = run(plain, [Query(doc_id="d10", relations={"rel": 1.0})], SearchOptions(k=N - 1))
+    score = {h.id: h.score for h in before}
+    assert all(h.score == pytest.approx(score[h.id] + got[h.id], abs=1e-5) for h in hits)
+    # a text query has no document to be named by: no part
+    [text_hits] = run(searcher, [Query(text=corpus()[10]["text"], relations={"rel": 1.0})],
+                      SearchOptions(k=10, explain=True))
+    assert not any(h.explain.get("recipe:mentions") for h in text_hits)
+    assert "0.5·mentions" in RECIPE.describe() and Recipe.from_json(RECIPE.to_json()) == RECIPE
+
+
+def test_an_index_without_names_gets_no_part(tmp_path):
+    searcher = index(tmp_path, corpus(named=False), RECIPE)
+    [hits] = run(searcher, [Query(doc_id="d10", relations={"rel": 1.0})], SearchOptions(k=10, explain=True))
+    assert not any("recipe:mentions" in h.explain for h in hits)
+
+
+def test_choose_takes_mentions_only_when_dev_rewards_them():
+    rng = np.random.default_rng(3)
+    n, m = 40, 200
+    exclude = np.zeros((n, m), bool)
+    exclude[np.arange(n), np.arange(n)] = True
+    gold = [{int(g)} for g in rng.integers(n, m, n)]
+    dense = {"identity": rng.random((n, m))}
+    for i, g in enumerate(gold):
+        dense["identity"][i, sorted(g)] += 0.15
+    named = rng.random((n, m)) < 0.02
+    named[np.arange(n), [min(g) for g in gold]] = True  # every gold is named, among a few others
+    picked = choose("identity", dense, None, {"mentions": named}, exclude, gold, mixes=(1.0,))
+    assert picked.recipe.mentions in PARTS["mentions"].grid and picked.recipe.mentions > 0
+    noise = rng.random((n, m)) < 0.02
+    for i, g in enumerate(gold):
+        noise[i, sorted(g)] = False  # names that never are the gold
+    assert choose("identity", dense, None, {"mentions": noise}, exclude, gold, mixes=(1.0,)).recipe.mentions == 0
