@@ -187,10 +187,7 @@ class Prominence(Part):
     what, noun = "the prominence weight", "prominence"
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
-        if mining.name_field(metadata_fields) is not None:
-            return []
-        return [f"{owners}: the recipe's prominence does not apply: this index has no name field "
-                f"({', '.join(mining.NAME_FIELDS)}) to find its documents' names in the texts"]
+        return _without_names(self, owners, metadata_fields)
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
         s = batch.searcher  # position → prominence, mined from the generation's texts once; None: no names
@@ -209,7 +206,7 @@ class Mentions(Part):
     what, noun = "the mentions bonus", "mentions bonus"
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
-        return Prominence.warnings(self, weights, owners, metadata_fields, text_query)
+        return _without_names(self, owners, metadata_fields)
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
         s = batch.searcher  # position → the positions linked to it, mined with prominence; None: no names
@@ -217,6 +214,14 @@ class Mentions(Part):
         if links is None:
             return None
         return lambda i, pool, docs: {p: weight for p in pool & links.get(int(batch.own[i]), set())}
+
+
+def _without_names(part: Part, owners: str, metadata_fields) -> list[str]:
+    """A part mined from the documents' names (indexer/mining.py) changes nothing without a name field."""
+    if mining.name_field(metadata_fields) is not None:
+        return []
+    return [f"{owners}: the recipe's {part.name} does not apply: this index has no name field "
+            f"({', '.join(mining.NAME_FIELDS)}) to find its documents' names in the texts"]
 
 
 PARTS: dict[str, Part] = {part.name: part for part in (Same(), Prior(), Neighbours(), Prominence(), Mentions())}

@@ -9,6 +9,7 @@ import pytest
 
 from relsearch.indexer import mining
 from relsearch.retrieval.parts import PARTS
+from relsearch.retrieval.plan import resolve
 from relsearch.retrieval.recipe import Recipe, choose
 from relsearch.retrieval.request import SearchOptions, run
 from relsearch.retrieval.search import Query
@@ -52,8 +53,10 @@ def test_the_index_adds_the_bonus_to_named_candidates_and_explains_it(tmp_path):
     assert "0.5·mentions" in RECIPE.describe() and Recipe.from_json(RECIPE.to_json()) == RECIPE
 
 
-def test_an_index_without_names_gets_no_part(tmp_path):
+def test_an_index_without_names_gets_no_part_and_a_warning(tmp_path):
     searcher = index(tmp_path, corpus(named=False), RECIPE)
+    scoring = resolve(searcher.operators, {"rel": 1.0}, metadata_fields=searcher.metadata_fields)
+    assert any("mentions does not apply" in w and "no name field" in w for w in scoring.warnings)
     [hits] = run(searcher, [Query(doc_id="d10", relations={"rel": 1.0})], SearchOptions(k=10, explain=True))
     assert not any("recipe:mentions" in h.explain for h in hits)
 
