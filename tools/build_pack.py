@@ -193,11 +193,12 @@ def company_corpus(data: Path, splits: tuple[str, ...]):
     """The whole company corpus as one index holds it (every company with a description), queried
     by the companies of ``splits`` that have competitors their own texts name (bench/peers.py);
     GICS codes as metadata for the recipe's bonuses (not the sector: the mining requires it); each
-    company's prominence (indexer/mining.py) mined from the Yahoo texts alone, and which companies
-    name which (``mentions``) from every text but the Wikipedia and Bloomberg sentences that name the
-    gold (bench/peers.py ``without_cues``)."""
-    from relsearch.bench.peers import MENTIONING, mine_peers, without_cues
-    from relsearch.indexer.mining import mentions_of, prominence_of
+    company's prominence (indexer/mining.py) mined from the Yahoo texts alone, never from the
+    Wikipedia and Bloomberg sentences that name the gold. The ``mentions`` part is not offered: dev
+    takes it at full weight, and the peers it adds are suppliers, investors and customers more than
+    rivals (docs/companies.md, "Mentions: measured, not shipped")."""
+    from relsearch.bench.peers import mine_peers
+    from relsearch.indexer.mining import prominence_of
     from relsearch.retrieval.recipe_fit import Corpus
 
     rows = list({c["text"]: c for c in _companies(data)}.values())  # one candidate per distinct text
@@ -209,9 +210,7 @@ def company_corpus(data: Path, splits: tuple[str, ...]):
     heads = sorted(gold)
     return Corpus([c["text"] for c in rows], heads, [gold[h] for h in heads],
                   {f: [c.get(f) for c in rows] for f in COMPANY_FIELDS},
-                  prominence=prominence_of([[c["text"]] for c in rows], [c.get("name") for c in rows]),
-                  mentions=mentions_of([[c["text"], *(without_cues(c.get(f)) for f in MENTIONING)] for c in rows],
-                                       [c.get("name") for c in rows]))
+                  prominence=prominence_of([[c["text"]] for c in rows], [c.get("name") for c in rows]))
 
 
 def company_extras(data: Path, *, seed: int, threads: int, cache_dir: str | None) -> dict:
@@ -294,6 +293,13 @@ def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | No
     return reports
 
 
+def same_recipe(a: dict | None, b: dict | None) -> bool:
+    """Whether two stored recipes rank alike (a part stored as 0, or not stored, is the same)."""
+    from relsearch.retrieval.recipe import Recipe
+
+    return a == b or (a is not None and b is not None and Recipe.from_json(a) == Recipe.from_json(b))
+
+
 def company_tower(path: str, encoder):
     """The ``similar-company`` query tower of the bundle at ``path``, checked against the pack's
     encoder (a tower trained on other weights is refused with one line)."""
@@ -346,6 +352,8 @@ def write_pack(bundle, folder: Path, reports: dict[str, dict]) -> None:
     """Save the bundle and its MODEL_CARD.md aside and swap them in (world-readable: it ships inside the package)."""
     from relsearch.encoder.training.card import render_model_card
     from relsearch.encoder.training.loop import write_bundle
+    from relsearch.bench.transfer import card_section as transfer_section
+    from relsearch.bench.transfer import with_card_section
     from relsearch.retrieval.recipe_fit import card_section
 
     dropped = "; ".join(f"{name} (recipe {t['recipe']:.3f} vs identity {t['identity']:.3f})"
@@ -373,7 +381,10 @@ def write_pack(bundle, folder: Path, reports: dict[str, dict]) -> None:
         f"dropped in this build: {dropped or 'none'}.",
         "aspect:sector / aspect:industry: AspectCSE adapter operators (multi-positive contrastive loss over all training "
         "companies), judged by same-label retrieval over all test companies."])
-    write_bundle(bundle, folder, card=card + card_section(reports))
+    card += card_section(reports)
+    if any("transfer" in op.info for op in bundle.operators.values()):
+        card = with_card_section(card, transfer_section(bundle))
+    write_bundle(bundle, folder, card=card)
     for f in folder.iterdir():
         f.chmod(0o644)
 
@@ -422,13 +433,12 @@ def main(argv: list[str] | None = None) -> int:
         bundle = Bundle(encoder=dict(kept.encoder), info=dict(kept.info))
     elif bundle is None:
         ap.error("nothing to train: --relation names no text relation and there is no --reuse pack")
+    measured = {}  # a reused operator's transfer figures (and an aspect's own test), valid while its recipe stays
     if kept is not None:
         for name, op in kept.operators.items():
             if name not in bundle.operators and (name in prepared or name in RECIPE_ONLY
                                                  or name.startswith("aspect:")):
-                op.info.pop("recipe", None)
-                op.info.pop("whole_corpus", None)
-                op.info.pop("transfer", None)  # measured on the recipe chosen again below: stale
+                measured[name] = {k: op.info.pop(k, None) for k in ("recipe", "whole_corpus", "transfer")}
                 bundle.operators[name] = op
     for name in wanted & set(RECIPE_ONLY):  # a recipe over plain cosine: nothing in it is a trained operator
         bundle.operators[name] = Operator(name=name, kind="identity", description=SOURCES[name]["description"])
@@ -441,6 +451,12 @@ def main(argv: list[str] | None = None) -> int:
     earlier = {name: t for name, t in (kept.info.get("dropped", {}) if kept else {}).items() if name not in reports}
     bundle.info["dropped"] = {**earlier, **ship_winners(bundle, reports)}  # a reused pack's drops stay on record
     reports = {r: rep for r, rep in reports.items() if r in bundle.operators}
+    for name, was in measured.items():  # the recipe chosen again is the one measured: its figures still hold
+        op = bundle.operators.get(name)
+        if op is not None and was["transfer"] is not None and same_recipe(op.info.get("recipe"), was["recipe"]):
+            op.info["transfer"] = was["transfer"]
+            if was["recipe"] is None and was["whole_corpus"] is not None:  # an aspect: its own test, by bench transfer
+                op.info["whole_corpus"] = was["whole_corpus"]
     for op in bundle.operators.values():  # temp paths mean nothing later: keep the file names only
         for split in op.info.get("data", {}).values():
             if "files" in split:
