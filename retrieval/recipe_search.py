@@ -124,8 +124,8 @@ def rank(searcher, queries: list[Query], recipe: Recipe, gathered: Gathered, sca
     normalised on ``scale`` and fused with the additive parts (retrieval/parts.py), then the dense
     list past the pool (:func:`~.recipe.past_pool`). ``explain`` adds each part (``recipe:dense``,
     ``recipe:bm25``, ``recipe:same:FIELD``, ``recipe:prior:RELATION``, ``recipe:neighbours``,
-    ``recipe:prominence``, ``recipe:past-pool``: they add up to the score) beside every operator's
-    own score."""
+    ``recipe:prominence``, ``recipe:mentions``, ``recipe:past-pool``: they add up to the score)
+    beside every operator's own score."""
     g = gathered
     # each non-zero part's scorer, what it reads of the batch built once, here
     scorers, read = parts.scorers(recipe, parts.Batch(searcher, queries, g.own, g.texts))
