@@ -43,14 +43,15 @@ BEGIN {
 }
 /^anchor: / { printf "\n%s%-70s%s\n", pad(substr($$0, 9) "  ", 38), "similar-company: score = its parts", "plain cosine" }
 /^ +[0-9]+  / { rank = $$2; hit = sprintf("%2d %-6s %s", $$2, $$4, pad($$6, 24)) }
-/^      recipe:/ { sub(/^ +/, ""); gsub(/recipe:|same:gics_/, ""); gsub(/_code=/, "="); printf "  %s  %-68s  %s\n", hit, $$0, plain[rank] }
+/^      recipe:/ { sub(/^ +/, ""); gsub(/ \+ recipe:mentions:[a-z_]+=0\.000/, ""); gsub(/recipe:|same:gics_/, ""); gsub(/mentions:gics_/, "named:"); gsub(/_code=/, "="); printf "  %s  %-68s  %s\n", hit, $$0, plain[rank] }
 endef
 export COMPANY_TOUR
 demo-companies: $(VENV)/.installed
 	test -e $(COMPANY_INDEX) || $(RELSEARCH) index $(DATA)/russell3000_companies/corpus.jsonl --index $(COMPANY_INDEX) \
 		--text-field text --text-field text_wikipedia --text-field text_bloomberg --collapse-field name
 	@echo; echo '# relsearch query --id ID --index $(COMPANY_INDEX) -k 5 --fields name --relation similar-company --explain,'
-	@echo '# its anchor line and per hit id, name and the parts of its score ("recipe:", "same:gics_", "_code" cut),'
+	@echo '# its anchor line and per hit id, name and the parts of its score ("recipe:", "same:gics_", "_code" cut,'
+	@echo '# "mentions:gics_" as "named:", a mentions bonus of 0 left out),'
 	@echo '# beside the hit of the same rank without --relation (plain cosine, identity):'
 	@for id in $(COMPANY_ANCHORS); do \
 		cosine=$$($(COMPANY_QUERY) --id $$id) && recipe=$$($(COMPANY_QUERY) --id $$id --relation similar-company --explain) \

@@ -25,7 +25,7 @@ companies' competitors), every bundle is cross-validated over the dev and test c
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -286,8 +286,9 @@ def _competitor_corpus(rows: list[dict], ops, *, competitors: bool, splits: tupl
     """The whole corpus as queries of the companies of ``splits`` (None: every split) whose own texts
     name others (bench/peers.py), those others their gold; the metadata fields the recipes' bonuses read;
     each company's prominence (indexer/mining.py) mined from the Yahoo texts alone, as an index of them
-    mines it, and, with ``mentions`` or when a recipe of ``ops`` weighs them, which companies name which
-    from every text but the judge's sentences: the sentences that name the gold are never read for either."""
+    mines it, and, with ``mentions`` (the cross-validation, as tools/build_pack.py offers them) or when a
+    recipe of ``ops`` weighs them, which companies name which from every text but the judge's sentences:
+    the sentences that name the gold are never read for either."""
     from ..indexer.mining import mentions_of, prominence_of
     from ..retrieval.recipe import recipe_of
     from ..retrieval.recipe_fit import Corpus
@@ -337,19 +338,12 @@ def _cross_validated(job: CompaniesJob, bundle, rows: list[dict], encode, cv_spl
         folds = query_folds(corpus, job.folds)
     except ValueError:  # fewer groups of linked companies than folds (a small corpus): nothing to cross-validate
         return []
-    # as tools/build_pack.py chooses (no mentions part: docs/companies.md says why), then with it offered
-    cv = cross_validate(op, replace(corpus, mentions=None), folds, encode, k=K)
-    offered = cross_validate(op, corpus, folds, encode, k=K) if corpus.mentions is not None else None
+    cv = cross_validate(op, corpus, folds, encode, k=K)
     methods = ["identity", "bm25", "hybrid"] + (["operator"] if op.kind != "identity" else []) + ["recipe"]
     names = {"operator": "similar-company (operator alone)",
              "recipe": "similar-company (recipe chosen on the other folds)"}
     where = "every split" if cv_splits is None else "/".join(cv_splits)
-
-    def row(name: str, result: dict, m: str) -> dict:
-        return {"method": name, "folds": job.folds, "companies": where, "queries": len(corpus.heads),
-                **{key: result["summary"][m][key] for key in (f"mrr@{K}", f"hits@{K}")},
-                "per_fold": [f[m][f"mrr@{K}"] for f in result["folds"]],
-                **({"fold_recipes": [f["chosen"] for f in result["folds"]]} if m == "recipe" else {})}
-    return [row(names.get(m, m), cv, m) for m in methods] \
-        + ([row("similar-company (recipe chosen on the other folds, mentions offered)", offered, "recipe")]
-           if offered else [])
+    return [{"method": names.get(m, m), "folds": job.folds, "companies": where, "queries": len(corpus.heads),
+             **{key: cv["summary"][m][key] for key in (f"mrr@{K}", f"hits@{K}")},
+             "per_fold": [f[m][f"mrr@{K}"] for f in cv["folds"]],
+             **({"fold_recipes": [f["chosen"] for f in cv["folds"]]} if m == "recipe" else {})} for m in methods]

@@ -117,17 +117,17 @@ class Same(Part):
     """A bonus per metadata field a hit shares with the query document (an ``--id`` query's)."""
 
     name, keyed, grid, around, reads_documents = "same", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True, True
-    what, noun = "same bonuses", "metadata bonuses"
+    what, noun, sharing = "same bonuses", "metadata bonuses", "bonuses"
 
     def describe(self, key, weight: float) -> str:
         return f"{weight:g}·same {key}"
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
         missing = [f for f in weights if f not in metadata_fields]
-        out = [f"{owners}: the recipe's bonuses for sharing {', '.join(missing)} do not apply: this index has no such "
+        out = [f"{owners}: the recipe's {self.sharing} for sharing {', '.join(missing)} do not apply: this index has no such "
                "metadata field"] if missing else []
         if text_query and len(missing) < len(weights):
-            out.append(f"{owners}: the recipe's bonuses for sharing {', '.join(f for f in weights if f not in missing)} "
+            out.append(f"{owners}: the recipe's {self.sharing} for sharing {', '.join(f for f in weights if f not in missing)} "
                        "with the query document do not apply to a text query (query by --id / id to use them)")
         return out
 
@@ -199,21 +199,33 @@ class Prominence(Part):
 
 class Mentions(Part):
     """A bonus for a candidate that the query document's texts name, or whose texts name it
-    (indexer/mining.py ``mentions``: names as the corpus's name field gives them): a rival a
-    company's own pages name. An ``--id`` query's; a text query has no document to be named by."""
+    (indexer/mining.py ``mentions``: names as the corpus's name field gives them), when it also
+    shares the query document's value of the key's metadata field: a rival named on a company's own
+    pages in its industry, not the supplier, lender or shareholder of another that its pages name as
+    often. An ``--id`` query's; a text query has no document to be named by."""
 
-    name, grid = "mentions", (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
-    what, noun = "the mentions bonus", "mentions bonus"
+    name, keyed, grid, reads_documents = "mentions", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True
+    what, noun, sharing = "mentions bonuses", "mentions bonuses", "mentions bonuses"
+
+    def describe(self, key, weight: float) -> str:
+        return f"{weight:g}·mentions within {key}"
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
-        return _without_names(self, owners, metadata_fields)
+        return _without_names(self, owners, metadata_fields) + Same.warnings(self, weights, owners, metadata_fields,
+                                                                             text_query)
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
         s = batch.searcher  # position → the positions linked to it, mined with prominence; None: no names
         links = mining.mentions(s.files.docstore, s.metadata_fields, s.text_fields)
-        if links is None:
+        if links is None or key not in s.metadata_fields:
             return None
-        return lambda i, pool, docs: {p: weight for p in pool & links.get(int(batch.own[i]), set())}
+        metadata = batch.metadata
+
+        def score(i, pool, docs):
+            values = metadata[i].get(key, [])
+            return {p: weight for p in pool & links.get(int(batch.own[i]), set())
+                    if docs[p]["metadata"].get(key) in values}
+        return score
 
 
 def _without_names(part: Part, owners: str, metadata_fields) -> list[str]:

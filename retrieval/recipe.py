@@ -6,7 +6,7 @@ it that won on its dev split, by whole-corpus retrieval:
 
     score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
                + Σ_R w_R · prior_R(d) + w_g · [d linked to q in training] + w_p · prominence(d)
-               + w_m · [q's texts name d, or d's name q]
+               + Σ_f w_m,f · [q's texts name d, or d's name q, and d.f = q.f]
 
 - dense = ⟨Σ_k w_k normalize(op_k(h)) + w_title · normalize(enc(title)), t̂⟩: the operator mixed
   with identity (``mixture``), one query vector and one ANN search, as any relation mixture
@@ -26,7 +26,8 @@ it that won on its dev split, by whole-corpus retrieval:
   how much text it has), in [0, 1], so that a company everyone names is not outranked by a small one
   that shares its label: the same for every query, mined from the index's own texts;
 - mentions: a bonus for each candidate that the query document's texts name, or whose texts name
-  it (indexer/mining.py, the same names): a rival named on a company's own pages.
+  it (indexer/mining.py, the same names), within a metadata field the two share (a rival named on a
+  company's own pages in its industry, not its supplier or shareholder in another).
 
 These five additive parts are components registered in one table (retrieval/parts.py ``PARTS``):
 the code here and in plan.py and recipe_search.py loops over it.
@@ -69,8 +70,9 @@ class Recipe:
     ``same``: metadata field → bonus for sharing the query document's value; ``prior``: operator →
     weight of its answer prior (retrieval/prior.py); ``neighbours``: bonus for a candidate the
     bundle's training graph links to the query (retrieval/graph.py); ``prominence``: weight of a
-    candidate's prominence in the corpus (indexer/mining.py); ``mentions``: bonus for a candidate the
-    query document's texts name or that names it (indexer/mining.py); ``title``: weight of the query's
+    candidate's prominence in the corpus (indexer/mining.py); ``mentions``: metadata field → bonus for a
+    candidate the query document's texts name or that names it (indexer/mining.py) and that shares the
+    query's value of the field; ``title``: weight of the query's
     title (first line) vector beside the mixture; ``depth``: candidates taken from each list. The
     additive parts (``same`` … ``mentions``) are declared in retrieval/parts.py's table, in this order."""
 
@@ -81,7 +83,7 @@ class Recipe:
     prior: dict[str, float] = field(default_factory=dict)
     neighbours: float = 0.0
     prominence: float = 0.0
-    mentions: float = 0.0
+    mentions: dict[str, float] = field(default_factory=dict)
     depth: int = DEPTH
 
     def __post_init__(self):
@@ -226,8 +228,8 @@ def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarr
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``tables`` each additive part's
     values by name (retrieval/parts.py): ``{"same": {field: (n, m) bool "shares the query's value"},
     "prior": {operator: (m,) answer prior of each candidate}, "neighbours": (n, m) bool "the training
-    graph links the query to the candidate", "prominence": (m,) in [0, 1], "mentions": (n, m) bool "one
-    names the other"}``, a part or key it lacks
+    graph links the query to the candidate", "prominence": (m,) in [0, 1], "mentions": {field: (n, m) bool
+    "one names the other and they share the field's value"}}``, a part or key it lacks
     (or holds None for: a corpus without names has no prominence) adding nothing, as at query time;
     ``exclude`` (n, m) bool: the query itself, never a candidate. Candidates past the pool score
     :func:`past_pool` of their dense score."""

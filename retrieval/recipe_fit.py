@@ -71,7 +71,8 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], 
     if any(first_line(t) is not None for t in head_texts):
         dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ e.unit.T
     parts = {"same": corpus.same(), "prominence": corpus.prominence,
-             "mentions": None if corpus.mentions is None else corpus.mentions[corpus.heads],
+             "mentions": None if corpus.mentions is None else
+             {f: corpus.mentions[corpus.heads] & same for f, same in corpus.same().items()},
              "prior": {operator.name: answer_prior.scores(operator, corpus.texts)}
              if answer_prior.weights_of(operator) is not None else None,
              "neighbours": graph.linked(head_texts, corpus.texts) if graph is not None else None}

@@ -193,12 +193,11 @@ def company_corpus(data: Path, splits: tuple[str, ...]):
     """The whole company corpus as one index holds it (every company with a description), queried
     by the companies of ``splits`` that have competitors their own texts name (bench/peers.py);
     GICS codes as metadata for the recipe's bonuses (not the sector: the mining requires it); each
-    company's prominence (indexer/mining.py) mined from the Yahoo texts alone, never from the
-    Wikipedia and Bloomberg sentences that name the gold. The ``mentions`` part is not offered: dev
-    takes it at full weight, and the peers it adds are suppliers, investors and customers more than
-    rivals (docs/companies.md, "Mentions: measured, not shipped")."""
-    from relsearch.bench.peers import mine_peers
-    from relsearch.indexer.mining import prominence_of
+    company's prominence (indexer/mining.py) mined from the Yahoo texts alone, and which companies
+    name which (``mentions``, offered within each GICS code) from every text but the Wikipedia and
+    Bloomberg sentences that name the gold (bench/peers.py ``without_cues``)."""
+    from relsearch.bench.peers import MENTIONING, mine_peers, without_cues
+    from relsearch.indexer.mining import mentions_of, prominence_of
     from relsearch.retrieval.recipe_fit import Corpus
 
     rows = list({c["text"]: c for c in _companies(data)}.values())  # one candidate per distinct text
@@ -210,7 +209,9 @@ def company_corpus(data: Path, splits: tuple[str, ...]):
     heads = sorted(gold)
     return Corpus([c["text"] for c in rows], heads, [gold[h] for h in heads],
                   {f: [c.get(f) for c in rows] for f in COMPANY_FIELDS},
-                  prominence=prominence_of([[c["text"]] for c in rows], [c.get("name") for c in rows]))
+                  prominence=prominence_of([[c["text"]] for c in rows], [c.get("name") for c in rows]),
+                  mentions=mentions_of([[c["text"], *(without_cues(c.get(f)) for f in MENTIONING)] for c in rows],
+                                       [c.get("name") for c in rows]))
 
 
 def company_extras(data: Path, *, seed: int, threads: int, cache_dir: str | None) -> dict:

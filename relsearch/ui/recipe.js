@@ -19,18 +19,18 @@ export function g(x) {
   return strip(x.toFixed(5 - exponent));
 }
 
-// A bundle's recipe entry as {mixture, bm25, title, same, prior, neighbours, prominence, depth}, or null when it is not one
-// (a bundle is data: a field of another type is not read as a recipe)
+// A bundle's recipe entry as {mixture, bm25, title, same, prior, neighbours, prominence, mentions, depth}, or null
+// when it is not one (a bundle is data: a field of another type is not read as a recipe)
 export function readRecipe(entry) {
   if (!isObject(entry) || !isObject(entry.mixture)) return null;
   const numbers = (object) => Object.entries(object).every(([, w]) => isNumber(w));
-  const same = entry.same === undefined ? {} : entry.same;
-  const prior = entry.prior === undefined ? {} : entry.prior;
-  if (!numbers(entry.mixture) || !isObject(same) || !numbers(same) || !isObject(prior) || !numbers(prior)) return null;
+  const keyed = Object.fromEntries(["same", "prior", "mentions"].map((k) => [k, entry[k] === undefined ? {} : entry[k]]));
+  if (!numbers(entry.mixture) || !Object.values(keyed).every((o) => isObject(o) && numbers(o))) return null;
   const share = (key) => (entry[key] === undefined ? 0 : entry[key]);
   if (!["bm25", "title", "neighbours", "prominence"].every((key) => isNumber(share(key)))) return null;
-  return {mixture: {...entry.mixture}, bm25: share("bm25"), title: share("title"), same: {...same},
-          prior: {...prior}, neighbours: share("neighbours"), prominence: share("prominence"), depth: isNumber(entry.depth) ? entry.depth : 100};
+  return {mixture: {...entry.mixture}, bm25: share("bm25"), title: share("title"), same: {...keyed.same},
+          prior: {...keyed.prior}, neighbours: share("neighbours"), prominence: share("prominence"),
+          mentions: {...keyed.mentions}, depth: isNumber(entry.depth) ? entry.depth : 100};
 }
 
 // Recipe.describe(): e.g. "0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + 0.5·same gics_sub_industry_code"
@@ -42,6 +42,7 @@ export function describe(recipe) {
   for (const [name, w] of Object.entries(recipe.prior || {})) if (w) parts.push(`${g(w)}·prior(${name})`);
   if (recipe.neighbours) parts.push(`${g(recipe.neighbours)}·neighbours`);
   if (recipe.prominence) parts.push(`${g(recipe.prominence)}·prominence`);
+  for (const [field, w] of Object.entries(recipe.mentions || {})) if (w) parts.push(`${g(w)}·mentions within ${field}`);
   return parts.join(" + ");
 }
 
@@ -65,9 +66,10 @@ export const SCALES = {
 
 const PART_LABELS = {"recipe:dense": "dense", "recipe:bm25": "BM25", "recipe:past-pool": "past the pool"};
 
-// A recipe part's label and kind: recipe:same:FIELD → "same FIELD", recipe:prior:RELATION → "prior RELATION"
+// A recipe part's label and kind: recipe:same:FIELD → "same FIELD", recipe:prior:RELATION → "prior RELATION",
+// recipe:mentions:FIELD → "mentions FIELD"
 function partName(key) {
-  for (const kind of ["same", "prior"]) {
+  for (const kind of ["same", "prior", "mentions"]) {
     if (key.startsWith(`recipe:${kind}:`)) return {label: `${kind} ${key.slice(`recipe:${kind}:`.length)}`, kind};
   }
   return {label: PART_LABELS[key] || key.slice("recipe:".length), kind: key.slice("recipe:".length)};

@@ -1,7 +1,8 @@
 """A recipe's mentions part (retrieval/parts.py ``Mentions``, indexer/mining.py): a bonus for a
 candidate that the query document's texts name or whose texts name it, mined from the index's own
-texts by the corpus's names. The index answers as score_matrix scores it, --explain shows the part,
-a text query and an index without names get nothing, and dev takes it only when it helps."""
+texts by the corpus's names, when it shares the query's value of a metadata field. The index adds
+it where it should, --explain shows it, a text query and an index without names get nothing, and
+dev takes it only when it helps."""
 from dataclasses import replace
 
 import numpy as np
@@ -16,7 +17,7 @@ from relsearch.retrieval.search import Query
 
 from test_prominence import N, corpus, index
 
-RECIPE = Recipe(mixture={"identity": 1.0}, bm25=0.3, mentions=0.5, depth=N)
+RECIPE = Recipe(mixture={"identity": 1.0}, bm25=0.3, mentions={"group": 0.5}, depth=N)  # group: i % 4
 
 
 def test_mentions_link_both_ways_by_name_and_never_a_share_class():
@@ -32,25 +33,26 @@ def test_mentions_link_both_ways_by_name_and_never_a_share_class():
     assert mining.mentions_of([[d["text"]] for d in docs], [None] * N) is None
 
 
-def test_the_index_adds_the_bonus_to_named_candidates_and_explains_it(tmp_path):
+def test_the_index_adds_the_bonus_to_named_candidates_of_the_same_group_and_explains_it(tmp_path):
     searcher = index(tmp_path, corpus(), RECIPE)
     links = mining.mentions(searcher.files.docstore, searcher.metadata_fields, searcher.text_fields)
-    [hits] = run(searcher, [Query(doc_id="d10", relations={"rel": 1.0})], SearchOptions(k=N - 1, explain=True))
-    got = {h.id: h.explain.get("recipe:mentions", 0.0) for h in hits}
-    assert {i for i, v in got.items() if v} == {f"d{p}" for p in links[searcher.files.docstore.positions(["d10"])["d10"]]}
-    assert set(got) - {"d1", "d5"} and got["d1"] == got["d5"] == pytest.approx(0.5)
+    assert links[searcher.files.docstore.positions(["d13"])["d13"]] == {1, 6}  # d13 names Zorb1 and Quix6
+    [hits] = run(searcher, [Query(doc_id="d13", relations={"rel": 1.0})], SearchOptions(k=N - 1, explain=True))
+    got = {h.id: h.explain.get("recipe:mentions:group", 0.0) for h in hits}
+    # d13 is in group 1 (i % 4), as d1 is; d6 (group 2) is named too but outside it
+    assert {i for i, v in got.items() if v} == {"d1"} and got["d1"] == pytest.approx(0.5)
     for h in hits:
         parts = {k: v for k, v in h.explain.items() if k.startswith("recipe:")}
         assert sum(parts.values()) == pytest.approx(h.score, abs=1e-5)
-    plain = index(tmp_path / "plain", corpus(), replace(RECIPE, mentions=0.0))
-    [before] = run(plain, [Query(doc_id="d10", relations={"rel": 1.0})], SearchOptions(k=N - 1))
+    plain = index(tmp_path / "plain", corpus(), replace(RECIPE, mentions={}))
+    [before] = run(plain, [Query(doc_id="d13", relations={"rel": 1.0})], SearchOptions(k=N - 1))
     score = {h.id: h.score for h in before}
     assert all(h.score == pytest.approx(score[h.id] + got[h.id], abs=1e-5) for h in hits)
     # a text query has no document to be named by: no part
-    [text_hits] = run(searcher, [Query(text=corpus()[10]["text"], relations={"rel": 1.0})],
+    [text_hits] = run(searcher, [Query(text=corpus()[13]["text"], relations={"rel": 1.0})],
                       SearchOptions(k=10, explain=True))
-    assert not any(h.explain.get("recipe:mentions") for h in text_hits)
-    assert "0.5·mentions" in RECIPE.describe() and Recipe.from_json(RECIPE.to_json()) == RECIPE
+    assert not any(h.explain.get("recipe:mentions:group") for h in text_hits)
+    assert "0.5·mentions within group" in RECIPE.describe() and Recipe.from_json(RECIPE.to_json()) == RECIPE
 
 
 def test_an_index_without_names_gets_no_part_and_a_warning(tmp_path):
@@ -58,7 +60,7 @@ def test_an_index_without_names_gets_no_part_and_a_warning(tmp_path):
     scoring = resolve(searcher.operators, {"rel": 1.0}, metadata_fields=searcher.metadata_fields)
     assert any("mentions does not apply" in w and "no name field" in w for w in scoring.warnings)
     [hits] = run(searcher, [Query(doc_id="d10", relations={"rel": 1.0})], SearchOptions(k=10, explain=True))
-    assert not any("recipe:mentions" in h.explain for h in hits)
+    assert not any("recipe:mentions:group" in h.explain for h in hits)
 
 
 def test_choose_takes_mentions_only_when_dev_rewards_them():
@@ -72,9 +74,9 @@ def test_choose_takes_mentions_only_when_dev_rewards_them():
         dense["identity"][i, sorted(g)] += 0.15
     named = rng.random((n, m)) < 0.02
     named[np.arange(n), [min(g) for g in gold]] = True  # every gold is named, among a few others
-    picked = choose("identity", dense, None, {"mentions": named}, exclude, gold, mixes=(1.0,))
-    assert picked.recipe.mentions in PARTS["mentions"].grid and picked.recipe.mentions > 0
+    picked = choose("identity", dense, None, {"mentions": {"f": named}}, exclude, gold, mixes=(1.0,))
+    assert picked.recipe.mentions["f"] in PARTS["mentions"].grid and picked.recipe.mentions["f"] > 0
     noise = rng.random((n, m)) < 0.02
     for i, g in enumerate(gold):
         noise[i, sorted(g)] = False  # names that never are the gold
-    assert choose("identity", dense, None, {"mentions": noise}, exclude, gold, mixes=(1.0,)).recipe.mentions == 0
+    assert not choose("identity", dense, None, {"mentions": {"f": noise}}, exclude, gold, mixes=(1.0,)).recipe.mentions
