@@ -74,7 +74,7 @@ class Batch:
 
 class Part:
     """One additive part of a recipe (module docstring). ``what``: its weights in a bounds error;
-    ``noun``: what it adds, in a refusal; ``around``: :func:`~.recipe.choose` tries it before the
+    ``noun``: what it adds, in a refusal; ``help``: what its weights mean (the HTTP schema); ``around``: :func:`~.recipe.choose` tries it before the
     other parts and once more after them, offered whatever its table holds (the others: once,
     when their table has a non-zero value); ``reads_documents``: its scorer reads pooled documents."""
 
@@ -83,6 +83,7 @@ class Part:
     grid: tuple[float, ...] = (0.0, 0.05, 0.1, 0.2, 0.3, 0.5)
     what: str
     noun: str
+    help: str
     around: bool = False
     reads_documents: bool = False
 
@@ -118,6 +119,7 @@ class Same(Part):
 
     name, keyed, grid, around, reads_documents = "same", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True, True
     what, noun, sharing = "same bonuses", "metadata bonuses", "bonuses"
+    help = "Metadata field → bonus for sharing the query document's value."
 
     def describe(self, key, weight: float) -> str:
         return f"{weight:g}·same {key}"
@@ -147,6 +149,7 @@ class Prior(Part):
 
     name, keyed, reads_documents = "prior", True, True
     what, noun = "prior weights", "answer priors"
+    help = "Relation → weight of its answer prior (retrieval/prior.py: how often a document answered it in training)."
 
     def check(self, key, weight: float, operators: dict, graph) -> str | None:
         if key not in operators or answer_prior.weights_of(operators[key]) is None:
@@ -167,6 +170,7 @@ class Neighbours(Part):
 
     name, reads_documents = "neighbours", True
     what, noun = "the neighbours bonus", "neighbours bonus"
+    help = "Bonus for a document the model's training graph links to the query (retrieval/graph.py)."
 
     def check(self, key, weight: float, operators: dict, graph) -> str | None:
         return "a neighbours bonus, but the bundle stores no graph" if weight and graph is None else None
@@ -185,6 +189,8 @@ class Prominence(Part):
 
     name = "prominence"
     what, noun = "the prominence weight", "prominence"
+    help = ("Weight of a document's prominence in the index's own texts, in [0, 1] (indexer/mining.py: how many "
+            "other texts name it, how much text it has).")
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
         return _without_names(self, owners, metadata_fields)
@@ -206,6 +212,8 @@ class Mentions(Part):
 
     name, keyed, grid, reads_documents = "mentions", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True
     what, noun, sharing = "mentions bonuses", "mentions bonuses", "mentions bonuses"
+    help = ("Metadata field → bonus for a document that the query document's texts name, or whose texts name it, "
+            "when the two share that field's value (indexer/mining.py).")
 
     def describe(self, key, weight: float) -> str:
         return f"{weight:g}·mentions within {key}"

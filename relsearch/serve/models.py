@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, create_model
 
 from ..api import SearchRequest
+from ..retrieval.parts import PARTS
 from ..retrieval.plan import SCALES
 from ..retrieval.request import MAX_FACETS, SearchOptions
 from ..retrieval.search import DEFAULT_WEIGHT, MAX_EXAMPLES
@@ -175,21 +176,21 @@ MODE = ("What the query plan decided for the relation mixture (retrieval/plan.py
         "it), rrf (reciprocal rank fusion) or projection (cosine in the relation's projected space).")
 
 
-class RecipeParts(BaseModel):
+class _Recipe(BaseModel):
     """The combined recipe a query ran (retrieval/recipe.py ``Recipe.to_json``): its relations'
     recipes weighted by the mixture (retrieval/plan.py ``combine``), hybrid's BM25 share included."""
 
     mixture: dict[str, float] = Field(description="Operator → weight of the dense query vector.")
     bm25: float = Field(description="BM25's share of the min-max normalised scores (recipe mode), in [0, 1].")
     title: float = Field(description="Weight of the query title's (first line) vector beside the mixture.")
-    same: dict[str, float] = Field(description="Metadata field → bonus for sharing the query document's value.")
-    prior: dict[str, float] = Field(description="Relation → weight of its answer prior "
-                                    "(retrieval/prior.py: how often a document answered it in training).")
-    neighbours: float = Field(description="Bonus for a document the model's training graph links to the query "
-                                          "(retrieval/graph.py).")
-    prominence: float = Field(0.0, description="Weight of a document's prominence in the index's own texts, in [0, 1] "
-                                               "(indexer/mining.py: how many other texts name it, how much text it has).")
-    depth: int = Field(description="Candidates taken from each list: the pool the fusion re-orders.")
+
+
+# the additive parts as retrieval/parts.py's table declares them, then the pool depth
+RecipeParts = create_model(
+    "RecipeParts", __base__=_Recipe,
+    **{name: ((dict[str, float], Field(default_factory=dict, description=part.help)) if part.keyed
+              else (float, Field(0.0, description=part.help))) for name, part in PARTS.items()},
+    depth=(int, Field(description="Candidates taken from each list: the pool the fusion re-orders.")))
 
 
 RESULTS = "The hits, best first: rank, id, score, text, metadata and, as asked, explain and highlights."
