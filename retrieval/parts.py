@@ -118,7 +118,7 @@ class Same(Part):
     """A bonus per metadata field a hit shares with the query document (an ``--id`` query's)."""
 
     name, keyed, grid, around, reads_documents = "same", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True, True
-    what, noun, sharing = "same bonuses", "metadata bonuses", "bonuses"
+    what, noun = "same bonuses", "metadata bonuses"
     help = "Metadata field → bonus for sharing the query document's value."
 
     def describe(self, key, weight: float) -> str:
@@ -126,10 +126,10 @@ class Same(Part):
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
         missing = [f for f in weights if f not in metadata_fields]
-        out = [f"{owners}: the recipe's {self.sharing} for sharing {', '.join(missing)} do not apply: this index has no such "
+        out = [f"{owners}: the recipe's bonuses for sharing {', '.join(missing)} do not apply: this index has no such "
                "metadata field"] if missing else []
         if text_query and len(missing) < len(weights):
-            out.append(f"{owners}: the recipe's {self.sharing} for sharing {', '.join(f for f in weights if f not in missing)} "
+            out.append(f"{owners}: the recipe's bonuses for sharing {', '.join(f for f in weights if f not in missing)} "
                        "with the query document do not apply to a text query (query by --id / id to use them)")
         return out
 
@@ -211,7 +211,7 @@ class Mentions(Part):
     often. An ``--id`` query's; a text query has no document to be named by."""
 
     name, keyed, grid, reads_documents = "mentions", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True
-    what, noun, sharing = "mentions bonuses", "mentions bonuses", "mentions bonuses"
+    what, noun = "mentions bonuses", "mentions bonuses"
     help = ("Metadata field → bonus for a document that the query document's texts name, or whose texts name it, "
             "when the two share that field's value (indexer/mining.py).")
 
@@ -219,6 +219,7 @@ class Mentions(Part):
         return f"{weight:g}·mentions within {key}"
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
+        # the same words as Same's for a field the index lacks: the plan says each once
         return _without_names(self, owners, metadata_fields) + Same.warnings(self, weights, owners, metadata_fields,
                                                                              text_query)
 

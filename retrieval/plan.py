@@ -107,6 +107,7 @@ def resolve(operators: dict, relations: dict[str, float], *, hybrid: str | None 
         if weights:
             owners = ", ".join(n for n, r in fused.items() if any(part.weights(r).values()))
             warnings += part.warnings(weights, owners, metadata_fields, text_query)
+    warnings = list(dict.fromkeys(warnings))  # two parts keyed by a field the index lacks: one line
     if hybrid == "rrf":
         return Scoring("rrf", combined, tuple(warnings))
     return Scoring("recipe" if combined.reorders else "dense", combined, tuple(warnings))
