@@ -125,13 +125,7 @@ class Same(Part):
         return f"{weight:g}·same {key}"
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
-        missing = [f for f in weights if f not in metadata_fields]
-        out = [f"{owners}: the recipe's bonuses for sharing {', '.join(missing)} do not apply: this index has no such "
-               "metadata field"] if missing else []
-        if text_query and len(missing) < len(weights):
-            out.append(f"{owners}: the recipe's bonuses for sharing {', '.join(f for f in weights if f not in missing)} "
-                       "with the query document do not apply to a text query (query by --id / id to use them)")
-        return out
+        return _sharing_warnings(weights, owners, metadata_fields, text_query)
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
         if key not in batch.searcher.metadata_fields:
@@ -220,8 +214,8 @@ class Mentions(Part):
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
         # the same words as Same's for a field the index lacks: the plan says each once
-        return _without_names(self, owners, metadata_fields) + Same.warnings(self, weights, owners, metadata_fields,
-                                                                             text_query)
+        return _without_names(self, owners, metadata_fields) + _sharing_warnings(weights, owners, metadata_fields,
+                                                                                 text_query)
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
         s = batch.searcher  # position → the positions linked to it, mined with prominence; None: no names
@@ -235,6 +229,18 @@ class Mentions(Part):
             return {p: weight for p in pool & links.get(int(batch.own[i]), set())
                     if docs[p]["metadata"].get(key) in values}
         return score
+
+
+def _sharing_warnings(weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
+    """A bonus keyed by a metadata field the query document must share changes nothing where the
+    index lacks the field, or for a text query (no document)."""
+    missing = [f for f in weights if f not in metadata_fields]
+    out = [f"{owners}: the recipe's bonuses for sharing {', '.join(missing)} do not apply: this index has no such "
+           "metadata field"] if missing else []
+    if text_query and len(missing) < len(weights):
+        out.append(f"{owners}: the recipe's bonuses for sharing {', '.join(f for f in weights if f not in missing)} "
+                   "with the query document do not apply to a text query (query by --id / id to use them)")
+    return out
 
 
 def _without_names(part: Part, owners: str, metadata_fields) -> list[str]:
