@@ -261,42 +261,53 @@ def scaled(prominence: dict[int, float]) -> dict[int, float]:
     return {p: v / top for p, v in prominence.items() if v > 0} if top > 0 else {}
 
 
-def prominence(docs, metadata_fields, text_fields: tuple[str, ...]) -> dict[int, float] | None:
-    """position → prominence in (0, 1] of the live documents of a generation (absent: 0), by
-    :func:`mine` over its named texts; None when its documents have no name field (NAME_FIELDS) or it
-    holds more than MINED_MAX_DOCS documents: then the recipe has no prominence part."""
+def _generation(docs, metadata_fields, text_fields: tuple[str, ...]) -> Mined | None:
+    """:func:`mined` of a generation's live documents, None when they have no name field
+    (NAME_FIELDS) or there are more than MINED_MAX_DOCS of them: then the recipe's parts mined from
+    names (prominence, mentions) do not apply."""
     field_name = name_field(metadata_fields)
     if field_name is None or docs.total > MINED_MAX_DOCS:
         return None
-    _, found = mined(docs, field_name, tuple(text_fields))
-    return scaled(found.prominence)
+    return mined(docs, field_name, tuple(text_fields))[1]
+
+
+def prominence(docs, metadata_fields, text_fields: tuple[str, ...]) -> dict[int, float] | None:
+    """position → prominence in (0, 1] of the live documents of a generation (absent: 0); None
+    where :func:`_generation` is."""
+    found = _generation(docs, metadata_fields, text_fields)
+    return None if found is None else scaled(found.prominence)
 
 
 def mentions(docs, metadata_fields, text_fields: tuple[str, ...]) -> dict[int, set[int]] | None:
-    """position → the live positions whose texts it names or that name it (:func:`mine`), as
-    :func:`prominence` finds them; None where :func:`prominence` is None."""
-    field_name = name_field(metadata_fields)
-    if field_name is None or docs.total > MINED_MAX_DOCS:
+    """position → the live positions whose texts it names or that name it; None where
+    :func:`_generation` is."""
+    found = _generation(docs, metadata_fields, text_fields)
+    return None if found is None else found.mentions
+
+
+def _mine_named(texts: list[list[str]], names: list[str | None]) -> Mined | None:
+    """:func:`mine` of m documents given as their texts and names (bench and pack fitting: what an
+    index of them mines), None when no document has a name."""
+    if not any(isinstance(n, str) and n.strip() for n in names):
         return None
-    return mined(docs, field_name, tuple(text_fields))[1].mentions
+    return mine(dict(enumerate(texts)), {i: n for i, n in enumerate(names) if isinstance(n, str)})
 
 
 def mentions_of(texts: list[list[str]], names: list[str | None]) -> np.ndarray | None:
-    """(m, m) bool: document i names document j or j names i (bench and pack fitting: what
-    :func:`mentions` gives an index of them), None when no document has a name."""
-    if not any(isinstance(n, str) and n.strip() for n in names):
+    """(m, m) bool: document i names document j or j names i (:func:`mentions` of an index of them)."""
+    found = _mine_named(texts, names)
+    if found is None:
         return None
-    found = mine(dict(enumerate(texts)), {i: n for i, n in enumerate(names) if isinstance(n, str)}).mentions
     out = np.zeros((len(texts), len(texts)), bool)
-    for i, linked in found.items():
+    for i, linked in found.mentions.items():
         out[i, sorted(linked)] = True
     return out
 
 
 def prominence_of(texts: list[list[str]], names: list[str | None]) -> np.ndarray | None:
-    """(m,) float32 prominence of m documents given as their texts and names (bench and pack
-    fitting: what :func:`prominence` gives an index of them), None when no document has a name."""
-    if not any(isinstance(n, str) and n.strip() for n in names):
+    """(m,) float32 prominence of m documents (:func:`prominence` of an index of them)."""
+    found = _mine_named(texts, names)
+    if found is None:
         return None
-    found = scaled(mine(dict(enumerate(texts)), {i: n for i, n in enumerate(names) if isinstance(n, str)}).prominence)
-    return np.asarray([found.get(i, 0.0) for i in range(len(texts))], np.float32)
+    scores = scaled(found.prominence)
+    return np.asarray([scores.get(i, 0.0) for i in range(len(texts))], np.float32)
