@@ -294,6 +294,18 @@ def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | No
     return reports
 
 
+def keep_measured(bundle, measured: dict[str, dict]) -> None:
+    """Give each reused operator back its ``transfer`` figures (and an aspect its own test, both
+    measured by ``relsearch bench transfer``) when the recipe chosen again is the one they measured;
+    ``measured``: operator → its earlier ``recipe``, ``whole_corpus`` and ``transfer`` entries."""
+    for name, was in measured.items():
+        op = bundle.operators.get(name)
+        if op is not None and was["transfer"] is not None and same_recipe(op.info.get("recipe"), was["recipe"]):
+            op.info["transfer"] = was["transfer"]
+            if was["recipe"] is None and was["whole_corpus"] is not None:  # an aspect: no recipe, its own test
+                op.info["whole_corpus"] = was["whole_corpus"]
+
+
 def same_recipe(a: dict | None, b: dict | None) -> bool:
     """Whether two stored recipes rank alike (a part stored as 0, or not stored, is the same)."""
     from relsearch.retrieval.recipe import Recipe
@@ -452,12 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     earlier = {name: t for name, t in (kept.info.get("dropped", {}) if kept else {}).items() if name not in reports}
     bundle.info["dropped"] = {**earlier, **ship_winners(bundle, reports)}  # a reused pack's drops stay on record
     reports = {r: rep for r, rep in reports.items() if r in bundle.operators}
-    for name, was in measured.items():  # the recipe chosen again is the one measured: its figures still hold
-        op = bundle.operators.get(name)
-        if op is not None and was["transfer"] is not None and same_recipe(op.info.get("recipe"), was["recipe"]):
-            op.info["transfer"] = was["transfer"]
-            if was["recipe"] is None and was["whole_corpus"] is not None:  # an aspect: its own test, by bench transfer
-                op.info["whole_corpus"] = was["whole_corpus"]
+    keep_measured(bundle, measured)
     for op in bundle.operators.values():  # temp paths mean nothing later: keep the file names only
         for split in op.info.get("data", {}).values():
             if "files" in split:

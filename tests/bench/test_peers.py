@@ -97,7 +97,7 @@ def test_bench_companies_reports_competitors_at_10_and_cross_validated_over_comp
     assert folded[-1]["mrr@10"]["pooled"] == 1.0  # one rival per company, in its own words: found first
 
 
-def test_build_pack_refuses_a_company_tower_that_is_no_query_tower():
+def _build_pack():
     import sys
     from pathlib import Path
 
@@ -107,6 +107,33 @@ def test_build_pack_refuses_a_company_tower_that_is_no_query_tower():
         import build_pack
     finally:
         sys.path.remove(str(tools))
+    return build_pack
+
+
+def test_build_pack_keeps_transfer_figures_only_for_a_recipe_chosen_again_the_same():
+    """A rebuild of one relation re-chooses every recipe: a relation whose recipe came out the same
+    (a part stored as 0 or not at all is the same) keeps its transfer figures, one whose recipe moved
+    loses them, an aspect (no recipe) keeps them and its own test."""
+    from relsearch.encoder.bundle import Bundle
+    from relsearch.encoder.relations import Operator
+
+    old = {"mixture": {"a": 1.0}, "bm25": 0.1, "same": {"f": 0.5}, "depth": 100}  # stored before newer parts
+    again = {**old, "title": 0.0, "prior": {}, "neighbours": 0.0, "prominence": 0.0, "mentions": {}}
+    ops = {"a": Operator(name="a", kind="identity", info={"recipe": again}),
+           "b": Operator(name="b", kind="identity", info={"recipe": {**again, "bm25": 0.3}}),
+           "aspect:x": Operator(name="aspect:x", kind="identity", info={})}
+    measured = {name: {"recipe": old if name != "aspect:x" else None, "transfer": {"dataset": name},
+                       "whole_corpus": {"test": {"recipe": 0.4}}} for name in ops}
+    bundle = Bundle(encoder={}, operators=ops)
+    _build_pack().keep_measured(bundle, measured)
+    assert ops["a"].info["transfer"] == {"dataset": "a"} and "transfer" not in ops["b"].info
+    assert ops["aspect:x"].info == {"transfer": {"dataset": "aspect:x"}, "whole_corpus": {"test": {"recipe": 0.4}}}
+
+
+def test_build_pack_refuses_a_company_tower_that_is_no_query_tower():
+    from pathlib import Path
+
+    build_pack = _build_pack()
     pack = Path(__file__).resolve().parents[2] / "relsearch" / "pack"
     with pytest.raises(SystemExit, match="no similar-company query tower"):
         build_pack.company_tower(str(pack), encoder=None)  # the pack's similar-company is plain cosine

@@ -80,3 +80,11 @@ def test_choose_takes_mentions_only_when_dev_rewards_them():
     for i, g in enumerate(gold):
         noise[i, sorted(g)] = False  # names that never are the gold
     assert not choose("identity", dense, None, {"mentions": {"f": noise}}, exclude, gold, mixes=(1.0,)).recipe.mentions
+
+
+def test_a_field_the_index_lacks_is_said_once_for_every_part_keyed_by_it(tmp_path):
+    """make demo printed the missing GICS fields twice: once for the metadata bonuses, once for mentions."""
+    searcher = index(tmp_path, corpus(), replace(RECIPE, same={"gics_code": 0.3}, mentions={"gics_code": 1.0}))
+    scoring = resolve(searcher.operators, {"rel": 1.0}, metadata_fields=searcher.metadata_fields)
+    missing = [w for w in scoring.warnings if "gics_code" in w]
+    assert missing == ["rel: the recipe's bonuses for sharing gics_code do not apply: this index has no such metadata field"]
