@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import faults
-from . import lexical, locking, rowfile, store
+from . import lexical, locking, mining, rowfile, store
 from .docstore import DocStore
 from .faiss_index import FaissSpec, write_faiss
 from .rowfile import unit_rows
@@ -167,11 +167,13 @@ def build_published(target: str, blocks: Iterable[Block], *, n: int, d: int, enc
     def fill(gen: Path) -> Manifest:
         (gen / store.REJECTED_FILE).write_text("")
         parts = write_generation(gen, blocks, n=n, d=d, spec=spec, facts=facts, bm25=bm25)
-        return Manifest(encoder=encoder, dim=d, counts=parts.counts, faiss=parts.faiss,
-                        fields=Fields(**(fields or {}), metadata=parts.metadata_fields),
-                        bundle=bundle or dict(NO_BUNDLE),
-                        runs=({"op": "build", "read": n, "indexed": n, "rejected": 0, **(run or {}),
-                               "at": store.utc_now()},))
+        manifest = Manifest(encoder=encoder, dim=d, counts=parts.counts, faiss=parts.faiss,
+                            fields=Fields(**(fields or {}), metadata=parts.metadata_fields),
+                            bundle=bundle or dict(NO_BUNDLE),
+                            runs=({"op": "build", "read": n, "indexed": n, "rejected": 0, **(run or {}),
+                                   "at": store.utc_now()},))
+        mining.write(gen, manifest)
+        return manifest
 
     with locking.writer_lock(target):
         return store.publish_new(target, fill, mirrors)

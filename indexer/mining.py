@@ -14,8 +14,9 @@ case, accents and punctuation never matter, a leading article and trailing legal
 - mentions: which documents name which (either way), by the same names: the recipe's
   ``mentions`` part (a rival a company's texts name, or that names it).
 
-A generation is mined once, at its first use (:func:`mined`), and again for a new generation: an
-``--append``, a delete or a compaction publishes one, so the figures always describe what is live.
+A generation is mined when it is written (:func:`write`, into its FILE), by every writer: an
+``--append``, a delete or a compaction publishes a new one, so the figures always describe what is
+live, and a query only reads them (:func:`of_generation`).
 """
 from __future__ import annotations
 
@@ -27,10 +28,13 @@ import unicodedata
 import weakref
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
 
 import numpy as np
 
-from . import belonging
+from . import belonging, reader
+from . import text_fields as tf
 
 NAME_FIELDS = ("name", "title", "company", "security")  # the first a generation has is what its documents are called
 # Mining reads at most this many characters of texts in all, each text's first share of it (at most
@@ -53,7 +57,8 @@ _SEPARATORS = re.compile(r"[\W_]+")  # what separates words: anything but a lett
 _CAPITALISED = r"(?<![\w'’.&-])[A-ZÀ-ÖØ-Þ][\w'’.&-]*"  # a word that starts with a capital (Latin letters)
 _RUNS = re.compile(f"{_CAPITALISED}(?:(?: of| &)? {_CAPITALISED})*")
 _POSSESSIVE = re.compile(r"['’]s\b")
-_MINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → {key: what was mined}
+FILE = "mined.json"  # a generation's mining, written with it (:func:`write`)
+_MINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → its Mined
 _MINED_LOCK = threading.Lock()
 
 
@@ -102,6 +107,11 @@ class Mined:
     prominence: dict[int, float] = field(default_factory=dict)  # position → score (absent: 0)
     mentions: dict[int, set[int]] = field(default_factory=dict)  # position → the positions it names or that name it
 
+    @cached_property
+    def scaled(self) -> dict[int, float]:
+        """:func:`scaled` prominence, computed once."""
+        return scaled(self.prominence)
+
 
 def capitalised_runs(text: str) -> list[str]:
     """The names in ``text``: runs of capitalised words ("of" and "&" inside one), each as the
@@ -133,7 +143,7 @@ def _run_names(tokens: list[str]) -> set[str]:
 
 
 def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
-    """Aliases and prominence of each document from ``texts`` (position → its texts) and ``names``
+    """Aliases, prominence and mentions of each document from ``texts`` (position → its texts) and ``names``
     (position → name). A text held by several documents (share classes, a copied intro) counts once.
 
     - An alias of a document is a capitalised run (:func:`capitalised_runs`) its texts use at least
@@ -241,18 +251,64 @@ def live_names(docs, name_field: str | None) -> dict[str, tuple[int, str]]:
     return live
 
 
-def mined(docs, name_field: str | None, text_fields: tuple[str, ...]) -> tuple[dict[str, tuple[int, str]], Mined]:
-    """(:func:`live_names`, :func:`mine` of their texts) of a generation, mined at the first call
-    and held while its docstore is open: completion and the recipe's prominence share one mining
-    (the Russell 3000's three texts: ~1 s of CPU)."""
+def mine_documents(docs, name_field: str, text_fields: tuple[str, ...]) -> Mined:
+    """:func:`mine` of the live documents of ``docs`` (a generation's Documents), named by ``name_field``."""
+    live = live_names(docs, name_field)
+    texts = read_texts(docs, text_fields)
+    return mine({p: texts.get(p, []) for p, _ in live.values()}, {p: n for p, n in live.values()})
+
+
+def _minable(manifest, docs) -> str | None:
+    """The name field a generation is mined by: None when it has none (NAME_FIELDS) or more than
+    MINED_MAX_DOCS documents (its texts are not read); then the recipe's parts mined from names
+    (prominence, mentions) do not apply, and completion has no aliases."""
+    return None if docs.total > MINED_MAX_DOCS else name_field(manifest.fields.metadata)
+
+
+def write(gen: Path, manifest) -> None:
+    """Mine the new generation ``gen`` (``manifest``: its manifest, not yet written) into its FILE,
+    which the manifest then lists with the other files: every writer (build, append, delete,
+    compact) calls this last in its fill, so queries read what is live without mining (the Russell
+    3000's three texts: ~1.5 s here, once per write). Nothing is written where nothing is mined."""
+    files = reader.open_generation(gen, manifest)
+    try:
+        field_name = _minable(manifest, files.docstore)
+        if field_name is not None:
+            found = mine_documents(files.docstore, field_name, tf.names_of(manifest))
+            mined = {"aliases": found.aliases, "prominence": found.prominence,
+                     "mentions": {p: sorted(linked) for p, linked in found.mentions.items()}}
+            with open(gen / FILE, "x", encoding="utf-8") as f:  # "x": never through a link to an older generation's
+                json.dump(mined, f, ensure_ascii=False)
+    finally:
+        files.docstore.close()
+        files.close_faiss_fd()
+
+
+def _read(path: Path) -> Mined | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    return Mined({int(p): [tuple(a) for a in found] for p, found in data["aliases"].items()},
+                 {int(p): v for p, v in data["prominence"].items()},
+                 {int(p): set(m) for p, m in data["mentions"].items()})
+
+
+def of_generation(files) -> Mined | None:
+    """What was mined of the generation ``files`` opened (or of the one a text field's view is
+    of), None where :func:`_minable` is: its FILE, read at the first call and held while its
+    docstore is open; an index written before the file existed is mined here instead."""
+    files = getattr(files, "parent", None) or files
+    docs = files.docstore
+    field_name = _minable(files.manifest, docs)
+    if field_name is None:
+        return None
     with _MINED_LOCK:  # once per generation, whichever thread asks first
-        held = _MINED.setdefault(docs, {})
-        key = (name_field, tuple(text_fields))
-        if key not in held:
-            live = live_names(docs, name_field)
-            texts = read_texts(docs, text_fields)
-            held[key] = live, mine({p: texts.get(p, []) for p, _ in live.values()}, {p: n for p, n in live.values()})
-        return held[key]
+        if docs not in _MINED:
+            _MINED[docs] = _read(files.root / FILE) if FILE in files.manifest.files else None
+            if _MINED[docs] is None:  # written before the file existed, or the generation is gone since it was opened
+                _MINED[docs] = mine_documents(docs, field_name, files.text_fields)
+        return _MINED[docs]
 
 
 def scaled(prominence: dict[int, float]) -> dict[int, float]:
@@ -261,27 +317,16 @@ def scaled(prominence: dict[int, float]) -> dict[int, float]:
     return {p: v / top for p, v in prominence.items() if v > 0} if top > 0 else {}
 
 
-def _generation(docs, metadata_fields, text_fields: tuple[str, ...]) -> Mined | None:
-    """:func:`mined` of a generation's live documents, None when they have no name field
-    (NAME_FIELDS) or there are more than MINED_MAX_DOCS of them: then the recipe's parts mined from
-    names (prominence, mentions) do not apply."""
-    field_name = name_field(metadata_fields)
-    if field_name is None or docs.total > MINED_MAX_DOCS:
-        return None
-    return mined(docs, field_name, tuple(text_fields))[1]
-
-
-def prominence(docs, metadata_fields, text_fields: tuple[str, ...]) -> dict[int, float] | None:
+def prominence(files) -> dict[int, float] | None:
     """position → prominence in (0, 1] of the live documents of a generation (absent: 0); None
-    where :func:`_generation` is."""
-    found = _generation(docs, metadata_fields, text_fields)
-    return None if found is None else scaled(found.prominence)
+    where :func:`of_generation` is."""
+    found = of_generation(files)
+    return None if found is None else found.scaled
 
 
-def mentions(docs, metadata_fields, text_fields: tuple[str, ...]) -> dict[int, set[int]] | None:
-    """position → the live positions whose texts it names or that name it; None where
-    :func:`_generation` is."""
-    found = _generation(docs, metadata_fields, text_fields)
+def mentions(files) -> dict[int, set[int]] | None:
+    """position → the live positions whose texts it names or that name it; None where :func:`of_generation` is."""
+    found = of_generation(files)
     return None if found is None else found.mentions
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import faults
 from . import segments as seg
-from . import locking, reader, store
+from . import locking, mining, reader, store
 from . import text_fields as tf
 from .build import Block, open_memmap, open_vectors, write_lexical, write_rows
 from .faiss_index import save_faiss, write_faiss
@@ -95,6 +95,7 @@ def _mutate(target, work: Callable[[reader.IndexFiles, Path], tuple[Manifest, Mu
     def fill(gen: Path) -> Manifest:
         manifest, report = work(src, gen)
         reports.append(report)
+        mining.write(gen, manifest)
         return manifest
 
     with locking.writer_lock(target, create=False):
@@ -124,7 +125,7 @@ def _manifest(src: reader.IndexFiles, *, counts: Counts, run: dict, segments: li
 
 
 # written anew by every mutation (or, for projections, derived again by queries): never linked
-NOT_CARRIED = {store.MANIFEST, store.REJECTED_FILE, store.DELETED_FILE, store.ES_REJECTED_FILE}
+NOT_CARRIED = {store.MANIFEST, store.REJECTED_FILE, store.DELETED_FILE, store.ES_REJECTED_FILE, mining.FILE}
 
 
 def _link_unchanged(src: reader.IndexFiles, gen: Path) -> None:

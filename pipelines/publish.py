@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from ..encoder.bundle import Bundle
-from ..indexer import locking, mutations, store
+from ..indexer import locking, mining, mutations, store
 from ..indexer import records as rec
 from ..indexer.build import write_generation, write_projections
 from ..indexer.es_mirror import mirrors_for
@@ -136,4 +136,5 @@ def _fill_generation(gen: Path, *, build: str, job, bundle: Bundle, chunks: list
     if projections:  # the bundle's both-sides operators get their projected copy of the index
         vectors = np.load(gen / store.VECTORS_FILE, mmap_mode="r", allow_pickle=False)
         manifest = manifest.replace(projections=write_projections(gen, vectors, projections))
+    mining.write(gen, manifest)
     return manifest

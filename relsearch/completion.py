@@ -39,13 +39,13 @@ _COMPLETIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a gener
 _COMPLETIONS_LOCK = threading.Lock()
 
 
-def complete(docs, name_field: str | None, text_fields: tuple[str, ...], prefix: str, limit: int) -> list[dict]:
+def complete(docs, name_field: str | None, mined: mining.Mined | None, prefix: str, limit: int) -> list[dict]:
     """Up to ``limit`` live documents of ``docs`` (a generation's Documents) matching ``prefix``, best
     first: ``[{"id", "name"}]``. Graded by :func:`match_tier` (the id itself, then ids starting with
     it, names starting with it, a word inside a name or id, an alias), then by prominence (:func:`mine`),
     then the shorter name, then the id (no name: last). The prefix is text, never a pattern: ``%``
-    and ``_`` are punctuation like any other, not wildcards. ``text_fields``: the index's named texts
-    (the first is the docstore's ``text``), read for aliases and prominence.
+    and ``_`` are punctuation like any other, not wildcards. ``mined``: the aliases and prominence
+    the generation's writer mined of its texts (indexer/mining.py), None for none.
 
     Answered from keys held in memory per generation (:class:`Completions`), built at the first call.
     CPU time measured on 2 busy cores: the Russell 3000 with its three texts (2,924 documents) builds
@@ -60,7 +60,7 @@ def complete(docs, name_field: str | None, text_fields: tuple[str, ...], prefix:
     with _COMPLETIONS_LOCK:  # built once per generation, whichever thread asks first
         index = _COMPLETIONS.get(docs)
         if index is None:
-            index = _COMPLETIONS[docs] = Completions.build(docs, name_field, text_fields)
+            index = _COMPLETIONS[docs] = Completions.build(docs, name_field, mined or mining.Mined())
     # a prefix as long as a key may match a key's end but not the rest of the name: check each whole
     long = max(len(fold(prefix).encode()), len(words(prefix).encode())) >= KEY_BYTES - 1
     rows = index.best(prefix, MAX_CHECKED if long else limit)
@@ -201,8 +201,8 @@ class Completions:
     aliases: dict[int, tuple[str, ...]]  # row → its aliases
 
     @classmethod
-    def build(cls, docs, name_field: str | None, text_fields: tuple[str, ...] = ()) -> Completions:
-        live, mined = mining.mined(docs, name_field, tuple(text_fields))
+    def build(cls, docs, name_field: str | None, mined: mining.Mined) -> Completions:
+        live = mining.live_names(docs, name_field)
         ranked = sorted((not name, -round(mined.prominence.get(pos, 0.0), 6), len(" ".join(name_words(name))),
                          doc_id, pos, name) for doc_id, (pos, name) in live.items())
         n = len(ranked)

@@ -29,7 +29,8 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, ConfigDict, Field
 
 from . import completion
-from .retrieval.export import NAME_FIELDS, stored_document
+from .indexer import mining
+from .retrieval.export import stored_document
 
 UI_DIR = Path(__file__).parent / "ui"
 UI_ASSETS, DOCS_ASSETS = "/ui/assets", "/docs/assets"
@@ -138,9 +139,9 @@ def _number_end(part, field: str, order: str):
 
 def complete(searcher, prefix: str, limit: int) -> list[dict]:
     """``GET /complete``: :func:`relsearch.completion.complete` over the searcher's docstore, its name
-    field (the first of NAME_FIELDS it has) and its named texts (aliases and prominence come from them)."""
-    name_field = next((f for f in NAME_FIELDS if f in searcher.metadata_fields), None)
-    return completion.complete(searcher.files.docstore, name_field, tuple(searcher.text_fields), prefix, limit)
+    field (indexer/mining.py NAME_FIELDS) and what its writer mined of its texts (aliases, prominence)."""
+    return completion.complete(searcher.files.docstore, mining.name_field(searcher.metadata_fields),
+                               mining.of_generation(searcher.files), prefix, limit)
 
 
 def parse_filters(specs: list[str], metadata_fields=None) -> dict:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Callable, Iterable, Sequence
 from typing import TextIO
 
-NAME_FIELDS = ("name", "title", "company", "security")  # the first present is what a document is called
+from ..indexer.mining import NAME_FIELDS  # the first present is what a document is called
 CSV_TYPE = "text/csv; charset=utf-8"
 JSONL_TYPE = "application/x-ndjson; charset=utf-8"
 HIT_COLUMNS = ("query", "rank", "id", "score")

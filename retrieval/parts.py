@@ -191,7 +191,7 @@ class Prominence(Part):
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
         s = batch.searcher  # position → prominence, mined from the generation's texts once; None: no names
-        found = mining.prominence(s.files.docstore, s.metadata_fields, s.text_fields)
+        found = mining.prominence(s.files)
         if found is None:
             return None
         return lambda i, pool, docs: {p: weight * found[p] for p in pool if p in found}
@@ -219,7 +219,7 @@ class Mentions(Part):
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
         s = batch.searcher  # position → the positions linked to it, mined with prominence; None: no names
-        links = mining.mentions(s.files.docstore, s.metadata_fields, s.text_fields)
+        links = mining.mentions(s.files)
         if links is None or key not in s.metadata_fields:
             return None
         metadata = batch.metadata

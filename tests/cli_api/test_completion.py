@@ -3,6 +3,7 @@ legal forms or the spaces between words, aliases and prominence mined from the c
 Ranking by id, name and word inside a name on crafted names: test_explorer.py."""
 from __future__ import annotations
 
+import functools
 import json
 
 import numpy as np
@@ -10,6 +11,7 @@ import pytest
 from conftest import shared
 
 from relsearch import completion
+from relsearch.indexer import mining
 from relsearch.indexer.docstore import DocStore
 from relsearch.indexer.segments import Documents
 
@@ -40,8 +42,18 @@ def russell(tmp_path_factory) -> Documents:
     return _docs(tmp_path_factory.mktemp("russell"), rows, RUSSELL_TEXTS)
 
 
+def _complete(docs, prefix: str, limit: int, texts) -> list[dict]:
+    """completion.complete of ``docs`` with what an index of them mines (indexer/mining.py write)."""
+    return completion.complete(docs, "name", _mined(docs, texts), prefix, limit)
+
+
+@functools.cache
+def _mined(docs, texts) -> mining.Mined:
+    return mining.mine_documents(docs, "name", texts)
+
+
 def _ids(docs, prefix: str, limit: int = 10, texts=RUSSELL_TEXTS) -> list[str]:
-    return [m["id"] for m in completion.complete(docs, "name", texts, prefix, limit)]
+    return [m["id"] for m in _complete(docs, prefix, limit, texts)]
 
 
 @pytest.mark.parametrize("prefix, wanted", [("jp morgan", {"JPM"}), ("google", {"GOOG", "GOOGL"}),
@@ -55,7 +67,7 @@ def test_the_major_firm_comes_before_the_lesser_one_of_the_same_name(russell):
     found = _ids(russell, "coca")
     assert found.index("KO") < found.index("COKE")  # other texts name The Coca-Cola Company
     assert _ids(russell, "google", 2) == ["GOOG", "GOOGL"]  # the alias its own texts use most
-    answer = completion.complete(russell, "name", RUSSELL_TEXTS, "google", 1)
+    answer = _complete(russell, "google", 1, RUSSELL_TEXTS)
     assert answer == [{"id": "GOOG", "name": "Alphabet Inc."}]  # the answer's shape is unchanged
 
 

@@ -176,7 +176,10 @@ def crafted(tmp_path):
 
     def make(deleted=(), fields=("name",)):
         docs = Documents([DocStore(path)], np.asarray(deleted, np.int64), len(COMPANIES))
-        return SimpleNamespace(files=SimpleNamespace(docstore=docs), metadata_fields=list(fields), text_fields=("text",))
+        # a generation written before its mining was (no mined.json): mined from the docstore on first use
+        manifest = SimpleNamespace(files={}, fields=SimpleNamespace(metadata=list(fields)))
+        files = SimpleNamespace(docstore=docs, manifest=manifest, root=tmp_path, text_fields=("text",))
+        return SimpleNamespace(files=files, metadata_fields=list(fields), text_fields=("text",))
 
     return make
 

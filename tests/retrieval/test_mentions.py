@@ -35,7 +35,7 @@ def test_mentions_link_both_ways_by_name_and_never_a_share_class():
 
 def test_the_index_adds_the_bonus_to_named_candidates_of_the_same_group_and_explains_it(tmp_path):
     searcher = index(tmp_path, corpus(), RECIPE)
-    links = mining.mentions(searcher.files.docstore, searcher.metadata_fields, searcher.text_fields)
+    links = mining.mentions(searcher.files)
     assert links[searcher.files.docstore.positions(["d13"])["d13"]] == {1, 6}  # d13 names Zorb1 and Quix6
     [hits] = run(searcher, [Query(doc_id="d13", relations={"rel": 1.0})], SearchOptions(k=N - 1, explain=True))
     got = {h.id: h.explain.get("recipe:mentions:group", 0.0) for h in hits}

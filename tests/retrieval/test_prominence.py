@@ -106,16 +106,33 @@ def test_an_index_without_names_gets_no_part_and_a_warning(tmp_path):
 def test_an_append_is_mined_afresh(tmp_path):
     docs = corpus()
     searcher = index(tmp_path, docs)
-    before = mining.prominence(searcher.files.docstore, searcher.metadata_fields, searcher.text_fields)
+    before = mining.prominence(searcher.files)
     more = [{"id": f"e{i}", "text": f"Ember{i} trails Quix30 in rail.", "metadata": {"name": f"Ember{i} Inc."}}
             for i in range(40)]
     mutations.append(str(tmp_path / "idx"), [Block(more, raw_vectors(40, 8))], n=40, run={"read": 40})
     after_searcher = Searcher(str(tmp_path / "idx"), model=str(tmp_path / "b"))
-    after = mining.prominence(after_searcher.files.docstore, after_searcher.metadata_fields,
-                              after_searcher.text_fields)
+    after = mining.prominence(after_searcher.files)
     assert after[30] > before.get(30, 0.0) and after[30] == pytest.approx(1.0)  # named by 40 new texts (a text held twice counts once)
     [hits] = run(after_searcher, [Query(doc_id="d3", relations={"rel": 1.0})], SearchOptions(k=5, explain=True))
     assert any(h.id == "d30" for h in hits)
+
+
+def test_each_write_mines_its_generation_and_a_query_only_reads_it(tmp_path, monkeypatch):
+    searcher = index(tmp_path, corpus())
+    first = searcher.files.root
+    assert mining.FILE in searcher.files.manifest.files  # checked with the generation's other files
+    written = (first / mining.FILE).read_bytes()
+    more = [{"id": "e0", "text": "Ember0 trails Quix30 in rail.", "metadata": {"name": "Ember0 Inc."}}]
+    mutations.append(str(tmp_path / "idx"), [Block(more, raw_vectors(1, 8))], n=1, run={"read": 1})
+    assert (first / mining.FILE).read_bytes() == written  # the append wrote its own file, not through a link
+
+    def mine(*args):
+        raise AssertionError("a query mined the texts")
+    monkeypatch.setattr(mining, "mine", mine)
+    after = Searcher(str(tmp_path / "idx"), model=str(tmp_path / "b"))
+    assert after.files.root != first and mining.prominence(after.files)
+    [hits] = run(after, [Query(doc_id="d3", relations={"rel": 1.0})], SearchOptions(k=5, explain=True))
+    assert any("recipe:prominence" in h.explain for h in hits)
 
 
 def test_choose_takes_prominence_when_dev_rewards_it_and_a_mixture_averages_it():
