@@ -33,6 +33,18 @@ def test_mentions_link_both_ways_by_name_and_never_a_share_class():
     assert mining.mentions_of([[d["text"]] for d in docs], [None] * N) is None
 
 
+def test_a_sentence_of_dealings_makes_no_mention_but_still_counts_for_prominence():
+    names = ["Boeing Co.", "Spirit Aero Inc.", "Hexcel Corp.", "Airbus SE"]
+    texts = [["Boeing builds airliners. It competes with Airbus in large jets."],
+             ["Spirit Aero builds fuselage parts of Boeing aircraft. It was spun off in 2005."],
+             ["Hexcel makes carbon fibre. Its customers include Boeing."],
+             ["Airbus builds airliners in Toulouse."]]
+    linked = mining.mentions_of(texts, names)
+    assert set(np.flatnonzero(linked[0])) == {3}  # the rival; not the supplier or the firm whose customer it is
+    prominence = mining.prominence_of(texts, names)
+    assert prominence[0] == prominence.max()  # named by three texts, dealings or not
+
+
 def test_the_index_adds_the_bonus_to_named_candidates_of_the_same_group_and_explains_it(tmp_path):
     searcher = index(tmp_path, corpus(), RECIPE)
     links = mining.mentions(searcher.files)
