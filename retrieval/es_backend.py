@@ -129,13 +129,15 @@ class EsSearcher:
         return SearchResult(positions, scores)
 
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
-               explain: bool = False, params: dict | None = None, hybrid: str | None = None) -> list[list[Hit]]:
+               explain: bool = False, params: dict | None = None, hybrid: str | None = None,
+               checked: bool = False) -> list[list[Hit]]:
         """As :meth:`Searcher.search`; k is clipped to the local index's live documents. Filter values
         go to Elasticsearch typed, where each metadata field has the one type its mapping gave it.
         kNN hits are mapped to the local index's positions (one the local index lacks is dropped: the
         mirror is stale), their near-ties settled as there, and read from its docstore.
         ``hybrid="rrf"``: Elasticsearch's BM25 fused by RRF (the server's retriever or here,
-        ``EsQueryOptions.fusion``); recipes and weighted fusion run through :meth:`candidates`."""
+        ``EsQueryOptions.fusion``); recipes and weighted fusion run through :meth:`candidates`. ``checked``:
+        the queries and filters were checked already (a plan's run, :meth:`Searcher.check_queries`)."""
         if explain:
             raise QueryError("explain needs the FAISS backend (it reads the stored vectors)")
         if params:
@@ -145,7 +147,7 @@ class EsSearcher:
             return []
         if self.searcher.projection_of(queries):
             raise QueryError("projection operators search their own projected index: use the FAISS backend")
-        vectors = self.searcher.query_vectors(queries, filters)
+        vectors = self.searcher.query_vectors(queries, filters, checked=checked)
         qv = vectors.q
         # k + 1 below: the query document may come back
         k = min(k, self.searcher.live_count, MAX_NUM_CANDIDATES - 1 - ann.TIE_MARGIN)

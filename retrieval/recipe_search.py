@@ -101,7 +101,7 @@ def gather(backend: Backend, queries: list[Query], recipe: Recipe, *, k: int, fi
     max(depth, k)), as :func:`~.recipe.score_matrix` cuts them."""
     searcher = backend.local
     mixed = [replace(q, relations=dict(recipe.mixture)) for q in queries]
-    h, qv, own = searcher.query_vectors(mixed, filters)
+    h, qv, own = searcher.query_vectors(mixed, filters, checked=True)  # as request.plan checked them
     titles = None
     if recipe.title:
         from ..encoder.model import encode_texts

@@ -388,7 +388,8 @@ class Plan:
         hybrid = {"hybrid": "rrf"} if scoring.mode == "rrf" else {}
         examples = [{e.doc_id for e, _ in q.examples() if e.doc_id} for q in part]
         more = max(map(len, examples))  # example documents come back first: fetch past them, drop them
-        lists = [b.search(part, k=fetch + more, filters=o.filters, explain=o.explain, **hybrid) for b in backends]
+        lists = [b.search(part, k=fetch + more, filters=o.filters, explain=o.explain, checked=True, **hybrid)
+                 for b in backends]
         if not more:
             return lists, True
         return [[[h for h in row if h.id not in ids][:fetch] for row, ids in zip(hits, examples)]
@@ -406,7 +407,9 @@ def _lexical(scoring: Scoring) -> bool:
 
 def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
     """Resolve each query's relation mixture with ``options`` once (retrieval/plan.py); a
-    :class:`RequestError` naming ``relations`` or ``hybrid`` for a refused combination."""
+    :class:`RequestError` naming ``relations`` or ``hybrid`` for a refused combination. The queries
+    and filters are checked here (:meth:`~.search.Searcher.check_queries`: a QueryError or KeyError
+    naming the bad value), so that :meth:`Plan.run` checks nothing again."""
     from .plan import PlanError, resolve
 
     searcher = backend.local
@@ -427,6 +430,9 @@ def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
     if options.rerank is not None and any(s.mode == "rrf" for s in scorings):
         raise RequestError("hybrid", "hybrid and rerank do not combine")
     options, backend, fields = _text_fields(backend, options)
+    # each query as the run searches it (its scoring's operator mixture), checked here once: the run checks nothing
+    searcher.check_queries([dataclasses.replace(q, relations=dict(s.recipe.mixture)) for q, s in zip(queries, scorings)],
+                           options.filters)
     return Plan(backend, list(queries), options, scorings, fields)
 
 

@@ -155,6 +155,7 @@ class Searcher:
         self.exact_subset_max = exact_subset_max
         ann.blas_from_batches(manifest.dim)
         self.gpu_facts = gpu_facts if gpu_facts is not None else gpu.detect()
+        self._may_use_gpu = self.gpu_facts.available  # decided once: a CPU-only machine never asks per search
         self._gpu = None
         self._projected: dict[str, np.ndarray] = {}  # projection operator → its projected document vectors
         self._shared_quantizer: bool | None = None  # segments share one coarse assignment (ann.shares_quantizer)
@@ -278,38 +279,43 @@ class Searcher:
             owner._field_searchers[name] = view
         return owner._field_searchers[name]
 
-    def query_vectors(self, queries: list[Query], filters: dict[str, str] | None = None) -> QueryVectors:
-        """Validate ``queries``; return their raw vectors h, relational query vectors q and own
-        positions (:class:`QueryVectors`).
-
-        Queries sharing a relation mixture are transformed as one batch. q is not renormalised
-        (design.md §3: a mixture's inner product is the weighted sum of cosines).
-        """
-        filters = filters or {}
-        if any(q.by_examples for q in queries):
-            for q in queries:
+    def check_queries(self, queries: list[Query], filters: Filters | None = None) -> None:
+        """Every check of a search's ``queries`` and ``filters``, made before it runs (by :func:`~.request.plan`
+        and :meth:`search`): :func:`check_examples`, one UTF-8, non-empty text or doc_id, and per relation
+        mixture :meth:`check`. QueryError (KeyError for an unknown relation) naming the bad value."""
+        filters, mixtures = filters or {}, set()  # each relation mixture checked once
+        for q in queries:
+            if q.by_examples:
                 check_examples(q)
-            return QueryVectors(self.raw_vectors(queries),
-                                self._by_examples(queries, lambda sub: self.query_vectors(sub, filters).q),
-                                np.full(len(queries), -1, np.int64))
-        groups: dict[tuple, list[int]] = {}  # relation mixture → its queries: each checked and transformed once
-        for i, q in enumerate(queries):
-            if (q.text is None) == (q.doc_id is None):
+            elif (q.text is None) == (q.doc_id is None):
                 raise QueryError("each query needs exactly one of text, doc_id or like examples")
-            if not is_utf8(q.text if q.doc_id is None else q.doc_id):  # undecodable argv bytes arrive as surrogates
+            elif not is_utf8(q.text if q.doc_id is None else q.doc_id):  # undecodable argv bytes arrive as surrogates
                 raise QueryError(f"query {'text' if q.doc_id is None else 'document id'} is not valid UTF-8")
-            if q.text is not None and not q.text.strip():  # encodes to some vector: hits, but meaningless ones
+            elif q.text is not None and not q.text.strip():  # encodes to some vector: hits, but meaningless ones
                 raise QueryError("query text is empty")
             try:
-                mixture = tuple(sorted(q.relations.items()))
-                rows = groups.get(mixture)
+                known = tuple(sorted(q.relations.items())) in mixtures
             except TypeError:  # a name that is not a string, an unhashable weight: check() names it
                 self.check(q.relations, filters)
                 raise
-            if rows is None:
+            if not known:
                 self.check(q.relations, filters)
-                rows = groups[mixture] = []
-            rows.append(i)
+                mixtures.add(tuple(sorted(q.relations.items())))
+
+    def query_vectors(self, queries: list[Query], filters: Filters | None = None, *,
+                      checked: bool = False) -> QueryVectors:
+        """Raw vectors h, relational query vectors q and own positions (:class:`QueryVectors`) of ``queries``,
+        checked first (:meth:`check_queries`) unless ``checked`` (a plan's run); queries sharing a relation mixture
+        are transformed as one batch, q not renormalised (design.md §3: a mixture's ⟨q, t̂⟩ is Σ w·cos)."""
+        if not checked:
+            self.check_queries(queries, filters)
+        if any(q.by_examples for q in queries):
+            return QueryVectors(self.raw_vectors(queries),
+                                self._by_examples(queries, lambda sub: self.query_vectors(sub, checked=True).q),
+                                np.full(len(queries), -1, np.int64))
+        groups: dict[tuple, list[int]] = {}  # relation mixture → its queries, transformed as one batch
+        for i, q in enumerate(queries):
+            groups.setdefault(tuple(sorted(q.relations.items())), []).append(i)
         own = self.own_positions(queries)
         h = self.raw_vectors(queries, own)
         texts = self.query_texts(queries) if self.reads_text({n for key in groups for n, _ in key}) else None
@@ -384,18 +390,19 @@ class Searcher:
         return dense, None if texts is None else self.lexical_search(texts, n_lexical, subset)
 
     def search(self, queries: list[Query], *, k: int = 10, filters: Filters | None = None,
-               explain: bool = False, params: dict | None = None, hybrid: str | None = None) -> HitColumns:
-        """Top-k hits per query by ⟨q, t̂⟩ of its relation mixture's vector (never the query
-        document itself), as columns (retrieval/hits.py): the plan's ``dense`` and ``projection``
-        modes, and ``rrf`` with ``hybrid="rrf"`` (retrieval/plan.py; retrieval/request.py runs
-        recipes). ``params`` overrides the index's tuned search parameters for this call
-        (indexer/ann.py). ``filters``: field → a value or ``{operator: value}``, typed
-        (indexer/filters.py). k above the number of live documents is clipped to it."""
+               explain: bool = False, params: dict | None = None, hybrid: str | None = None,
+               checked: bool = False) -> HitColumns:
+        """Top-k hits per query by ⟨q, t̂⟩ of its relation mixture's vector (never the query document itself), as
+        columns (retrieval/hits.py): the plan's ``dense`` and ``projection`` modes, and ``rrf`` with ``hybrid="rrf"``
+        (retrieval/plan.py; retrieval/request.py runs recipes). ``params`` overrides the index's tuned search
+        parameters for this call (indexer/ann.py). ``filters``: field → a value or ``{operator: value}``, typed
+        (indexer/filters.py). k above the number of live documents is clipped to it. Queries and filters are
+        checked first (:meth:`check_queries`) unless ``checked`` (a plan's run)."""
         k = min(k, self.live_count)
         if hybrid not in (None, "rrf"):
             raise QueryError(f"Searcher.search fuses by rrf only, got hybrid={hybrid!r} (weighted runs as a recipe)")
         projection = self.projection_of(queries)
-        h, qv, own = self.query_vectors(queries, filters)
+        h, qv, own = self.query_vectors(queries, filters, checked=checked)
         subset = self.matching(filters) if filters else None
         # one extra candidate per query so that dropping the query document still leaves k
         if projection:
@@ -560,7 +567,7 @@ class Searcher:
                                        vectors=self.files.vectors, shared_quantizer=self._shared_quantizer)
         index = self.files.faiss
         filtered = selection is not None and selection.use_selector
-        if gpu.search_device(index, len(qv), self.gpu_facts, filtered=filtered) == "gpu":
+        if self._may_use_gpu and gpu.search_device(index, len(qv), self.gpu_facts, filtered=filtered) == "gpu":
             result = self._gpu_search(qv, k, self.effective_params(params), selection)
             if result is not None:
                 return result
@@ -573,7 +580,7 @@ class Searcher:
             try:
                 self._gpu = gpu.GpuSearch(self.files.faiss)
             except Exception as e:  # noqa: BLE001 - any GPU failure: stay on the CPU from now on
-                self.gpu_facts = gpu.GpuFacts(False, 0)
+                self.gpu_facts, self._may_use_gpu = gpu.GpuFacts(False, 0), False
                 gpu.log.warning("FAISS GPU search unavailable (%s: %s); searching on the CPU", type(e).__name__, e)
                 return None
         return self._gpu.search(qv, k, params, vectors=self.files.vectors, selection=selection)

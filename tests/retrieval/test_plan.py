@@ -12,7 +12,7 @@ from relsearch.retrieval.plan import PlanError, combine, relation_recipe, resolv
 from relsearch.retrieval.recipe import Recipe
 from relsearch.retrieval.request import SearchOptions, plan, run
 from relsearch.retrieval.pair import score_pair
-from relsearch.retrieval.search import Query, Searcher
+from relsearch.retrieval.search import Example, Query, QueryError, Searcher
 
 SHIPPED = ("similar-company", "duplicate-question", "qa-entailment", "same-caption", "contradiction")
 
@@ -91,7 +91,7 @@ def test_score_and_query_warnings_reach_the_cli(searcher, small_index):
     assert set(SHIPPED) <= set(scores) and all(np.isfinite(list(scores.values())))
     query = CliRunner().invoke(cli, ["query", "cloud software", "--index", str(small_index), "--relation",
                                      "similar-company", "-k", "2"])
-    # the small index lacks the recipe's GICS code fields: the bonuses say they do not apply
+    # a text query has no document to share the recipe's GICS codes with: the bonuses say they do not apply
     assert query.exit_code == 0 and "bonuses for sharing gics_sub_industry_code" in query.output
     assert "recipe: the dense and BM25 scores" in query.output  # the scale of the score column, said once
 
@@ -107,3 +107,34 @@ def test_every_shipped_relation_ranks_alike_whatever_k_and_pages_tile(searcher, 
         assert _ids(run(searcher, queries, SearchOptions(k=k))) == [row[:k] for row in full]
     pages = [_ids(run(searcher, queries, SearchOptions(k=10, offset=o))) for o in range(0, 120, 10)]
     assert [sum((p[i] for p in pages), []) for i in range(2)] == full
+
+
+@pytest.mark.parametrize("query, filters, message", [
+    (Query(text="   ", relations={"similar-company": 1.0}), {}, "query text is empty"),
+    (Query(text="caf\udce9 bank"), {}, "query text is not valid UTF-8"),
+    (Query(doc_id="caf\udce9"), {}, "query document id is not valid UTF-8"),
+    (Query(text="bank"), {"colour": "red"}, "unknown filter field 'colour'"),
+    (Query(like=(Example(text=" "),)), {}, "an example text is empty"),
+])
+def test_the_plan_refuses_what_a_search_refuses_with_the_same_words(searcher, query, filters, message):
+    with pytest.raises(QueryError, match=message):
+        plan(searcher, [query], SearchOptions(filters=filters))
+    with pytest.raises(QueryError, match=message):  # a direct search checks its queries as the plan does
+        searcher.search([query], filters=filters)
+
+
+def test_a_plans_run_checks_nothing_again(searcher, monkeypatch):
+    """Queries and filters are checked once, before plan() returns; its run (dense, recipe, examples,
+    why-not) never checks them again, so it crosses no validation code."""
+    calls = []
+    for name in ("check", "check_queries"):
+        checker = getattr(Searcher, name)
+        monkeypatch.setattr(Searcher, name, lambda self, *a, _c=checker, _n=name, **k: (calls.append(_n), _c(self, *a, **k))[1])
+    queries = [Query(text="bank holding company", relations={"similar-company": 1.0}),
+               Query(doc_id=searcher.files.docstore.get([0])[0]["id"], relations={"identity": 1.0}),
+               Query(like=(Example(text="oil and gas"), Example(text="pipelines")))]
+    first = queries[1].doc_id
+    planned = plan(searcher, queries, SearchOptions(k=3, filters={"gics_sector": {"not": {"eq": "x"}}}, why_not=first))
+    assert calls.count("check_queries") == 1
+    calls.clear()
+    assert all(len(hits) == 3 for hits in planned.run()) and planned.why_not(0, 3)["id"] == first and calls == []

@@ -182,3 +182,18 @@ def test_broad_filter_goes_through_faiss_with_an_id_selector(graph_index):
     exact = Searcher(str(graph_index)).search([Query(text="software")], k=10,
                                               filters={"gics_sector": "Information Technology"})[0]
     assert [h.id for h in wide] == [h.id for h in exact]
+
+
+def test_a_cpu_only_searcher_never_asks_where_to_search(small_index, bundle_dir, monkeypatch):
+    """No GPU (GpuFacts says none): decided once when the Searcher opens, so no search asks
+    indexer/gpu.py again; with a GPU each batch still asks (big unfiltered batches go there)."""
+    from relsearch.indexer import gpu
+
+    asked = []
+    monkeypatch.setattr(gpu, "search_device", lambda *a, **k: asked.append(a[1]) or "cpu")
+    q = np.asarray(open_index(str(small_index)).vectors[:2])
+    cpu = Searcher(str(small_index), bundle_dir, gpu_facts=gpu.GpuFacts(False, 0)).ann(q, 3)
+    assert asked == []
+    claimed = Searcher(str(small_index), bundle_dir, gpu_facts=gpu.GpuFacts(True, 1)).ann(q, 3)
+    assert asked == [2]
+    np.testing.assert_array_equal(cpu.positions, claimed.positions)
