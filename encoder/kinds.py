@@ -44,6 +44,9 @@ class Kind:
     plain: bool = False
     inverse: Callable[[dict], dict] | None = None
 
+    def __reduce__(self):  # pickled by name (an Operator carries its Kind; lambdas do not pickle)
+        return kind_of, (self.name,)
+
 
 def _init_translation(d: int, gen, device: str = "cpu") -> dict:
     import torch

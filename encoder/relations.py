@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .kinds import KINDS, kind_of  # noqa: F401  (KINDS re-exported: bundle.py reads it from here)
+from .kinds import KINDS, Kind, kind_of  # noqa: F401  (KINDS re-exported: bundle.py reads it from here)
 
 TOWER_KEYS = ("name", "marker", "scale", "base")  # what info["tower"] of an encoder operator holds
 
@@ -44,11 +44,13 @@ class Operator:
     info: dict = field(default_factory=dict)  # training data, hyperparameters, metrics
     # kind "encoder" only: set at run time by encoder/tower.py (it needs the base transformer)
     query_tower: Callable[[list[str]], np.ndarray] | None = field(default=None, repr=False, compare=False)
+    # the registered Kind of ``kind``, looked up once here rather than on every apply
+    _kind: Kind = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"operator {self.name!r}: unknown kind {self.kind!r}; choose one of {', '.join(KINDS)}")
-        kind = kind_of(self.kind)
+        kind = self._kind = kind_of(self.kind)
         missing = set(kind.params) - set(self.params)
         if missing:
             raise ValueError(f"operator {self.name!r} ({self.kind}) lacks parameters {sorted(missing)}")
@@ -64,17 +66,17 @@ class Operator:
 
     @property
     def dim(self) -> int | None:
-        return kind_of(self.kind).dim(self.params)
+        return self._kind.dim(self.params)
 
     @property
     def needs_text(self) -> bool:
         """True when the operator reads the query text rather than its vector (kind ``encoder``)."""
-        return kind_of(self.kind).needs_text
+        return self._kind.needs_text
 
     @property
     def both_sides(self) -> bool:
         """True when documents must be transformed too (:meth:`documents` is not the identity)."""
-        return kind_of(self.kind).both_sides
+        return self._kind.both_sides
 
     def apply(self, h: np.ndarray, texts: list[str] | None = None) -> np.ndarray:
         """(n, d) raw vectors → (n, d) unit query vectors; kind ``encoder`` reads ``texts`` (n) instead."""
@@ -86,7 +88,8 @@ class Operator:
                 raise ValueError(f"relation {self.name!r} is a query encoder (kind encoder): it needs the query "
                                  "text, not only its vector")
             return normalize(self.query_tower(list(texts)))
-        return normalize(kind_of(self.kind).map(self.params, np.asarray(h, dtype=np.float32)))
+        h = np.asarray(h, dtype=np.float32)
+        return normalize(h if self._kind.plain else self._kind.map(self.params, h))  # a plain kind's map is h itself
 
     def documents(self, unit: np.ndarray) -> np.ndarray:
         """The document side of the score: unit vectors t̂ (n, d) as this operator compares them.

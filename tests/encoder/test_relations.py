@@ -72,3 +72,24 @@ def test_bundle_rejects_dimension_mismatch(tmp_path):
     Bundle(encoder={"model": "m", "dim": D}, operators=ops()).save(tmp_path / "b")
     with pytest.raises(ValueError, match="expects a 8-d encoder"):
         load_bundle(str(tmp_path / "b"), dim=16)
+
+
+def test_an_operator_carries_its_kind_and_pickles_by_its_name(monkeypatch):
+    """The kind is looked up once, at construction: apply, needs_text, both_sides and dim never ask the
+    registry again (a query crosses no encoder/kinds.py for an identity operator); a pickled operator
+    comes back with the registry's own Kind."""
+    import pickle
+
+    from relsearch.encoder import kinds, relations
+
+    o = ops()
+    h = rng.normal(size=(3, D)).astype(np.float32)
+    want = {name: op.apply(h) for name, op in o.items()}
+    back = {name: pickle.loads(pickle.dumps(op)) for name, op in o.items()}
+    monkeypatch.setattr(relations, "kind_of", lambda name: pytest.fail(f"kind {name} looked up again"))
+    for name, op in o.items():
+        np.testing.assert_array_equal(op.apply(h), want[name])
+        np.testing.assert_array_equal(back[name].apply(h), want[name])
+        assert (back[name].name, back[name].kind) == (name, op.kind) and back[name]._kind is kinds.REGISTRY[op.kind]
+        assert (op.needs_text, op.both_sides, op.dim) == (False, False, None if name == "identity" else D)
+    np.testing.assert_array_equal(o["identity"].apply(h), normalize(h))  # plain: q = ĥ
