@@ -122,32 +122,48 @@ class Mined:
         return scaled(self.prominence)
 
 
-def capitalised_runs(text: str) -> list[str]:
-    """The names in ``text``: runs of capitalised words ("of" and "&" inside one), each as the
-    naming words (:func:`name_words`) of its first 1 to MAX_RUN_WORDS words: "parent company of
-    Google Cloud." → "google", "google cloud". Punctuation other than "." "-" "'" "&" ends a run, and
-    so does a sentence's full stop (not an initial's or a legal form's: "J.P. Morgan", "Inc.")."""
-    out: list[str] = []
+def name_runs(text: str) -> list[list[str]]:
+    """The names in ``text``: each run of capitalised words ("of" and "&" inside one) as the naming
+    words (:func:`name_words`) of its first 1 to MAX_RUN_WORDS words, shortest first: "parent company
+    of Google Cloud." → [["google", "google cloud"]]. Punctuation other than "." "-" "'" "&" ends a
+    run, and so does a sentence's full stop (not an initial's or a legal form's: "J.P. Morgan", "Inc.")."""
+    out: list[list[str]] = []
     for run in _RUNS.findall(text):
         piece: list[str] = []
         for token in run.split(" "):
             piece.append(token)
             if token.endswith(".") and token.count(".") == 1 and len(token) > 2 and token[:-1].lower() not in LEGAL_FORMS:
-                out.extend(_run_names(piece))  # a sentence ends there
+                out.append(_run_names(piece))  # a sentence ends there
                 piece = []
-        out.extend(_run_names(piece))
+        out.append(_run_names(piece))
+    return [names for names in out if names]
+
+
+def capitalised_runs(text: str) -> list[str]:
+    """Every name of :func:`name_runs`, of every run."""
+    return [name for names in name_runs(text) for name in names]
+
+
+def _named_in(text: str, named: dict[str, list[int]]) -> set[str]:
+    """The keys of ``named`` (naming words joined) that ``text`` names: of each run, its longest name
+    that is one ("Coca-Cola Consolidated, Inc." names that bottler, not The Coca-Cola Company)."""
+    out = set()
+    for names in name_runs(text):
+        found = [joined for joined in (name.replace(" ", "") for name in names) if joined in named]
+        if found:
+            out.add(found[-1])
     return out
 
 
-def _run_names(tokens: list[str]) -> set[str]:
+def _run_names(tokens: list[str]) -> list[str]:
     w = words(_POSSESSIVE.sub("", " ".join(tokens))).split()
     start = 0
     while start < len(w) - 1 and w[start] in ARTICLES:
         start += 1
-    found = set()
+    found = []
     for end in range(start + 1, min(len(w), start + MAX_RUN_WORDS) + 1):
         if w[end - 1] not in LEGAL_FORMS and w[end - 1] not in ARTICLES and w[end - 1] != "of":
-            found.add(" ".join(w[start:end]))
+            found.append(" ".join(w[start:end]))
     return found
 
 
@@ -164,11 +180,9 @@ def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
       or one word that the texts also write in lower case ("Now" of NOW Inc., "Southern", "Target"),
       as indexer/belonging.py's name matcher decides.
     - Mentions: two documents are linked when either's texts name the other, in a sentence that is
-      not of dealings between firms (:data:`DEALINGS`)."""
+      not of dealings between firms (:data:`DEALINGS`), by a run's longest linking name (:func:`_named_in`)."""
     runs = {t: capitalised_runs(t) for ts in texts.values() for t in ts}
     joined = {t: {r.replace(" ", "") for r in rs} for t, rs in runs.items()}  # "ExxonMobil" names "Exxon Mobil"
-    rivals = {t: {r.replace(" ", "") for r in capitalised_runs(without_dealings(t))} if DEALINGS.search(t) else rs
-              for t, rs in joined.items()}  # the names that make mentions
     df = Counter(r for rs in joined.values() for r in rs)
     max_df = max(ALIAS_MIN_DF, int(ALIAS_MAX_SHARE * len(runs)))
     keys = {pos: naming_key(names.get(pos, "")) for pos in texts}
@@ -181,6 +195,8 @@ def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
     for pos, k in keys.items():
         if k in linking:
             named.setdefault(k.replace(" ", ""), []).append(pos)
+    # the names that make mentions: each run's longest linking name, outside sentences of dealings
+    rivals = {t: _named_in(without_dealings(t) if DEALINGS.search(t) else t, named) for t in runs}
     out = Mined()
     for pos, own in texts.items():
         own = list(dict.fromkeys(own))

@@ -45,6 +45,14 @@ def test_a_sentence_of_dealings_makes_no_mention_but_still_counts_for_prominence
     assert prominence[0] == prominence.max()  # named by three texts, dealings or not
 
 
+def test_a_name_inside_a_longer_name_of_the_corpus_names_only_the_longer():
+    names = ["The Coca-Cola Company", "Coca-Cola Consolidated, Inc.", "Pepsi Rival Corp."]
+    texts = [["The Coca-Cola Company makes soft drinks."], ["Coca-Cola Consolidated, Inc. was incorporated in 1980."],
+             ["Pepsi Rival competes with Coca-Cola in colas."]]
+    linked = mining.mentions_of(texts, names)
+    assert set(np.flatnonzero(linked[0])) == {2}  # the bottler's own name does not name The Coca-Cola Company
+
+
 def test_the_index_adds_the_bonus_to_named_candidates_of_the_same_group_and_explains_it(tmp_path):
     searcher = index(tmp_path, corpus(), RECIPE)
     links = mining.mentions(searcher.files)
