@@ -67,6 +67,9 @@ DEALINGS = re.compile(r"\b(collaborat\w*|agreements?|allian\w*|partner\w*|licens
                       r"merg(ed|er|ers|ing)|acqui\w*|sold|sale|successor|formerly|renamed|stakes?|shareholders?|"
                       r"invest\w*|owned|owns|listed|ticker|components|parts|works with|contracts?)\b", re.I)
 FILE = "mined.json"  # a generation's mining, written with it (:func:`write`)
+# What :func:`mine` computes, versioned: a file of another version is mined again on first use (bump
+# it with any change to what mine() finds, so that an index written before follows the new rules).
+VERSION = 1
 _MINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → its Mined
 _MINED_LOCK = threading.Lock()
 
@@ -309,7 +312,7 @@ def write(gen: Path, manifest) -> None:
         field_name = _minable(manifest, files.docstore)
         if field_name is not None:
             found = mine_documents(files.docstore, field_name, tf.names_of(manifest))
-            mined = {"aliases": found.aliases, "prominence": found.prominence,
+            mined = {"version": VERSION, "aliases": found.aliases, "prominence": found.prominence,
                      "mentions": {p: sorted(linked) for p, linked in found.mentions.items()}}
             with open(gen / FILE, "x", encoding="utf-8") as f:  # "x": never through a link to an older generation's
                 json.dump(mined, f, ensure_ascii=False)
@@ -322,6 +325,8 @@ def _read(path: Path) -> Mined | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        return None
+    if data.get("version") != VERSION:
         return None
     return Mined({int(p): [tuple(a) for a in found] for p, found in data["aliases"].items()},
                  {int(p): v for p, v in data["prominence"].items()},
@@ -340,7 +345,7 @@ def of_generation(files) -> Mined | None:
     with _MINED_LOCK:  # once per generation, whichever thread asks first
         if docs not in _MINED:
             _MINED[docs] = _read(files.root / FILE) if FILE in files.manifest.files else None
-            if _MINED[docs] is None:  # written before the file existed, or the generation is gone since it was opened
+            if _MINED[docs] is None:  # written before the file (or this VERSION), or gone since it was opened
                 _MINED[docs] = mine_documents(docs, field_name, files.text_fields)
         return _MINED[docs]
 

@@ -133,6 +133,9 @@ def test_each_write_mines_its_generation_and_a_query_only_reads_it(tmp_path, mon
     assert after.files.root != first and mining.prominence(after.files)
     [hits] = run(after, [Query(doc_id="d3", relations={"rel": 1.0})], SearchOptions(k=5, explain=True))
     assert any("recipe:prominence" in h.explain for h in hits)
+    monkeypatch.setattr(mining, "VERSION", mining.VERSION + 1)  # code that mines otherwise: the file is not read
+    with pytest.raises(AssertionError, match="a query mined"):
+        mining.prominence(Searcher(str(tmp_path / "idx"), model=str(tmp_path / "b")).files)
 
 
 def test_choose_takes_prominence_when_dev_rewards_it_and_a_mixture_averages_it():
