@@ -57,7 +57,7 @@ _SEPARATORS = re.compile(r"[\W_]+")  # what separates words: anything but a lett
 _CAPITALISED = r"(?<![\w'’.&-])[A-ZÀ-ÖØ-Þ][\w'’.&-]*"  # a word that starts with a capital (Latin letters)
 _RUNS = re.compile(f"{_CAPITALISED}(?:(?: of| &)? {_CAPITALISED})*")
 _POSSESSIVE = re.compile(r"['’]s\b")
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+(?=[A-Z])")  # not after an initial ("F. Hoffmann")
 # A sentence of dealings between firms (a customer, supplier, partner or licensee, a deal, a spin-off,
 # an owner, a listing) names a firm that is not a rival: it makes no mention (it still counts for
 # prominence). Read on a sample of the Russell 3000's same-industry mentions, most that were not
@@ -69,7 +69,7 @@ DEALINGS = re.compile(r"\b(collaborat\w*|agreements?|allian\w*|partner\w*|licens
 FILE = "mined.json"  # a generation's mining, written with it (:func:`write`)
 # What :func:`mine` computes, versioned: a file of another version is mined again on first use (bump
 # it with any change to what mine() finds, so that an index written before follows the new rules).
-VERSION = 1
+VERSION = 2
 _MINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → its Mined
 _MINED_LOCK = threading.Lock()
 

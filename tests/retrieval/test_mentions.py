@@ -37,7 +37,7 @@ def test_a_sentence_of_dealings_makes_no_mention_but_still_counts_for_prominence
     names = ["Boeing Co.", "Spirit Aero Inc.", "Hexcel Corp.", "Airbus SE"]
     texts = [["Boeing builds airliners. It competes with Airbus in large jets."],
              ["Spirit Aero builds fuselage parts of Boeing aircraft. It was spun off in 2005."],
-             ["Hexcel makes carbon fibre. Its customers include Boeing."],
+             ["Hexcel makes carbon fibre. Its customers include J. Smith Ltd; Boeing Co.; and others."],
              ["Airbus builds airliners in Toulouse."]]
     linked = mining.mentions_of(texts, names)
     assert set(np.flatnonzero(linked[0])) == {3}  # the rival; not the supplier or the firm whose customer it is
