@@ -22,6 +22,10 @@ Relations and their preparation (splits are always the datasets' own):
 - ``qa-entailment``       trecqa/triples; hard negative = a non-answer candidate (label 0) of the
                           same question from trecqa/pairs, spread round-robin over its answers;
                           every training candidate sentence joins its softmax (``candidates``).
+                          ``--wikiqa DIR`` (tools/data/wikiqa.py's folder) adds WikiQA's train split,
+                          prepared the same way, and chooses the recipe on TrecQA and WikiQA dev
+                          pooled; test stays TrecQA's. Not used for the shipped pack: so chosen,
+                          the recipe lost TrecQA test (docs/results.md, "qa-entailment on two QA sets").
 - ``paraphrase``          msrp/triples, both directions.
 - ``same-caption``        flickr8k_captions/triples, both directions, group = image (all 6,000
                           training images unless ``--flickr-train-images`` asks for fewer).
@@ -142,26 +146,40 @@ def _triples(data: Path, name: str, split: str) -> list[dict]:
     return _read(data / name / "triples" / f"{split}.jsonl")
 
 
-def prepare(data: Path, *, flickr_train_images: int | None, seed: int) -> dict:
+def qa_folders(data: Path, wikiqa: Path | None, split: str) -> list[Path]:
+    """The answer-selection sets qa-entailment reads for ``split``: TrecQA, and for train and dev
+    also WikiQA when ``wikiqa`` is given (test stays TrecQA's: the pack's own figure; WikiQA test is
+    ``relsearch bench transfer``'s)."""
+    return [data / "trecqa"] + ([wikiqa] if wikiqa is not None and split != "test" else [])
+
+
+def qa_triples(folder: Path, split: str) -> list[dict]:
+    """An answer-selection set's triples (question → answer sentence), each with a hard negative:
+    a non-answer candidate (label 0) of the same question from its pairs, spread round-robin over
+    the question's answers."""
+    qa = _triples(folder.parent, folder.name, split)
+    non_answers = defaultdict(list)
+    for p in _read(folder / "pairs" / f"{split}.jsonl"):
+        if p["label"] == 0:
+            non_answers[p["a"]].append(p["b"])
+    seen = defaultdict(int)
+    for t in qa:
+        negs = non_answers.get(t["head"])
+        if negs:
+            t["negative"] = negs[seen[t["head"]] % len(negs)]
+            seen[t["head"]] += 1
+    return qa
+
+
+def prepare(data: Path, *, flickr_train_images: int | None, seed: int, wikiqa: Path | None = None) -> dict:
     """{relation: {split: [triple dicts]}}, plus a note on how each relation was prepared."""
     rng = random.Random(seed)
     out: dict[str, dict[str, list[dict]]] = defaultdict(dict)
     for split in SPLITS:
         out["duplicate-question"][split] = _both_ways(_triples(data, "meta_se_dupq", split))
         out["paraphrase"][split] = _both_ways(_triples(data, "msrp", split))
-
-        qa = _triples(data, "trecqa", split)
-        non_answers = defaultdict(list)
-        for p in _read(data / "trecqa" / "pairs" / f"{split}.jsonl"):
-            if p["label"] == 0:
-                non_answers[p["a"]].append(p["b"])
-        seen = defaultdict(int)
-        for t in qa:
-            negs = non_answers.get(t["head"])
-            if negs:
-                t["negative"] = negs[seen[t["head"]] % len(negs)]
-                seen[t["head"]] += 1
-        out["qa-entailment"][split] = qa
+        out["qa-entailment"][split] = [t for folder in qa_folders(data, wikiqa, split)
+                                       for t in qa_triples(folder, split)]
 
         caps = [dict(t, group=t.pop("image")) for t in _triples(data, "flickr8k_captions", split)]
         if split == "train" and flickr_train_images:
@@ -230,7 +248,7 @@ def company_extras(data: Path, *, seed: int, threads: int, cache_dir: str | None
     return operators
 
 
-def train_relations(trained: dict, data: Path, config, encoder):
+def train_relations(trained: dict, data: Path, config, encoder, wikiqa: Path | None = None):
     """One linear operator per relation of ``trained`` ({relation: {split: triples}}) in one bundle.
     qa-entailment's softmax also contrasts against every training candidate sentence (answers and
     non-answers): it is judged against all of a split's sentences, as an index of them holds."""
@@ -239,7 +257,7 @@ def train_relations(trained: dict, data: Path, config, encoder):
     bundle = None
     for group, extra in (({r: t for r, t in trained.items() if r != "qa-entailment"}, None),
                          ({r: t for r, t in trained.items() if r == "qa-entailment"},
-                          _answer_candidates(data, "train"))):
+                          _answer_candidates(data, "train", wikiqa))):
         if not group:
             continue
         with tempfile.TemporaryDirectory(prefix="relsearch-pack-") as tmp:
@@ -254,7 +272,8 @@ def train_relations(trained: dict, data: Path, config, encoder):
     return bundle
 
 
-def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | None) -> dict[str, dict]:
+def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | None,
+                wikiqa: Path | None = None) -> dict[str, dict]:
     """Each RSE relation's recipe chosen on dev by whole-corpus retrieval and measured on test
     (retrieval/recipe_fit.py). Text relations: every text of the relation's split is a candidate;
     similar-company: the whole company corpus, peers as gold, GICS codes for the bonuses."""
@@ -285,7 +304,7 @@ def fit_recipes(bundle, prepared: dict, data: Path, encoder, cache_dir: str | No
         # for qa-entailment every sentence
         dev, test = (Corpus.of_pairs([(t["head"], t["tail"]) for t in prepared[name][split]],
                                      [x for t in prepared[name][split] for x in (t["tail"], t.get("negative")) if x]
-                                     + (_answer_candidates(data, split) if name == "qa-entailment" else []),
+                                     + (_answer_candidates(data, split, wikiqa) if name == "qa-entailment" else []),
                                      heads=name != "qa-entailment")
                      for split in ("dev", "test"))
         reports[name] = fit(bundle.operators[name], dev, test, encode)
@@ -332,9 +351,11 @@ def company_tower(path: str, encoder):
     return op
 
 
-def _answer_candidates(data: Path, split: str) -> list[str]:
-    """Every candidate sentence of trecqa's split (answers and non-answers: 1,393 in test)."""
-    return sorted({p["b"] for p in _read(data / "trecqa" / "pairs" / f"{split}.jsonl")})
+def _answer_candidates(data: Path, split: str, wikiqa: Path | None = None) -> list[str]:
+    """Every candidate sentence of the split of :func:`qa_folders` (answers and non-answers: TrecQA's
+    test 1,393)."""
+    return sorted({p["b"] for folder in qa_folders(data, wikiqa, split)
+                   for p in _read(folder / "pairs" / f"{split}.jsonl")})
 
 
 def ship_winners(bundle, reports: dict[str, dict]) -> dict[str, dict]:
@@ -417,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reuse", default=None, metavar="PACK",
                     help="with --relation: take the other relations' operators from this pack instead of training "
                          "them (their recipes are chosen again)")
+    ap.add_argument("--wikiqa", default=None, metavar="DIR",
+                    help="qa-entailment also trains on this WikiQA folder's train split (tools/data/wikiqa.py; "
+                         "non-answers as hard negatives) and chooses its recipe on TrecQA and WikiQA dev together")
     ap.add_argument("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
     ap.add_argument("--company-tower", default=None, metavar="BUNDLE",
                     help="similar-company from this bundle's query tower (relsearch train --regime encoder on "
@@ -434,14 +458,17 @@ def main(argv: list[str] | None = None) -> int:
 
     t0 = time.time()
     data, out = Path(args.data), Path(args.out)
-    prepared = prepare(data, flickr_train_images=args.flickr_train_images, seed=args.seed)
+    wikiqa = Path(args.wikiqa) if args.wikiqa else None
+    if wikiqa is not None and not (wikiqa / "pairs" / "train.jsonl").is_file():
+        ap.error(f"--wikiqa {wikiqa}: no pairs/train.jsonl there (make it with tools/data/wikiqa.py)")
+    prepared = prepare(data, flickr_train_images=args.flickr_train_images, seed=args.seed, wikiqa=wikiqa)
     wanted = set(args.relation or [*prepared, *RECIPE_ONLY])
     trained = {r: prepared[r] for r in prepared if r in wanted and r not in RECIPE_ONLY}
     config = TrainConfig(operator=args.operator, epochs=args.epochs, lr=args.lr, seed=args.seed,
                          max_candidates=args.max_candidates, threads=args.threads, cache_dir=args.cache_dir)
     encoder = Encoder(EncoderConfig())
     kept = load_bundle(args.reuse) if args.reuse else None
-    bundle = train_relations(trained, data, config, encoder) if trained else None
+    bundle = train_relations(trained, data, config, encoder, wikiqa) if trained else None
     if bundle is None and kept is not None:
         bundle = Bundle(encoder=dict(kept.encoder), info=dict(kept.info))
     elif bundle is None:
@@ -460,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.relation:
         bundle.operators.update(company_extras(data, seed=args.seed, threads=args.threads, cache_dir=args.cache_dir))
     reports = fit_recipes(bundle, {r: prepared[r] for r in prepared if r in bundle.operators}, data, encoder,
-                          args.cache_dir)
+                          args.cache_dir, wikiqa)
     earlier = {name: t for name, t in (kept.info.get("dropped", {}) if kept else {}).items() if name not in reports}
     bundle.info["dropped"] = {**earlier, **ship_winners(bundle, reports)}  # a reused pack's drops stay on record
     reports = {r: rep for r, rep in reports.items() if r in bundle.operators}
