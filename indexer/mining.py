@@ -65,11 +65,11 @@ _SENTENCE_END = re.compile(r"(?<=[.!?])(?<!\b[A-Z]\.)\s+(?=[A-Z])")  # not after
 DEALINGS = re.compile(r"\b(collaborat\w*|agreements?|allian\w*|partner\w*|licens\w*|joint venture|customers?|"
                       r"clients?|suppl(y|ier|iers|ies|ied)|vendors?|distribut\w*|subsidiar\w*|spun|spin-?offs?|"
                       r"merg(ed|er|ers|ing)|acqui\w*|sold|sale|successor|formerly|renamed|stakes?|shareholders?|"
-                      r"invest\w*|owned|owns|listed|ticker|components|parts|works with|contracts?)\b", re.I)
+                      r"invest\w*|owned|owns|listed|ticker|components|parts|works with|contracts?|franchis\w*|bottlers?)\b", re.I)
 FILE = "mined.json"  # a generation's mining, written with it (:func:`write`)
 # What :func:`mine` computes, versioned: a file of another version is mined again on first use (bump
 # it with any change to what mine() finds, so that an index written before follows the new rules).
-VERSION = 2
+VERSION = 3
 _MINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → its Mined
 _MINED_LOCK = threading.Lock()
 

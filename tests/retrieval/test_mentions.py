@@ -34,13 +34,15 @@ def test_mentions_link_both_ways_by_name_and_never_a_share_class():
 
 
 def test_a_sentence_of_dealings_makes_no_mention_but_still_counts_for_prominence():
-    names = ["Boeing Co.", "Spirit Aero Inc.", "Hexcel Corp.", "Airbus SE"]
+    names = ["Boeing Co.", "Spirit Aero Inc.", "Hexcel Corp.", "Airbus SE", "Jetsys Inc."]
     texts = [["Boeing builds airliners. It competes with Airbus in large jets."],
              ["Spirit Aero builds fuselage parts of Boeing aircraft. It was spun off in 2005."],
              ["Hexcel makes carbon fibre. Its customers include J. Smith Ltd; Boeing Co.; and others."],
-             ["Airbus builds airliners in Toulouse."]]
+             ["Airbus builds airliners in Toulouse."],
+             ["Jetsys sells spares to Airbus franchisees and rivals Boeing."]]
     linked = mining.mentions_of(texts, names)
     assert set(np.flatnonzero(linked[0])) == {3}  # the rival; not the supplier or the firm whose customer it is
+    assert not linked[4].any()  # a franchise is a dealing too
     prominence = mining.prominence_of(texts, names)
     assert prominence[0] == prominence.max()  # named by three texts, dealings or not
 
