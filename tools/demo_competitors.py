@@ -1,5 +1,5 @@
-"""Measure ``similar-company`` on the default one-text index (``make demo``'s demo-index) against plain cosine
-and the RRF hybrid, by the competitors the Russell 3000 set's own texts name (bench/peers.py, competition
+"""Measure ``similar-company`` on the default one-text index (``make demo``'s demo-index) against plain cosine,
+BM25 and the RRF hybrid, by the competitors the Russell 3000 set's own texts name (bench/peers.py, competition
 sentences) where both companies are in the demo corpus: each company an ``--id`` query, MRR@10 and hits@10
 over every such pair as ``-k 10`` shows them.
 
@@ -17,7 +17,8 @@ from pathlib import Path
 import relsearch
 from relsearch.bench.peers import mine_peers
 
-METHODS = {"identity": {}, "hybrid": {"hybrid": "rrf"}, "similar-company": {"relations": {"similar-company": 1.0}}}
+METHODS = {"identity": {}, "bm25": {"hybrid": "weighted", "hybrid_weight": 0.0},  # BM25's list alone
+           "hybrid": {"hybrid": "rrf"}, "similar-company": {"relations": {"similar-company": 1.0}}}
 
 
 def main(argv: list[str] | None = None) -> int:
