@@ -87,7 +87,7 @@ class LinkPredJob:
     precision: str = "auto"  # encoder precision: auto | fp32 | bf16 | fp16
     progress: bool = False
     chunk: int = 256  # queries per score matrix
-    hybrid_weights: tuple[float, ...] = ()  # also report weighted fusion with each of these relational weights
+    fusion_weights: tuple[float, ...] = ()  # also report weighted fusion with each of these relational weights
 
 
 # ---------------------------------------------------------------- shared by the benchmark runners
@@ -471,15 +471,15 @@ def summary_table(summ: dict[str, dict], title: str) -> Table:
 
 def methods_for(job: LinkPredJob, bundle: Bundle, test: list[dict]) -> list[str]:
     """bm25, identity, then each --relation, or the triples' own operators (checked to exist) and their
-    fusion with BM25 (RRF, then weighted with each of ``job.hybrid_weights``)."""
+    fusion with BM25 (RRF, then weighted with each of ``job.fusion_weights``)."""
     for name in job.relations:
         lookup(bundle.operators, name)
-    for weight in job.hybrid_weights:
+    for weight in job.fusion_weights:
         try:
             check_fusion("weighted", weight)
         except ValueError as e:
             raise BenchInputError(str(e)) from None
-    if job.relations and job.hybrid_weights:
+    if job.relations and job.fusion_weights:
         raise BenchInputError("--hybrid-weight fuses the triples' own operators with BM25; leave out --relation")
     if job.relations:
         return list(dict.fromkeys([*BASELINES, *job.relations]))
@@ -488,7 +488,7 @@ def methods_for(job: LinkPredJob, bundle: Bundle, test: list[dict]) -> list[str]
         raise BenchInputError(f"the triples use relation(s) the bundle lacks: {', '.join(absent)}; available: "
                               f"{', '.join(sorted(bundle.operators))}; pick operators with --relation NAME")
     recipes = [RECIPE] if any(recipe_of(bundle.operators[t["relation"]]) for t in test) else []
-    return [*BASELINES, OWN, *recipes, HYBRID, *dict.fromkeys(f"{WEIGHTED}{w:g}" for w in job.hybrid_weights)]
+    return [*BASELINES, OWN, *recipes, HYBRID, *dict.fromkeys(f"{WEIGHTED}{w:g}" for w in job.fusion_weights)]
 
 
 def run_linkpred(job: LinkPredJob, *, json_out: str | None = None, plot_out: str | None = None,

@@ -90,7 +90,7 @@ def bench():
 @click.option("--skip-missing", is_flag=True, help="Count and skip triples whose gold is not a candidate "
                                                    "(default: an error).")
 @click.option("--text-field", default="text", show_default=True, help="Text field of a JSONL --candidates file.")
-@click.option("--hybrid-weight", "hybrid_weights", multiple=True, type=click.FloatRange(0, 1),
+@click.option("--hybrid-weight", "fusion_weights", multiple=True, type=click.FloatRange(0, 1),
               help="Also report method hybrid-wW: the own operator and BM25 by weighted fusion, relational weight W "
                    "(as query --hybrid weighted --hybrid-weight W). Repeat to compare; choose W on a dev split.")
 @cache_option
@@ -99,7 +99,7 @@ def bench():
 @plot_option
 @quiet_option
 def linkpred(test, index_dir, candidates, known, relations, model, both_directions, skip_missing, text_field,
-             hybrid_weights, cache_dir, precision, json_out, plot_out, quiet):
+             fusion_weights, cache_dir, precision, json_out, plot_out, quiet):
     """Rank each triple's gold tail among all candidates: MRR, MR, Hits@1/3/10, filtered and raw.
 
     TEST.jsonl holds {"head", "relation", "tail"}. Each triple is scored with the operator named by
@@ -112,7 +112,7 @@ def linkpred(test, index_dir, candidates, known, relations, model, both_directio
     job = LinkPredJob(test=test, index=index_dir, candidates=candidates, known=tuple(known), relations=tuple(relations),
                       model=model, both_directions=both_directions, skip_missing=skip_missing, text_field=text_field,
                       cache_dir=cache_dir, precision=precision, progress=not quiet,
-                      hybrid_weights=tuple(hybrid_weights))
+                      fusion_weights=tuple(fusion_weights))
     _run(run_linkpred, job, json_out, plot_out)
 
 

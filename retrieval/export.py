@@ -103,8 +103,9 @@ def jsonl_lines(answers: Iterable[Answer]) -> Iterable[str]:
 
 
 def query_label(text: str | None = None, doc_id: str | None = None, examples: dict | None = None) -> str:
-    """What the ``query`` column says: the id, else the text, else the examples by side (``like A, B ×0.5;
-    unlike C``; each an id or a text, as dicts ``{"id"|"text", "weight"?}``)."""
+    """What the ``query`` column says: the id, else the text, else the examples by side, each side
+    named as the request names it (``like A, B ×0.5``, then the other side the same way after ``;``; each
+    an id or a text, as dicts ``{"id"|"text", "weight"?}``)."""
     if doc_id is not None:
         return doc_id
     if text is not None:

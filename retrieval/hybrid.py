@@ -7,7 +7,7 @@
   hits past the pool follow in dense order with score 0.
 - ``weighted``: each list's scores min-max normalised to [0, 1] over its own candidates (a
   document absent from a list gets 0 there), then ``weight`` · dense + (1 − ``weight``) · lexical,
-  ``weight`` in [0, 1], 0.5 by default (``--hybrid-weight``, the API's ``hybrid_weight``): 1 is the
+  ``weight`` in [0, 1], 0.5 by default (``--hybrid-weight``, the option of that name in the API): 1 is the
   relational order alone, 0 BM25's alone (both restricted to the union of the two candidate lists).
   It runs as a recipe with BM25 share 1 − ``weight`` (retrieval/plan.py, retrieval/recipe.py);
   :func:`minmax_list` and :func:`fuse_lists` are the parts the recipe's whole-table scoring shares.

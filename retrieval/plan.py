@@ -68,9 +68,10 @@ def relation_recipe(operators: dict, name: str) -> Recipe:
 
 
 def resolve(operators: dict, relations: dict[str, float], *, hybrid: str | None = None,
-            hybrid_weight: float | None = None, metadata_fields=(), text_query: bool = False) -> Scoring:
+            relational_share: float | None = None, metadata_fields=(), text_query: bool = False) -> Scoring:
     """The :class:`Scoring` of one relation mixture (module docstring); :class:`PlanError` for a
-    refused combination, KeyError naming the valid relations for an unknown one. ``text_query``:
+    refused combination, KeyError naming the valid relations for an unknown one. ``relational_share``:
+    with ``hybrid="weighted"``, the relational list's share (None: 0.5). ``text_query``:
     the queries carry no metadata (recipe bonuses then cannot apply: a warning says so)."""
     ops = {name: lookup(operators, name) for name in relations}
     warnings = [f"relation {name!r} has weight 0 in the mixture: it contributes nothing"
@@ -101,7 +102,7 @@ def resolve(operators: dict, relations: dict[str, float], *, hybrid: str | None 
         raise PlanError(f"hybrid rrf fuses ranks and cannot add the {', '.join(others)} or {last} of "
                         f"{', '.join(n for n, r in fused.items() if r.adds)}'s recipe; use hybrid weighted")
     if hybrid == "weighted":
-        combined = replace(combined, bm25=1.0 - (0.5 if hybrid_weight is None else hybrid_weight))
+        combined = replace(combined, bm25=1.0 - (0.5 if relational_share is None else relational_share))
     for part in PARTS.values():  # what a part cannot apply to here (a field the index lacks, a text query)
         weights = {key: w for key, w in part.weights(combined).items() if w}
         if weights:

@@ -420,7 +420,7 @@ def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
         if key not in resolved:
             try:
                 resolved[key] = resolve(searcher.operators, q.relations, hybrid=options.hybrid,
-                                        hybrid_weight=options.hybrid_weight,
+                                        relational_share=options.hybrid_weight,
                                         metadata_fields=searcher.metadata_fields, text_query=key[1])
             except PlanError as e:
                 raise RequestError("hybrid" if str(e).startswith("hybrid") else "relations", str(e)) from None

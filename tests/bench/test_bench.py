@@ -113,12 +113,12 @@ def test_linkpred_weighted_hybrid_methods():
             if r["relation"] == "overall"}
     assert rows["hybrid-w1"]["filtered"] == rows["identity"]["filtered"]
     assert rows["hybrid-w0.5"]["available"] and rows["hybrid-w0.5"]["operator"] is None
-    job = LinkPredJob(test="t", candidates="c", hybrid_weights=(0.3, 0.7, 0.3))
+    job = LinkPredJob(test="t", candidates="c", fusion_weights=(0.3, 0.7, 0.3))
     assert methods_for(job, bundle, test) == ["bm25", "identity", "relation", "hybrid", "hybrid-w0.3", "hybrid-w0.7"]
     with pytest.raises(BenchInputError, match="leave out --relation"):
-        methods_for(LinkPredJob(test="t", candidates="c", relations=("identity",), hybrid_weights=(0.3,)), bundle, test)
+        methods_for(LinkPredJob(test="t", candidates="c", relations=("identity",), fusion_weights=(0.3,)), bundle, test)
     with pytest.raises(BenchInputError, match="between 0 and 1"):
-        methods_for(LinkPredJob(test="t", candidates="c", hybrid_weights=(1.5,)), bundle, test)
+        methods_for(LinkPredJob(test="t", candidates="c", fusion_weights=(1.5,)), bundle, test)
 
 
 def test_linkpred_head_prediction_uses_minus_r_or_an_inverse_operator():
