@@ -1160,7 +1160,7 @@ def test_search_answers_say_what_the_plan_ran_in_every_mode(index, index_dir, tm
         searcher = projecting.searcher()
         for mode, relations, options in cases:
             scoring = resolve(searcher.operators, relations, hybrid=options.get("hybrid"),
-                              hybrid_weight=options.get("hybrid_weight"), metadata_fields=searcher.metadata_fields)
+                              relational_share=options.get("hybrid_weight"), metadata_fields=searcher.metadata_fields)
             assert scoring.mode == mode
             status, payload = _post(url, "/search", json.dumps({"id": "MMM", "relations": relations, "k": 3, **options}))
             assert status == 200 and len(payload["results"]) == 3, payload

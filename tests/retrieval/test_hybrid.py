@@ -57,7 +57,7 @@ class HandMadeLists:
 def weighted_hybrid(searcher, dense, lexical, weight, *, k=4, doc_id="d100"):
     """(ids, scores) of ``hybrid="weighted"`` at ``weight`` over hand-made lists: the plan's recipe
     (retrieval/plan.py: BM25 share 1 − weight) run by the recipe search, as every caller runs it."""
-    scoring = plan.resolve(searcher.operators, {"identity": 1.0}, hybrid="weighted", hybrid_weight=weight)
+    scoring = plan.resolve(searcher.operators, {"identity": 1.0}, hybrid="weighted", relational_share=weight)
     assert scoring.recipe.bm25 == pytest.approx(1.0 - weight)
     [hits] = recipe_search.search(HandMadeLists(searcher, dense, lexical), [Query(doc_id=doc_id)], scoring.recipe, k=k)
     return [int(h.id[1:]) for h in hits], [h.score for h in hits]
@@ -74,7 +74,7 @@ def test_weighted_fusion_normalises_each_list(index):
     assert weighted_hybrid(searcher, result([[(1, 0.3)]]), result([[(-1, 0.0)]]), 0.5, k=2)[0] == [1]  # no BM25 hit
     # the extremes: the relational order alone (no BM25 share: the plan runs a plain dense search),
     # BM25's alone (over the union of both lists)
-    assert plan.resolve(searcher.operators, {"identity": 1.0}, hybrid="weighted", hybrid_weight=1.0).mode == "dense"
+    assert plan.resolve(searcher.operators, {"identity": 1.0}, hybrid="weighted", relational_share=1.0).mode == "dense"
     assert weighted_hybrid(searcher, dense, lexical, 0.0, k=1)[0] == [3]
     with pytest.raises(ValueError, match="rrf or weighted"):
         hybrid.check("max", None)
