@@ -46,16 +46,20 @@ class Batch:
         return self._texts if self._texts is not None else self.searcher.query_texts(self.queries)
 
     @cached_property
+    def sources(self) -> list[list[int]]:
+        """Per query, the positions of the documents it is about: the query document's, or every liked
+        document's ([] for a text query)."""
+        liked = self.searcher.files.docstore.positions([e.doc_id for q in self.queries for e in q.like if e.doc_id])
+        return [[int(p)] if p >= 0 else [liked[e.doc_id] for e in q.like if e.doc_id in liked]
+                for q, p in zip(self.queries, self.own)]
+
+    @cached_property
     def metadata(self) -> list[dict[str, list]]:
-        """Per query, field → the values a hit may share for a bonus: the query document's, or every
-        liked document's ({} for a text query)."""
-        store = self.searcher.files.docstore
-        liked = store.positions([e.doc_id for q in self.queries for e in q.like if e.doc_id])
-        sources = [[int(p)] if p >= 0 else [liked[e.doc_id] for e in q.like if e.doc_id in liked]
-                   for q, p in zip(self.queries, self.own)]
-        found = store.get(sorted({p for row in sources for p in row}))
+        """Per query, field → the values a hit may share for a bonus: its :attr:`sources`' ({} for a
+        text query)."""
+        found = self.searcher.files.docstore.get(sorted({p for row in self.sources for p in row}))
         out = []
-        for row in sources:
+        for row in self.sources:
             values: dict[str, list] = {}
             for p in row:
                 for f, v in found[p]["metadata"].items():
@@ -179,22 +183,27 @@ class Neighbours(Part):
 
 
 class Prominence(Part):
-    """How much the corpus itself says of a candidate (indexer/mining.py), in [0, 1]."""
+    """How much the corpus itself says of a candidate (indexer/mining.py, in [0, 1]) times how much it
+    says of the query document: a major's peers are lifted by their own prominence, a small firm's
+    list is not filled with majors. An ``--id`` query's (a liked documents' mean for a query by
+    examples); a text query has no document to weigh it by."""
 
-    name = "prominence"
+    name, grid = "prominence", (0.0, 0.1, 0.2, 0.5, 1.0, 1.5, 2.0, 3.0)
     what, noun = "the prominence weight", "prominence"
-    help = ("Weight of a document's prominence in the index's own texts, in [0, 1] (indexer/mining.py: how many "
-            "other texts name it, how much text it has).")
+    help = ("Weight of a document's prominence in the index's own texts times the query document's, each in [0, 1] "
+            "(indexer/mining.py: how many other texts name it, how much text it has).")
 
     def warnings(self, weights: dict, owners: str, metadata_fields, text_query: bool) -> list[str]:
-        return _without_names(self, owners, metadata_fields)
+        unnamed = _without_names(self, owners, metadata_fields)
+        return unnamed or ([f"{owners}: the recipe's prominence, weighed by the query document's, does not apply "
+                            "to a text query (query by --id / id to use it)"] if text_query else [])
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
-        s = batch.searcher  # position → prominence, mined from the generation's texts once; None: no names
-        found = mining.prominence(s.files)
+        found = mining.prominence(batch.searcher.files)  # position → prominence, mined with the generation
         if found is None:
             return None
-        return lambda i, pool, docs: {p: weight * found[p] for p in pool if p in found}
+        own = [weight * sum(found.get(p, 0.0) for p in row) / len(row) if row else 0.0 for row in batch.sources]
+        return lambda i, pool, docs: {p: own[i] * found[p] for p in pool if own[i] and p in found}
 
 
 class Mentions(Part):

@@ -5,7 +5,7 @@ similarity that plain cosine and BM25 keep, so a trained relation is stored with
 it that won on its dev split, by whole-corpus retrieval:
 
     score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
-               + Σ_R w_R · prior_R(d) + w_g · [d linked to q in training] + w_p · prominence(d)
+               + Σ_R w_R · prior_R(d) + w_g · [d linked to q in training] + w_p · p(q) · p(d)
                + Σ_f w_m,f · [q's texts name d, or d's name q, and d.f = q.f]
 
 - dense = ⟨Σ_k w_k normalize(op_k(h)) + w_title · normalize(enc(title)), t̂⟩: the operator mixed
@@ -22,9 +22,11 @@ it that won on its dev split, by whole-corpus retrieval:
   relations trained on triples whose answers recur (a knowledge graph's "occupation": "actor");
 - a bonus for each candidate that a training triple links to the query (retrieval/graph.py:
   SimKGC's neighbour re-ranking), for relations trained on a knowledge graph;
-- prominence: how much the corpus itself says of d (indexer/mining.py: how many other texts name it,
-  how much text it has), in [0, 1], so that a company everyone names is not outranked by a small one
-  that shares its label: the same for every query, mined from the index's own texts;
+- prominence p: how much the corpus itself says of d (indexer/mining.py: how many other texts name
+  it, how much text it has), in [0, 1], times as much of the query document q, so that a major's
+  rivals everyone names are not outranked by small firms that share its label, while a small firm's
+  list is not filled with majors; mined from the index's own texts (an ``--id`` query's: a text
+  query has no q);
 - mentions: a bonus for each candidate that the query document's texts name, or whose texts name
   it (indexer/mining.py, the same names), within a metadata field the two share (a rival named on a
   company's own pages in its industry, not its supplier or shareholder in another).
@@ -70,7 +72,7 @@ class Recipe:
     ``same``: metadata field → bonus for sharing the query document's value; ``prior``: operator →
     weight of its answer prior (retrieval/prior.py); ``neighbours``: bonus for a candidate the
     bundle's training graph links to the query (retrieval/graph.py); ``prominence``: weight of a
-    candidate's prominence in the corpus (indexer/mining.py); ``mentions``: metadata field → bonus for a
+    candidate's prominence in the corpus times the query document's (indexer/mining.py); ``mentions``: metadata field → bonus for a
     candidate the query document's texts name or that names it (indexer/mining.py) and that shares the
     query's value of the field; ``title``: weight of the query's
     title (first line) vector beside the mixture; ``depth``: candidates taken from each list. The
@@ -228,7 +230,7 @@ def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarr
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``tables`` each additive part's
     values by name (retrieval/parts.py): ``{"same": {field: (n, m) bool "shares the query's value"},
     "prior": {operator: (m,) answer prior of each candidate}, "neighbours": (n, m) bool "the training
-    graph links the query to the candidate", "prominence": (m,) in [0, 1], "mentions": {field: (n, m) bool
+    graph links the query to the candidate", "prominence": (n, m) p(q) · p(d) in [0, 1], "mentions": {field: (n, m) bool
     "one names the other and they share the field's value"}}``, a part or key it lacks
     (or holds None for: a corpus without names has no prominence) adding nothing, as at query time;
     ``exclude`` (n, m) bool: the query itself, never a candidate. Candidates past the pool score

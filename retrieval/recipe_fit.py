@@ -70,7 +70,8 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], 
              operator.name: operator.apply(heads_h, head_texts) @ operator.documents(e.unit).T}
     if any(first_line(t) is not None for t in head_texts):
         dense[TITLE] = title_vectors(encode, head_texts, heads_h) @ e.unit.T
-    parts = {"same": corpus.same(), "prominence": corpus.prominence,
+    p = corpus.prominence  # each query's prominence times each candidate's (retrieval/parts.py Prominence)
+    parts = {"same": corpus.same(), "prominence": None if p is None else np.outer(p[corpus.heads], p),
              "mentions": None if corpus.mentions is None else
              {f: corpus.mentions[corpus.heads] & same for f, same in corpus.same().items()},
              "prior": {operator.name: answer_prior.scores(operator, corpus.texts)}

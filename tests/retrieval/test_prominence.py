@@ -1,5 +1,5 @@
-"""A recipe's prominence part (retrieval/recipe.py, indexer/mining.py): w · p(d), p mined from the
-index's own texts (how many other texts name d, how much text d has). The index answers as
+"""A recipe's prominence part (retrieval/recipe.py, indexer/mining.py): w · p(q) · p(d), p mined from
+the index's own texts (how many other texts name d, how much text d has). The index answers as
 score_matrix scores, --explain's parts add up, the mining is deterministic and needs no lists, an
 index without names gets no part (and a warning), and an append is mined afresh."""
 from dataclasses import replace
@@ -17,7 +17,7 @@ from relsearch.retrieval.plan import PlanError, resolve
 from relsearch.retrieval.parts import PARTS
 from relsearch.retrieval.recipe import Recipe, choose, score_matrix
 from relsearch.retrieval.request import SearchOptions, run
-from relsearch.retrieval.search import Query, Searcher
+from relsearch.retrieval.search import Example, Query, Searcher
 
 from synthetic_index import D, encoder_identity, raw_vectors
 
@@ -65,7 +65,7 @@ def test_prominence_is_mined_from_the_texts_alone_and_deterministically():
 def test_the_index_answers_as_score_matrix_and_explain_adds_up(tmp_path):
     docs = corpus()
     searcher = index(tmp_path, docs)
-    heads = [3, 17, 40]
+    heads = [1, 17, 40]  # d1 is named by a third of the texts: its prominence re-ranks its list
     raw = raw_vectors(N, 5)
     stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
     unit = normalize(raw)
@@ -75,8 +75,9 @@ def test_the_index_answers_as_score_matrix_and_explain_adds_up(tmp_path):
     exclude = np.zeros((len(heads), N), bool)
     exclude[np.arange(len(heads)), heads] = True
     p = mining.prominence_of([[d["text"]] for d in docs], [d["metadata"]["name"] for d in docs])
-    expected = score_matrix(RECIPE, dense, lexical, {"prominence": p}, exclude)
-    without = score_matrix(replace(RECIPE, prominence=0.0), dense, lexical, {"prominence": p}, exclude)
+    relative = np.outer(p[heads], p)  # the query document's prominence times each candidate's
+    expected = score_matrix(RECIPE, dense, lexical, {"prominence": relative}, exclude)
+    without = score_matrix(replace(RECIPE, prominence=0.0), dense, lexical, {"prominence": relative}, exclude)
     assert not np.array_equal(np.argsort(-expected[0])[:10], np.argsort(-without[0])[:10])  # it re-ranks
     pages = run(searcher, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads],
                 SearchOptions(k=N - 1, explain=True))
@@ -87,9 +88,22 @@ def test_the_index_answers_as_score_matrix_and_explain_adds_up(tmp_path):
             parts = {k: v for k, v in hit.explain.items() if k.startswith("recipe:")}
             assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
             if "recipe:past-pool" not in parts:
-                assert parts.get("recipe:prominence", 0.0) == pytest.approx(0.4 * p[int(hit.id[1:])], abs=1e-6)
+                assert parts.get("recipe:prominence", 0.0) == pytest.approx(0.4 * p[h] * p[int(hit.id[1:])], abs=1e-6)
     assert "0.4·prominence" in RECIPE.describe()
     assert Recipe.from_json(RECIPE.to_json()) == RECIPE
+
+
+def test_a_query_by_examples_weighs_by_its_documents_and_a_text_query_is_told_it_has_none(tmp_path):
+    searcher = index(tmp_path, corpus())
+    p = mining.prominence(searcher.files)
+    [hits] = run(searcher, [Query(like=(Example(doc_id="d0"), Example(doc_id="d3")), relations={"rel": 1.0})],
+                 SearchOptions(k=10, explain=True))
+    weighed = [h for h in hits if "recipe:prominence" in h.explain]
+    assert weighed and all(h.explain["recipe:prominence"] == pytest.approx(0.4 * (p[0] + p[3]) / 2 * p[int(h.id[1:])],
+                                                                             abs=1e-6) for h in weighed)
+    scoring = resolve(searcher.operators, {"rel": 1.0}, metadata_fields=searcher.metadata_fields, text_query=True)
+    assert any("prominence" in w and "does not apply to a text query" in w for w in scoring.warnings)
+    assert not resolve(searcher.operators, {"rel": 1.0}, metadata_fields=searcher.metadata_fields).warnings
 
 
 def test_an_index_without_names_gets_no_part_and_a_warning(tmp_path):
@@ -113,8 +127,8 @@ def test_an_append_is_mined_afresh(tmp_path):
     after_searcher = Searcher(str(tmp_path / "idx"), model=str(tmp_path / "b"))
     after = mining.prominence(after_searcher.files)
     assert after[30] > before.get(30, 0.0) and after[30] == pytest.approx(1.0)  # named by 40 new texts (a text held twice counts once)
-    [hits] = run(after_searcher, [Query(doc_id="d3", relations={"rel": 1.0})], SearchOptions(k=5, explain=True))
-    assert any(h.id == "d30" for h in hits)
+    [hits] = run(after_searcher, [Query(doc_id="d0", relations={"rel": 1.0})], SearchOptions(k=5, explain=True))
+    assert any(h.id == "d30" for h in hits)  # lifted in a prominent firm's list
 
 
 def test_each_write_mines_its_generation_and_a_query_only_reads_it(tmp_path, monkeypatch):
