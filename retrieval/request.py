@@ -431,8 +431,8 @@ def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
         raise RequestError("hybrid", "hybrid and rerank do not combine")
     options, backend, fields = _text_fields(backend, options)
     # each query as the run searches it (its scoring's operator mixture), checked here once: the run checks nothing
-    searcher.check_queries([dataclasses.replace(q, relations=dict(s.recipe.mixture)) for q, s in zip(queries, scorings)],
-                           options.filters)
+    searcher.check_queries([q if q.relations == s.recipe.mixture else dataclasses.replace(q, relations=dict(s.recipe.mixture))
+                            for q, s in zip(queries, scorings)], options.filters)
     return Plan(backend, list(queries), options, scorings, fields)
 
 
