@@ -386,8 +386,9 @@ class Plan:
         if scoring.mode != "projection":
             part = [q if q.relations == mix else dataclasses.replace(q, relations=mix) for q in part]
         hybrid = {"hybrid": "rrf"} if scoring.mode == "rrf" else {}
-        examples = [{e.doc_id for e, _ in q.examples() if e.doc_id} for q in part]
-        more = max(map(len, examples))  # example documents come back first: fetch past them, drop them
+        examples = [{e.doc_id for e, _ in q.examples() if e.doc_id} for q in part] \
+            if any(q.by_examples for q in part) else []
+        more = max(map(len, examples), default=0)  # example documents come back first: fetch past them, drop them
         lists = [b.search(part, k=fetch + more, filters=o.filters, explain=o.explain, checked=True, **hybrid)
                  for b in backends]
         if not more:
