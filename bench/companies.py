@@ -249,10 +249,10 @@ def _peers(job: CompaniesJob, bundle, *, competitors: bool, cv_splits: tuple[str
     from ..retrieval.recipe import Recipe, recipe_of
     from ..retrieval.recipe_fit import measure
 
-    rows = _distinct(read_jsonl(job.corpus))
+    rows = distinct(read_jsonl(job.corpus))
     ops = [op for name, op in sorted(bundle.operators.items())
            if name == "similar-company" or name.startswith("aspect:") and not op.both_sides]
-    corpus = _competitor_corpus(rows, ops, competitors=competitors, splits=(job.split,))
+    corpus = competitor_corpus(rows, ops, competitors=competitors, splits=(job.split,))
     if not corpus.heads:
         return []
     encode = _encoder(job, bundle, ops)
@@ -276,19 +276,20 @@ def _peers(job: CompaniesJob, bundle, *, competitors: bool, cv_splits: tuple[str
     return out
 
 
-def _distinct(rows: list[dict]) -> list[dict]:
+def distinct(rows: list[dict]) -> list[dict]:
     """One company per distinct description (what an index of the corpus holds)."""
     return list({r["text"]: r for r in rows if isinstance(r.get("text"), str) and r["text"].strip()}.values())
 
 
-def _competitor_corpus(rows: list[dict], ops, *, competitors: bool, splits: tuple[str, ...] | None,
-                       mentions: bool = False):
-    """The whole corpus as queries of the companies of ``splits`` (None: every split) whose own texts
-    name others (bench/peers.py), those others their gold; the metadata fields the recipes' bonuses read;
-    each company's prominence (indexer/mining.py) mined from the Yahoo texts alone, as an index of them
-    mines it, and, with ``mentions`` (the cross-validation, as tools/build_pack.py offers them) or when a
-    recipe of ``ops`` weighs them, which companies name which from every text but the judge's sentences:
-    the sentences that name the gold are never read for either."""
+def competitor_corpus(rows: list[dict], ops=(), *, competitors: bool = True, splits: tuple[str, ...] | None,
+                      mentions: bool = False):
+    """The whole corpus (``rows``: one company per distinct text, :func:`distinct`) as queries of the
+    companies of ``splits`` (None: every split) whose own texts name others (bench/peers.py), those
+    others their gold; the GICS codes (:data:`COMPANY_FIELDS`) and other metadata fields the recipes'
+    bonuses read; each company's prominence (indexer/mining.py) mined from the Yahoo texts alone, as an
+    index of them mines it, and, with ``mentions`` (the cross-validation, and tools/build_pack.py
+    choosing the pack's recipe) or when a recipe of ``ops`` weighs them, which companies name which
+    from every text but the judge's sentences: the sentences that name the gold are never read for either."""
     from ..indexer.mining import mentions_of, prominence_of
     from ..retrieval.recipe import recipe_of
     from ..retrieval.recipe_fit import Corpus
@@ -302,7 +303,7 @@ def _competitor_corpus(rows: list[dict], ops, *, competitors: bool, splits: tupl
     fields = {f for op in ops if recipe_of(op) for f in recipe_of(op).same}  # the metadata bonuses need
     heads = sorted(gold)
     return Corpus([r["text"] for r in rows], heads, [gold[h] for h in heads],
-                  {f: [r.get(f) for r in rows] for f in sorted(fields | set(COMPANY_FIELDS))},
+                  {f: [r.get(f) for r in rows] for f in dict.fromkeys([*COMPANY_FIELDS, *sorted(fields)])},
                   prominence=prominence_of([[r["text"]] for r in rows], [r.get("name") for r in rows]),
                   mentions=mentions_of([[r["text"], *(without_cues(r.get(f)) for f in MENTIONING)] for r in rows],
                                        [r.get("name") for r in rows])
@@ -333,7 +334,7 @@ def _cross_validated(job: CompaniesJob, bundle, rows: list[dict], encode, cv_spl
     op = bundle.operators.get("similar-company")
     if op is None or not job.folds:
         return []
-    corpus = _competitor_corpus(rows, [op], competitors=True, splits=cv_splits, mentions=True)
+    corpus = competitor_corpus(rows, [op], competitors=True, splits=cv_splits, mentions=True)
     try:
         folds = query_folds(corpus, job.folds)
     except ValueError:  # fewer groups of linked companies than folds (a small corpus): nothing to cross-validate

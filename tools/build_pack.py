@@ -71,7 +71,6 @@ from collections import defaultdict
 from pathlib import Path
 
 SPLITS = ("train", "dev", "test")
-COMPANY_FIELDS = ("gics_sub_industry_code", "gics_industry_code")  # similar-company's bonus candidates
 SHIP_MARGIN = 0.02  # a relation ships when its recipe's whole-corpus test MRR beats identity by this much
 RECIPE_ONLY = ("duplicate-question", "similar-company")  # recipes over plain cosine: no operator is trained
 
@@ -208,28 +207,12 @@ def _companies(data: Path) -> list[dict]:
 
 
 def company_corpus(data: Path, splits: tuple[str, ...]):
-    """The whole company corpus as one index holds it (every company with a description), queried
-    by the companies of ``splits`` that have competitors their own texts name (bench/peers.py);
-    GICS codes as metadata for the recipe's bonuses (not the sector: the mining requires it); each
-    company's prominence (indexer/mining.py) mined from the Yahoo texts alone, and which companies
-    name which (``mentions``, offered within each GICS code) from every text but the Wikipedia and
-    Bloomberg sentences that name the gold (bench/peers.py ``without_cues``)."""
-    from relsearch.bench.peers import MENTIONING, mine_peers, without_cues
-    from relsearch.indexer.mining import mentions_of, prominence_of
-    from relsearch.retrieval.recipe_fit import Corpus
+    """The Russell 3000 corpus as bench companies judges it (relsearch/bench/companies.py
+    ``competitor_corpus``): queried by the companies of ``splits`` that have competitors their own
+    texts name, with the GICS codes, prominence and mentions the recipe may weigh."""
+    from relsearch.bench.companies import competitor_corpus, distinct
 
-    rows = list({c["text"]: c for c in _companies(data)}.values())  # one candidate per distinct text
-    position = {c["id"]: i for i, c in enumerate(rows)}
-    gold = defaultdict(set)
-    for a, b in mine_peers(rows, competitors=True):
-        if rows[position[a]]["split"] in splits:
-            gold[position[a]].add(position[b])
-    heads = sorted(gold)
-    return Corpus([c["text"] for c in rows], heads, [gold[h] for h in heads],
-                  {f: [c.get(f) for c in rows] for f in COMPANY_FIELDS},
-                  prominence=prominence_of([[c["text"]] for c in rows], [c.get("name") for c in rows]),
-                  mentions=mentions_of([[c["text"], *(without_cues(c.get(f)) for f in MENTIONING)] for c in rows],
-                                       [c.get("name") for c in rows]))
+    return competitor_corpus(distinct(_companies(data)), splits=splits, mentions=True)
 
 
 def company_extras(data: Path, *, seed: int, threads: int, cache_dir: str | None) -> dict:
