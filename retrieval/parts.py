@@ -185,7 +185,7 @@ class Neighbours(Part):
 class Prominence(Part):
     """How much the corpus itself says of a candidate (indexer/mining.py, in [0, 1]) times how much it
     says of the query document: a major's peers are lifted by their own prominence, a small firm's
-    list is not filled with majors. An ``--id`` query's (a liked documents' mean for a query by
+    list is not filled with majors. An ``--id`` query's (the liked documents' mean for a query by
     examples); a text query has no document to weigh it by."""
 
     name, grid = "prominence", (0.0, 0.1, 0.2, 0.5, 1.0, 1.5, 2.0, 3.0)
