@@ -63,6 +63,7 @@ MIN_DEV_QUERIES = 10  # fewer dev queries than this: no recipe beats the operato
 MAX_DEPTH = 10_000  # candidates per list (MAX_K)
 MAX_FIELDS = 64  # mixture operators / keys of one keyed part (bonus fields, priors) of one recipe
 MAX_RECIPE_WEIGHT = 1e3  # |mixture weight|, title weight
+MAX_SWEEPS = 4  # choose's extra sweeps over every part's keys, each until one changes nothing
 MAX_BONUS = 10.0  # a bonus past this outweighs every fused score many times: no dev search picks it
 
 
@@ -413,8 +414,11 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     part's grid: first the keys of the parts tried around the others (the ``same`` bonuses, two
     rounds), then each other part's keys whose table has a non-zero value (the operator's answer
     prior, the neighbours bonus, prominence), then the first parts' keys once more when any other
-    was tried; ties keep the simpler recipe (tried first). The best of these replaces the simplest
-    — the first tried: the operator alone under the default ``mixes`` — only when it beats it by
+    was tried, then whole sweeps over all of them until one changes nothing (at most
+    :data:`MAX_SWEEPS`), so that no one key's weight does better on dev and where the search ends
+    depends less on the order the keys come in; ties keep the simpler recipe (tried first). The best
+    of these replaces the simplest — the first tried: the operator alone under the default ``mixes``
+    — only when it beats it by
     more than one paired standard error of the per-pair reciprocal-rank differences
     (:func:`noise_margin`): dev splits per relation are small and dozens of recipes are tried, so a
     smaller gain is likely noise that costs on test. Arrays as in :func:`score_matrix` (the answer
@@ -428,6 +432,12 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     offered = [(part, key) for part, key, table in offered if not part.around and table.any()]
     for part, key in around * 2 + offered + (around if offered else []):  # around: once more beside the others
         search.ascend(part, key)
+    for _ in range(MAX_SWEEPS):  # then whole sweeps until one changes nothing: where it ends depends less on the order
+        before = search.best
+        for part, key in around + offered:
+            search.ascend(part, key)
+        if search.best == before:
+            break
     best, best_rr, tried = search.best, search.best_rr, search.tried
     best = replace(best, **{part.name: {k: w for k, w in getattr(best, part.name).items() if w}
                             for part in PARTS.values() if part.keyed})
