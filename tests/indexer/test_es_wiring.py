@@ -83,14 +83,19 @@ SHIPPED = ("similar-company", "duplicate-question", "qa-entailment", "same-capti
 @pytest.mark.parametrize("relation", SHIPPED)
 def test_es_backend_runs_each_shipped_relation_as_the_local_index_does(mirrored, server, relation):
     """The query plan takes kNN and BM25 candidates from Elasticsearch and ranks them with the same
-    fusion code: a recipe (BM25 share, GICS bonuses) gives the local top 10 on the mirror too."""
+    fusion code: a recipe (BM25 share, GICS bonuses) gives the local top 10 on the mirror too. The
+    server scores BM25 itself, so a recipe's scores differ from the local index's by up to ~2e-3:
+    two hits within 5e-3 of each other may come in either order (in a bf16-built index BDX and
+    AKAM, 3e-5 apart for AAPL's same-caption, swapped)."""
     target, _ = mirrored
     for query in (["--id", "BAC"], ["--id", "AAPL"], ["cloud software and services for enterprises"]):
         base = ["query", *query, "--index", target, "-k", "11", "--json", "--relation", relation]
-        local = [h["id"] for h in run(*base) if h["id"] != "ABBV"][:10]  # ABBV was refused by the mirror
+        local = {h["id"]: h["score"] for h in run(*base) if h["id"] != "ABBV"}  # ABBV was refused by the mirror
         es = CliRunner().invoke(cli, [*base, "--backend", "es", "--es-url", server.url, "--es-index", "companies"])
         assert es.exit_code == 0 and "not its recipe" not in es.output, es.output
-        assert [json.loads(line)["id"] for line in es.output.splitlines() if line.startswith("{")][:10] == local
+        hits = [json.loads(line) for line in es.output.splitlines() if line.startswith("{")][:10]
+        for hit, (want, score) in zip(hits, list(local.items())[:10]):
+            assert hit["id"] == want or abs(local.get(hit["id"], -1.0) - score) < 5e-3, (query, hit["id"], want)
 
 
 def test_delete_remirrors_and_swaps_the_alias(tmp_path, small_index, server):
