@@ -63,7 +63,7 @@ MIN_DEV_QUERIES = 10  # fewer dev queries than this: no recipe beats the operato
 MAX_DEPTH = 10_000  # candidates per list (MAX_K)
 MAX_FIELDS = 64  # mixture operators / keys of one keyed part (bonus fields, priors) of one recipe
 MAX_RECIPE_WEIGHT = 1e3  # |mixture weight|, title weight
-MAX_SWEEPS = 4  # choose's extra sweeps over every part's keys, each until one changes nothing
+MAX_SWEEPS = 5  # choose's sweeps over every part's keys after the first pass, until one changes nothing
 MAX_BONUS = 10.0  # a bonus past this outweighs every fused score many times: no dev search picks it
 
 
@@ -413,13 +413,11 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     additive parts (retrieval/parts.py) that ``tables`` holds, each key by coordinate ascent over its
     part's grid: first the keys of the parts tried around the others (the ``same`` bonuses, two
     rounds), then each other part's keys whose table has a non-zero value (the operator's answer
-    prior, the neighbours bonus, prominence), then the first parts' keys once more when any other
-    was tried, then whole sweeps over all of them until one changes nothing (at most
-    :data:`MAX_SWEEPS`), so that no one key's weight does better on dev and where the search ends
-    depends less on the order the keys come in; ties keep the simpler recipe (tried first). The best
-    of these replaces the simplest — the first tried: the operator alone under the default ``mixes``
-    — only when it beats it by
-    more than one paired standard error of the per-pair reciprocal-rank differences
+    prior, the neighbours bonus, prominence), then whole sweeps over all of them until one changes
+    nothing (at most :data:`MAX_SWEEPS`), so that no one key's weight does better on dev and where
+    the search ends depends less on the order the keys come in; ties keep the simpler recipe (tried
+    first). The best of these replaces the simplest — the first tried: the operator alone under the
+    default ``mixes`` — only when it beats it by more than one paired standard error of the per-pair reciprocal-rank differences
     (:func:`noise_margin`): dev splits per relation are small and dozens of recipes are tried, so a
     smaller gain is likely noise that costs on test. Arrays as in :func:`score_matrix` (the answer
     prior offered is ``tables["prior"][name]``); ``known``: each query's answers that training already
@@ -430,7 +428,7 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
                for key, table in part.tables(tables.get(part.name)).items() if table is not None]
     around = [(part, key) for part, key, _ in offered if part.around]
     offered = [(part, key) for part, key, table in offered if not part.around and table.any()]
-    for part, key in around * 2 + offered + (around if offered else []):  # around: once more beside the others
+    for part, key in around * 2 + offered:
         search.ascend(part, key)
     for _ in range(MAX_SWEEPS):  # then whole sweeps until one changes nothing: where it ends depends less on the order
         before = search.best

@@ -384,7 +384,7 @@ class Plan:
                                                explain=o.explain), False
         mix = dict(scoring.recipe.mixture)  # the mixture's operators, as the relations' recipes weigh them
         if scoring.mode != "projection":
-            part = [q if q.relations == mix else dataclasses.replace(q, relations=mix) for q in part]
+            part = [_with_relations(q, mix) for q in part]
         hybrid = {"hybrid": "rrf"} if scoring.mode == "rrf" else {}
         examples = [{e.doc_id for e, _ in q.examples() if e.doc_id} for q in part] \
             if any(q.by_examples for q in part) else []
@@ -432,9 +432,13 @@ def plan(backend, queries: list[Query], options: SearchOptions) -> Plan:
         raise RequestError("hybrid", "hybrid and rerank do not combine")
     options, backend, fields = _text_fields(backend, options)
     # each query as the run searches it (its scoring's operator mixture), checked here once: the run checks nothing
-    searcher.check_queries([q if q.relations == s.recipe.mixture else dataclasses.replace(q, relations=dict(s.recipe.mixture))
-                            for q, s in zip(queries, scorings)], options.filters)
+    searcher.check_queries([_with_relations(q, s.recipe.mixture) for q, s in zip(queries, scorings)], options.filters)
     return Plan(backend, list(queries), options, scorings, fields)
+
+
+def _with_relations(query: Query, mixture) -> Query:
+    """``query`` searching ``mixture``: itself when it already does (a batch of thousands copies nothing)."""
+    return query if query.relations == mixture else dataclasses.replace(query, relations=dict(mixture))
 
 
 def _text_fields(backend, options: SearchOptions) -> tuple[SearchOptions, object, tuple]:
