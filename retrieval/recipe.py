@@ -64,6 +64,7 @@ MAX_DEPTH = 10_000  # candidates per list (MAX_K)
 MAX_FIELDS = 64  # mixture operators / keys of one keyed part (bonus fields, priors) of one recipe
 MAX_RECIPE_WEIGHT = 1e3  # |mixture weight|, title weight
 MAX_SWEEPS = 5  # choose's sweeps over every part's keys after the first pass, until one changes nothing
+DEEPER = 10  # choose tries a recipe with additive parts once more with a pool this many times deeper
 MAX_BONUS = 10.0  # a bonus past this outweighs every fused score many times: no dev search picks it
 
 
@@ -157,8 +158,9 @@ class Recipe:
                             + ([f"{self.title:g}·title"] if self.title else []))]
         if self.bm25:
             parts = [f"{1 - self.bm25:g}·minmax({parts[0]}) + {self.bm25:g}·minmax(bm25)"]
-        return " + ".join(parts + [part.describe(key, w) for part in PARTS.values()
-                                   for key, w in part.weights(self).items() if w])
+        described = " + ".join(parts + [part.describe(key, w) for part in PARTS.values()
+                                        for key, w in part.weights(self).items() if w])
+        return described if self.depth == DEPTH else f"{described} (pool {self.depth})"
 
 
 def first_line(text: str) -> str | None:
@@ -416,7 +418,9 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     prior, the neighbours bonus, prominence), then whole sweeps over all of them until one changes
     nothing (at most :data:`MAX_SWEEPS`), so that no one key's weight does better on dev and where
     the search ends depends less on the order the keys come in; ties keep the simpler recipe (tried
-    first). The best of these replaces the simplest — the first tried: the operator alone under the
+    first). A recipe that adds parts is then tried once with a pool :data:`DEEPER` times deeper
+    (when the table has more candidates than that), kept when dev gains: a bonus lifts only pooled
+    candidates, and a knowledge graph's head prediction finds its gold past the top 100. The best of these replaces the simplest — the first tried: the operator alone under the
     default ``mixes`` — only when it beats it by more than one paired standard error of the per-pair reciprocal-rank differences
     (:func:`noise_margin`): dev splits per relation are small and dozens of recipes are tried, so a
     smaller gain is likely noise that costs on test. Arrays as in :func:`score_matrix` (the answer
@@ -437,6 +441,11 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
         if search.best == before:
             break
     best, best_rr, tried = search.best, search.best_rr, search.tried
+    if best.adds and exclude.shape[1] > depth * DEEPER:  # a bonus lifts only what the pool holds: a deeper one
+        deep = _Search(name, dense, lexical, tables, exclude, gold, depth=depth * DEEPER, known=known)
+        rr, tried = deep.evaluate(replace(best, depth=deep.depth), search.best_share), tried + 1
+        if rr.mean() > best_rr.mean() + 1e-9:
+            best, best_rr = replace(best, depth=deep.depth), rr
     best = replace(best, **{part.name: {k: w for k, w in getattr(best, part.name).items() if w}
                             for part in PARTS.values() if part.keyed})
     if best == simplest[0]:

@@ -571,7 +571,7 @@ def test_a_part_registered_in_the_table_is_validated_serialised_described_combin
                                     "depth"]
     assert _Wider.from_json(wide.to_json()) == wide
     assert replace(wide, same={}).adds and not replace(wide, same={}, length=0.0).adds
-    assert wide.describe().endswith("+ 0.2·same group + 0.3·length")
+    assert wide.describe().endswith("+ 0.2·same group + 0.3·length (pool 20)")
     assert "length" in combine({"a": wide}, {"a": 1.0}).describe()
     assert combine({"a": wide, "b": replace(wide, length=0.1)}, {"a": 1.0, "b": 3.0}).length == pytest.approx(0.15)
     searcher, docs, raw = indexed
@@ -635,3 +635,30 @@ def test_choose_ends_where_no_single_weight_does_better():
                     weights = getattr(chosen.recipe, part.name)
                     moved = replace(chosen.recipe, **{part.name: {**weights, key: value} if part.keyed else value})
                     assert search.evaluate(moved, 1.0).mean() <= dev + 1e-9, (seed, part.name, key, value)
+
+
+def test_choose_tries_a_recipe_that_adds_parts_with_a_deeper_pool():
+    """A bonus lifts only pooled candidates: where the dense list holds most golds past the pool
+    (a knowledge graph's head prediction), choose keeps the chosen weights with a pool DEEPER times
+    deeper when dev gains, and the shallow pool when it does not."""
+    from relsearch.retrieval.recipe import DEEPER, choose
+
+    rng = np.random.default_rng(0)
+    n, m = 40, 400
+    exclude = np.zeros((n, m), bool)
+    exclude[np.arange(n), np.arange(n)] = True
+    dense = rng.random((n, m)).astype(np.float32)
+    gold = [{int(j)} for j in rng.choice(np.arange(n, m), n)]
+    linked = rng.random((n, m)) < 0.02
+    for i, g in enumerate(gold):
+        j = next(iter(g))
+        linked[i, j] = True
+        dense[i, j] = np.sort(dense[i])[-30 if i % 2 else -3]  # half past a pool of 5, all inside one of 50
+    chosen = choose("identity", {"identity": dense}, None, {"neighbours": linked}, exclude, gold, depth=5,
+                    mixes=(1.0,))
+    assert chosen.recipe.neighbours > 0 and chosen.recipe.depth == 5 * DEEPER
+    for i, g in enumerate(gold):  # golds at the top of the dense list: the deeper pool only adds noise
+        dense[i, next(iter(g))] = 2.0
+    chosen = choose("identity", {"identity": dense}, None, {"neighbours": linked}, exclude, gold, depth=5,
+                    mixes=(1.0,))
+    assert chosen.recipe.depth == 5
