@@ -421,8 +421,9 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     first). A recipe that adds parts is then tried once with a pool :data:`DEEPER` times deeper
     (when the table has more candidates than that), kept when dev gains: a bonus lifts only pooled
     candidates, and a knowledge graph's head prediction often has its gold past the top 100. The
-    best of these replaces the simplest — the first tried: the operator alone under the
-    default ``mixes`` — only when it beats it by more than one paired standard error of the per-pair reciprocal-rank differences
+    best of these replaces the simplest — the first tried: the operator alone under the default
+    ``mixes`` — only when it beats it by more than one paired standard error of the per-pair
+    reciprocal-rank differences
     (:func:`noise_margin`): dev splits per relation are small and dozens of recipes are tried, so a
     smaller gain is likely noise that costs on test. Arrays as in :func:`score_matrix` (the answer
     prior offered is ``tables["prior"][name]``); ``known``: each query's answers that training already
