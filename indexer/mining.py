@@ -11,8 +11,8 @@ case, accents and punctuation never matter, a leading article and trailing legal
 - prominence: how many other texts name the document (its name as a capitalised run), then how
   much text it has (how many texts, how long): :func:`mine`; :func:`prominence` scales it to
   [0, 1] over a generation's live documents;
-- mentions: which documents name which (either way), by the same names: the recipe's
-  ``mentions`` part (a rival a company's texts name, or that names it).
+- mentions: which documents name which, by the same names: the recipe's ``mentions`` part (a
+  rival a company's texts name, or that names it: :meth:`Mined.mentioned`).
 
 A generation is mined when it is written (:func:`write`, into its FILE), by every writer: an
 ``--append``, a delete or a compaction publishes a new one, so the figures always describe what is
@@ -69,7 +69,7 @@ DEALINGS = re.compile(r"\b(collaborat\w*|agreements?|allian\w*|partner\w*|licens
 FILE = "mined.json"  # a generation's mining, written with it (:func:`write`)
 # What :func:`mine` computes, versioned: a file of another version is mined again on first use (bump
 # it with any change to what mine() finds, so that an index written before follows the new rules).
-VERSION = 3
+VERSION = 4
 _MINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → its Mined
 _MINED_LOCK = threading.Lock()
 
@@ -117,12 +117,33 @@ class Mined:
 
     aliases: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # position → [(alias, uses)]
     prominence: dict[int, float] = field(default_factory=dict)  # position → score (absent: 0)
-    mentions: dict[int, set[int]] = field(default_factory=dict)  # position → the positions it names or that name it
+    names: dict[int, set[int]] = field(default_factory=dict)  # position → the positions its texts name
 
     @cached_property
     def scaled(self) -> dict[int, float]:
         """:func:`scaled` prominence, computed once."""
         return scaled(self.prominence)
+
+    @cached_property
+    def named_by(self) -> dict[int, set[int]]:
+        """position → the positions whose texts name it."""
+        out: dict[int, set[int]] = {}
+        for pos, named in self.names.items():
+            for other in named:
+                out.setdefault(other, set()).add(pos)
+        return out
+
+    def mentioned(self, pos: int) -> dict[int, float]:
+        """position → how strongly it and ``pos`` are linked by naming, in (0, 1]: 1 when the texts of
+        ``pos`` name it; when only its own texts name ``pos``, its prominence over that of ``pos``, at
+        most 1. A small firm names the major whose platform it sells on, whose drug it develops or
+        whose members it serves (Cars.com names Facebook, Fate Therapeutics Biogen, Quest Diagnostics
+        Anthem) far more often than the major names it: such a link says little of the major's rivals,
+        while one between firms of a size, or named by the major's own texts, says as much as before."""
+        p = self.scaled
+        own = p.get(pos, 0.0)
+        out = {other: min(1.0, p.get(other, 0.0) / own) if own else 1.0 for other in self.named_by.get(pos, ())}
+        return out | dict.fromkeys(self.names.get(pos, ()), 1.0)
 
 
 def name_runs(text: str) -> list[list[str]]:
@@ -182,8 +203,8 @@ def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
       cut (:func:`naming_key`). A name links nobody when it is ambiguous — claimed by two issuers —
       or one word that the texts also write in lower case ("Now" of NOW Inc., "Southern", "Target"),
       as indexer/belonging.py's name matcher decides.
-    - Mentions: two documents are linked when either's texts name the other, in a sentence that is
-      not of dealings between firms (:data:`DEALINGS`), by a run's longest linking name (:func:`_named_in`)."""
+    - Names: what each document's texts name, in a sentence that is not of dealings between firms
+      (:data:`DEALINGS`), by a run's longest linking name (:func:`_named_in`)."""
     runs = {t: capitalised_runs(t) for ts in texts.values() for t in ts}
     joined = {t: {r.replace(" ", "") for r in rs} for t, rs in runs.items()}  # "ExxonMobil" names "Exxon Mobil"
     df = Counter(r for rs in joined.values() for r in rs)
@@ -214,9 +235,9 @@ def mine(texts: dict[int, list[str]], names: dict[int, str]) -> Mined:
         key = keys[pos].replace(" ", "")
         naming = df[key] - sum(key in joined[t] for t in own) if keys[pos] in linking else 0
         out.prominence[pos] = math.log1p(naming) + 0.5 * math.log1p(sum(map(len, own)) / 1000)
-        for other in {q for t in own for r in rivals[t] for q in named.get(r, ()) if keys[q] != keys[pos]}:
-            out.mentions.setdefault(pos, set()).add(other)
-            out.mentions.setdefault(other, set()).add(pos)
+        others = {q for t in own for r in rivals[t] for q in named.get(r, ()) if keys[q] != keys[pos]}
+        if others:
+            out.names[pos] = others
     return out
 
 
@@ -313,7 +334,7 @@ def write(gen: Path, manifest) -> None:
         if field_name is not None:
             found = mine_documents(files.docstore, field_name, tf.names_of(manifest))
             mined = {"version": VERSION, "aliases": found.aliases, "prominence": found.prominence,
-                     "mentions": {p: sorted(linked) for p, linked in found.mentions.items()}}
+                     "names": {p: sorted(named) for p, named in found.names.items()}}
             with open(gen / FILE, "x", encoding="utf-8") as f:  # "x": never through a link to an older generation's
                 json.dump(mined, f, ensure_ascii=False)
     finally:
@@ -330,7 +351,7 @@ def _read(path: Path) -> Mined | None:
         return None
     return Mined({int(p): [tuple(a) for a in found] for p, found in data["aliases"].items()},
                  {int(p): v for p, v in data["prominence"].items()},
-                 {int(p): set(m) for p, m in data["mentions"].items()})
+                 {int(p): set(m) for p, m in data["names"].items()})
 
 
 def of_generation(files) -> Mined | None:
@@ -363,12 +384,6 @@ def prominence(files) -> dict[int, float] | None:
     return None if found is None else found.scaled
 
 
-def mentions(files) -> dict[int, set[int]] | None:
-    """position → the live positions whose texts it names or that name it; None where :func:`of_generation` is."""
-    found = of_generation(files)
-    return None if found is None else found.mentions
-
-
 def _mine_named(texts: list[list[str]], names: list[str | None]) -> Mined | None:
     """:func:`mine` of m documents given as their texts and names (bench and pack fitting: what an
     index of them mines), None when no document has a name."""
@@ -378,13 +393,15 @@ def _mine_named(texts: list[list[str]], names: list[str | None]) -> Mined | None
 
 
 def mentions_of(texts: list[list[str]], names: list[str | None]) -> np.ndarray | None:
-    """(m, m) bool: document i names document j or j names i (:func:`mentions` of an index of them)."""
+    """(m, m) float32: how strongly document i is linked to document j by naming (:meth:`Mined.mentioned`
+    of an index of them)."""
     found = _mine_named(texts, names)
     if found is None:
         return None
-    out = np.zeros((len(texts), len(texts)), bool)
-    for i, linked in found.mentions.items():
-        out[i, sorted(linked)] = True
+    out = np.zeros((len(texts), len(texts)), np.float32)
+    for i in range(len(texts)):
+        for j, strength in found.mentioned(i).items():
+            out[i, j] = strength
     return out
 
 

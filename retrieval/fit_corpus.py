@@ -90,7 +90,7 @@ class Corpus:
     query's answers that training already knows (a knowledge graph's other facts of the query), not
     ranked and not competing with its golds; None: none. ``prominence``: (m,) each text's prominence
     in [0, 1] (indexer/mining.py ``prominence_of``), offered to the recipe; None: none. ``mentions``:
-    (m, m) bool, text i names text j's document or j names i's (``mentions_of``); None: none. ``encoded``: the
+    (m, m) float, how strongly text i's document is linked to text j's by naming (``mentions_of``); None: none. ``encoded``: the
     texts already encoded and indexed (corpora of one :class:`Split` share it); None: :func:`tables`
     encodes them."""
 

@@ -207,11 +207,12 @@ class Prominence(Part):
 
 
 class Mentions(Part):
-    """A bonus for a candidate that the query document's texts name, or whose texts name it
-    (indexer/mining.py ``mentions``: names as the corpus's name field gives them), when it also
-    shares the query document's value of the key's metadata field: a rival named on a company's own
-    pages in its industry, not the supplier, lender or shareholder of another that its pages name as
-    often. An ``--id`` query's; a text query has no document to be named by."""
+    """A bonus for a candidate that the query document's texts name, or whose texts name it, times
+    how strongly (indexer/mining.py ``Mined.mentioned``: 1, or less for a smaller firm that names the
+    query's; names as the corpus's name field gives them), when it also shares the query document's
+    value of the key's metadata field: a rival named on a company's own pages in its industry, not the
+    supplier, lender or shareholder of another that its pages name as often. An ``--id`` query's; a
+    text query has no document to be named by."""
 
     name, keyed, grid, reads_documents = "mentions", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True
     what, noun = "mentions bonuses", "mentions bonuses"
@@ -227,16 +228,15 @@ class Mentions(Part):
                                                                                  text_query)
 
     def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
-        s = batch.searcher  # position → the positions linked to it, mined with prominence; None: no names
-        links = mining.mentions(s.files)
-        if links is None or key not in s.metadata_fields:
+        s = batch.searcher  # who names whom, mined with prominence; None: no names
+        found = mining.of_generation(s.files)
+        if found is None or key not in s.metadata_fields:
             return None
         metadata = batch.metadata
 
         def score(i, pool, docs):
-            values = metadata[i].get(key, [])
-            return {p: weight for p in pool & links.get(int(batch.own[i]), set())
-                    if docs[p]["metadata"].get(key) in values}
+            values, linked = metadata[i].get(key, []), found.mentioned(int(batch.own[i]))
+            return {p: weight * linked[p] for p in pool & linked.keys() if docs[p]["metadata"].get(key) in values}
         return score
 
 

@@ -28,8 +28,9 @@ it that won on its dev split, by whole-corpus retrieval:
   list is not filled with majors; mined from the index's own texts (an ``--id`` query's: a text
   query has no q);
 - mentions: a bonus for each candidate that the query document's texts name, or whose texts name
-  it (indexer/mining.py, the same names), within a metadata field the two share (a rival named on a
-  company's own pages in its industry, not its supplier or shareholder in another).
+  it (less when a smaller firm names a larger: indexer/mining.py, the same names), within a metadata
+  field the two share (a rival named on a company's own pages in its industry, not its supplier or
+  shareholder in another).
 
 These five additive parts are components registered in one table (retrieval/parts.py ``PARTS``):
 the code here and in plan.py and recipe_search.py loops over it.
@@ -233,8 +234,8 @@ def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarr
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``tables`` each additive part's
     values by name (retrieval/parts.py): ``{"same": {field: (n, m) bool "shares the query's value"},
     "prior": {operator: (m,) answer prior of each candidate}, "neighbours": (n, m) bool "the training
-    graph links the query to the candidate", "prominence": (n, m) p(q) · p(d) in [0, 1], "mentions": {field: (n, m) bool
-    "one names the other and they share the field's value"}}``, a part or key it lacks
+    graph links the query to the candidate", "prominence": (n, m) p(q) · p(d) in [0, 1], "mentions": {field: (n, m)
+    how strongly one names the other where they share the field's value, else 0}}``, a part or key it lacks
     (or holds None for: a corpus without names has no prominence) adding nothing, as at query time;
     ``exclude`` (n, m) bool: the query itself, never a candidate. Candidates past the pool score
     :func:`past_pool` of their dense score."""

@@ -73,7 +73,7 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], 
     p = corpus.prominence  # each query's prominence times each candidate's (retrieval/parts.py Prominence)
     parts = {"same": corpus.same(), "prominence": None if p is None else np.outer(p[corpus.heads], p),
              "mentions": None if corpus.mentions is None else
-             {f: corpus.mentions[corpus.heads] & same for f, same in corpus.same().items()},
+             {f: corpus.mentions[corpus.heads] * same for f, same in corpus.same().items()},
              "prior": {operator.name: answer_prior.scores(operator, corpus.texts)}
              if answer_prior.weights_of(operator) is not None else None,
              "neighbours": graph.linked(head_texts, corpus.texts) if graph is not None else None}

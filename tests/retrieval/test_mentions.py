@@ -1,8 +1,8 @@
 """A recipe's mentions part (retrieval/parts.py ``Mentions``, indexer/mining.py): a bonus for a
-candidate that the query document's texts name or whose texts name it, mined from the index's own
-texts by the corpus's names, when it shares the query's value of a metadata field. The index adds
-it where it should, --explain shows it, a text query and an index without names get nothing, and
-dev takes it only when it helps."""
+candidate that the query document's texts name or whose texts name it (less for a smaller firm that
+names a larger), mined from the index's own texts by the corpus's names, when it shares the query's
+value of a metadata field. The index adds it where it should, --explain shows it, a text query and
+an index without names get nothing, and dev takes it only when it helps."""
 from dataclasses import replace
 
 import numpy as np
@@ -23,14 +23,26 @@ RECIPE = Recipe(mixture={"identity": 1.0}, bm25=0.3, mentions={"group": 0.5}, de
 def test_mentions_link_both_ways_by_name_and_never_a_share_class():
     docs = corpus()  # firm j names Zorb{j % 3} and Quix{5 + j % 2}
     names = [d["metadata"]["name"] for d in docs]
-    linked = mining.mentions_of([[d["text"]] for d in docs], names)
+    linked = mining.mentions_of([[d["text"]] for d in docs], names) > 0
     assert linked.shape == (N, N) and (linked == linked.T).all() and not linked.diagonal().any()
     assert set(np.flatnonzero(linked[10])) == {1, 5}  # what firm 10 names, and nobody names firm 10
     assert set(np.flatnonzero(linked[1])) == {6} | {j for j in range(N) if j % 3 == 1} - {1}  # and who names it
     classes = mining.mentions_of([["Acme Inc. makes anvils."], ["Acme Inc. makes anvils."], ["It competes with Acme."]],
-                                 ["Acme Inc Class A", "Acme Inc Class C", "Rival Corp."])
+                                 ["Acme Inc Class A", "Acme Inc Class C", "Rival Corp."]) > 0
     assert classes.tolist() == [[False, False, True], [False, False, True], [True, True, False]]
     assert mining.mentions_of([[d["text"]] for d in docs], [None] * N) is None
+
+
+def test_a_smaller_firm_that_names_a_larger_is_linked_to_it_by_their_prominence():
+    """Cars.com named Facebook, and was first in Facebook's five: a small firm names the platform it sells
+    on, the major whose drug it develops, the insurer whose members it serves far more often than the
+    major names it. The major's own texts, or a firm of its size, link as before."""
+    docs = corpus()  # firm j names Zorb{j % 3} and Quix{5 + j % 2}: firms 1 and 6 are named by many
+    texts, names = [[d["text"]] for d in docs], [d["metadata"]["name"] for d in docs]
+    linked, p = mining.mentions_of(texts, names), mining.prominence_of(texts, names)
+    assert linked[10, 1] == 1.0 and linked[1, 10] == pytest.approx(p[10] / p[1]) and p[10] / p[1] < 0.5
+    assert linked[1, 6] == 1.0 and linked[6, 1] == pytest.approx(min(1.0, p[1] / p[6]))  # firm 1 names firm 6
+    assert ((linked > 0) & (linked <= 1)).sum() == (linked > 0).sum()
 
 
 def test_a_sentence_of_dealings_makes_no_mention_but_still_counts_for_prominence():
@@ -57,8 +69,8 @@ def test_a_name_inside_a_longer_name_of_the_corpus_names_only_the_longer():
 
 def test_the_index_adds_the_bonus_to_named_candidates_of_the_same_group_and_explains_it(tmp_path):
     searcher = index(tmp_path, corpus(), RECIPE)
-    links = mining.mentions(searcher.files)
-    assert links[searcher.files.docstore.positions(["d13"])["d13"]] == {1, 6}  # d13 names Zorb1 and Quix6
+    found = mining.of_generation(searcher.files)
+    assert found.names[searcher.files.docstore.positions(["d13"])["d13"]] == {1, 6}  # d13 names Zorb1 and Quix6
     [hits] = run(searcher, [Query(doc_id="d13", relations={"rel": 1.0})], SearchOptions(k=N - 1, explain=True))
     got = {h.id: h.explain.get("recipe:mentions:group", 0.0) for h in hits}
     # d13 is in group 1 (i % 4), as d1 is; d6 (group 2) is named too but outside it
