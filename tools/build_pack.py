@@ -425,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="qa-entailment also trains on this WikiQA folder's train split (tools/data/wikiqa.py; "
                          "non-answers as hard negatives) and chooses its recipe on TrecQA and WikiQA dev together")
     ap.add_argument("--cache-dir", default=None, help="vector cache (default ~/.cache/relsearch/vectors)")
+    ap.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16"),
+                    help="the encoder's (auto: bf16 on a CPU with AVX-512 BF16 or AMX, else fp32); fp32 rebuilds a "
+                         "pack built on another CPU without moving recipes by bf16's rounding")
     ap.add_argument("--company-tower", default=None, metavar="BUNDLE",
                     help="similar-company from this bundle's query tower (relsearch train --regime encoder on "
                          "tools/company_tower_data.py's triples) instead of plain cosine; its recipe is chosen on "
@@ -449,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     trained = {r: prepared[r] for r in prepared if r in wanted and r not in RECIPE_ONLY}
     config = TrainConfig(operator=args.operator, epochs=args.epochs, lr=args.lr, seed=args.seed,
                          max_candidates=args.max_candidates, threads=args.threads, cache_dir=args.cache_dir)
-    encoder = Encoder(EncoderConfig())
+    encoder = Encoder(EncoderConfig(precision=args.precision))
     kept = load_bundle(args.reuse) if args.reuse else None
     bundle = train_relations(trained, data, config, encoder, wikiqa) if trained else None
     if bundle is None and kept is not None:

@@ -43,7 +43,8 @@ export function describe(recipe) {
   if (recipe.neighbours) parts.push(`${g(recipe.neighbours)}·neighbours`);
   if (recipe.prominence) parts.push(`${g(recipe.prominence)}·prominence`);
   for (const [field, w] of Object.entries(recipe.mentions || {})) if (w) parts.push(`${g(w)}·mentions within ${field}`);
-  return parts.join(" + ");
+  const described = parts.join(" + ");
+  return recipe.depth === 100 ? described : `${described} (pool ${recipe.depth})`;  // retrieval/recipe.py DEPTH
 }
 
 // What an answer says its query plan ran, in words: "runs " and the combined recipe (an rrf of its dense

@@ -326,8 +326,8 @@ def test_the_page_says_a_recipe_in_the_clis_words(index, tmp_path):
     assert said["bad"] == [None, None, None]
     by_name = {r["name"]: w for r, w in zip([r for r in index.relations() if "recipe" in r], said["words"])}
     assert by_name["similar-company"] == ("0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + "
-                                          "0.3·same gics_sub_industry_code + 0.1·same gics_industry_code + 0.5·prominence + "
-                                        "1·mentions within gics_sub_industry_code + 1·mentions within gics_industry_code")
+                                          "0.2·same gics_sub_industry_code + 0.2·same gics_industry_code + 0.5·prominence + "
+                                        "1·mentions within gics_sub_industry_code + 1·mentions within gics_industry_code (pool 1000)")
 
 
 MIXTURES = [({"identity": 1.0}, None), ({"similar-company": 1.0}, None), ({"identity": 0.5, "aspect:sector": 0.5}, None),
