@@ -420,8 +420,10 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     nothing (at most :data:`MAX_SWEEPS`), so that no one key's weight does better on dev and where
     the search ends depends less on the order the keys come in; ties keep the simpler recipe (tried
     first). A recipe that adds parts is then tried once with a pool :data:`DEEPER` times deeper
-    (when the table has more candidates than that), kept when dev gains: a bonus lifts only pooled
-    candidates, and a knowledge graph's head prediction often has its gold past the top 100. The
+    (when the table has more candidates than that): a bonus lifts only pooled candidates, and a
+    knowledge graph's head prediction often has its gold past the top 100. It is kept when dev
+    gains more than the noise margin below, since every query then reads ten times the candidates
+    (similar-company's lookups ran 3 times slower for a gain within noise). The
     best of these replaces the simplest — the first tried: the operator alone under the default
     ``mixes`` — only when it beats it by more than one paired standard error of the per-pair
     reciprocal-rank differences
@@ -447,7 +449,7 @@ def choose(name: str, dense: dict[str, np.ndarray], lexical: np.ndarray | None, 
     if best.adds and exclude.shape[1] > depth * DEEPER:  # a bonus lifts only what the pool holds: a deeper one
         deep = _Search(name, dense, lexical, tables, exclude, gold, depth=depth * DEEPER, known=known)
         rr, tried = deep.evaluate(replace(best, depth=deep.depth), search.best_share), tried + 1
-        if rr.mean() > best_rr.mean() + 1e-9:
+        if rr.mean() - best_rr.mean() > noise_margin(rr, best_rr, search.pairs.rows) + 1e-9:  # it costs every query
             best, best_rr = replace(best, depth=deep.depth), rr
     best = replace(best, **{part.name: {k: w for k, w in getattr(best, part.name).items() if w}
                             for part in PARTS.values() if part.keyed})

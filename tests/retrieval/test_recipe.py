@@ -640,7 +640,8 @@ def test_choose_ends_where_no_single_weight_does_better():
 def test_choose_tries_a_recipe_that_adds_parts_with_a_deeper_pool():
     """A bonus lifts only pooled candidates: where the dense list holds most golds past the pool
     (a knowledge graph's head prediction), choose keeps the chosen weights with a pool DEEPER times
-    deeper when dev gains, and the shallow pool when it does not."""
+    deeper when dev gains more than its noise, and the shallow pool when it does not: a deeper pool
+    costs every query."""
     from relsearch.retrieval.recipe import DEEPER, choose
 
     rng = np.random.default_rng(0)
@@ -662,3 +663,11 @@ def test_choose_tries_a_recipe_that_adds_parts_with_a_deeper_pool():
     chosen = choose("identity", {"identity": dense}, None, {"neighbours": linked}, exclude, gold, depth=5,
                     mixes=(1.0,))
     assert chosen.recipe.depth == 5
+    only = np.zeros((n, m), bool)  # the bonus lifts each gold a hair below the top; one gold of 40 lies past the pool
+    for i, g in enumerate(gold):
+        j = next(iter(g))
+        only[i, j], others = True, np.sort(np.delete(dense[i], j))
+        dense[i, j] = others[-30] if i == 1 else others[-1] - 1e-6
+    chosen = choose("identity", {"identity": dense}, None, {"neighbours": only}, exclude, gold, depth=5,
+                    mixes=(1.0,))
+    assert chosen.recipe.neighbours > 0 and chosen.recipe.depth == 5  # what the deeper pool gains is within noise
