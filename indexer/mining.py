@@ -134,7 +134,7 @@ class Mined:
         return out
 
     def mentioned(self, pos: int) -> dict[int, float]:
-        """position → how strongly it and ``pos`` are linked by naming, in (0, 1]: 1 when the texts of
+        """position → how strongly it and ``pos`` are linked by naming, in [0, 1]: 1 when the texts of
         ``pos`` name it; when only its own texts name ``pos``, its prominence over that of ``pos``, at
         most 1. A small firm names the major whose platform it sells on, whose drug it develops or
         whose members it serves (Cars.com names Facebook, Fate Therapeutics Biogen, Quest Diagnostics
