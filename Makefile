@@ -6,7 +6,7 @@ DEMO_INDEX ?= demo-index
 # the prepared public datasets (docs/datasets.md): $RELSEARCH_DATA, else this workspace's copy
 DATA ?= $(or $(RELSEARCH_DATA),../shared/data)
 
-.PHONY: demo demo-companies test test-bf16 test-slow test-kill test-dask test-browser docs test-docs pack company-bundle bench-speed gpu-report-data gpu-report clean
+.PHONY: demo demo-companies test test-bf16 test-fp32 test-slow test-kill test-dask test-browser docs test-docs pack company-bundle bench-speed gpu-report-data gpu-report clean
 
 # torch==2.13.0 first: it is the CPU build on this machine's disk; a bare `torch` would pull CUDA wheels.
 $(VENV)/.installed: setup.cfg pyproject.toml
@@ -67,6 +67,10 @@ test: $(VENV)/.installed
 # the default suite as an AVX-512 BF16 / AMX machine runs it (auto precision = bf16), on any CPU
 test-bf16: $(VENV)/.installed
 	RELSEARCH_TEST_AUTO_PRECISION=bf16 HF_HUB_OFFLINE=1 $(PY) -m pytest -q
+
+# the default suite as an AVX2-only machine runs it (auto precision = fp32), on a bf16 CPU too
+test-fp32: $(VENV)/.installed
+	RELSEARCH_TEST_AUTO_PRECISION=fp32 HF_HUB_OFFLINE=1 $(PY) -m pytest -q
 
 test-slow: $(VENV)/.installed
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -q -m slow

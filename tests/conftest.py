@@ -33,15 +33,20 @@ def auto_precision():
     """``RELSEARCH_TEST_AUTO_PRECISION=bf16`` (make test-bf16): ``auto`` precision picks bf16 as an
     AVX-512 BF16 or AMX machine does, so an AVX2-only machine runs the suite that machine would: the
     CPU's flags and the timing probe are what such a machine reports, and the choice itself is the
-    real one (a test of it passes its own flags and probe)."""
-    if os.environ.get("RELSEARCH_TEST_AUTO_PRECISION") != "bf16":
+    real one (a test of it passes its own flags and probe). ``=fp32`` (make test-fp32) is the other
+    way round: a bf16 machine reports no bf16 flags and runs the suite an AVX2-only machine would."""
+    mode = os.environ.get("RELSEARCH_TEST_AUTO_PRECISION")
+    if mode not in ("bf16", "fp32"):
         yield
         return
     from relsearch.encoder import precision
 
     patch = pytest.MonkeyPatch()
-    patch.setattr(precision, "cpu_bf16_flags", lambda *a, **k: frozenset({"amx_bf16"}))
-    patch.setattr(precision, "matmul_probe", lambda *a, **k: (2.0, 1.0))  # bf16 twice fp32's speed
+    if mode == "bf16":
+        patch.setattr(precision, "cpu_bf16_flags", lambda *a, **k: frozenset({"amx_bf16"}))
+        patch.setattr(precision, "matmul_probe", lambda *a, **k: (2.0, 1.0))  # bf16 twice fp32's speed
+    else:
+        patch.setattr(precision, "cpu_bf16_flags", lambda *a, **k: frozenset())
     yield
     patch.undo()
 
