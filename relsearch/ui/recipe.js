@@ -5,6 +5,7 @@
 
 const isObject = (x) => typeof x === "object" && x !== null && !Array.isArray(x);
 const isNumber = (x) => typeof x === "number" && Number.isFinite(x);
+const DEPTH = 100;  // retrieval/recipe.py DEPTH: a recipe's default pool
 
 // Python's format(x, "g"): 6 significant digits, no trailing zeros, an exponent below 1e-4 or from 1e6
 export function g(x) {
@@ -30,7 +31,7 @@ export function readRecipe(entry) {
   if (!["bm25", "title", "neighbours", "prominence"].every((key) => isNumber(share(key)))) return null;
   return {mixture: {...entry.mixture}, bm25: share("bm25"), title: share("title"), same: {...keyed.same},
           prior: {...keyed.prior}, neighbours: share("neighbours"), prominence: share("prominence"),
-          mentions: {...keyed.mentions}, depth: isNumber(entry.depth) ? entry.depth : 100};
+          mentions: {...keyed.mentions}, depth: isNumber(entry.depth) ? entry.depth : DEPTH};
 }
 
 // Recipe.describe(): e.g. "0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + 0.5·same gics_sub_industry_code"
@@ -44,7 +45,7 @@ export function describe(recipe) {
   if (recipe.prominence) parts.push(`${g(recipe.prominence)}·prominence`);
   for (const [field, w] of Object.entries(recipe.mentions || {})) if (w) parts.push(`${g(w)}·mentions within ${field}`);
   const described = parts.join(" + ");
-  return recipe.depth === 100 ? described : `${described} (pool ${recipe.depth})`;  // retrieval/recipe.py DEPTH
+  return recipe.depth === DEPTH ? described : `${described} (pool ${recipe.depth})`;
 }
 
 // What an answer says its query plan ran, in words: "runs " and the combined recipe (an rrf of its dense
