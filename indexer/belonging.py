@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -61,6 +61,7 @@ _TOKEN = re.compile(r"[^\W_]+|&")
 # a text's first phrase ends at , ( ; : a verb "is"/"was"/"are"/"were", or a sentence end (not "U.S. B…")
 _SUBJECT_END = re.compile(r"[,(;:]|(?<!\b[A-Za-z])\.(\s|$)|\s(is|was|are|were)\s", re.I)
 _CLASS = re.compile(r"(\s+class\s+[a-z]|\s*-\s*[a-z])\s*$", re.I)
+COMMON_MIN_TEXTS = 2  # texts writing a word in lower case that make it a common word (lower_case_words)
 _LOWER_WORD = re.compile(r"(?<![\w./@])[a-z][a-z-]+\b(?!\.\w)")  # not a web address's "autozone.com"
 
 
@@ -195,9 +196,12 @@ class _Names:
 
 
 def lower_case_words(texts: Iterable[str]) -> set[str]:
-    """The words ``texts`` write in lower case (not a web address's "autozone.com"): a one-word
-    name among them is too common to name anyone."""
-    return {w for t in texts for w in _LOWER_WORD.findall(t)}
+    """The words that at least COMMON_MIN_TEXTS of the distinct ``texts`` write in lower case (not a
+    web address's "autozone.com"): a one-word name among them is too common to name anyone. One
+    text's lower case is not enough: a flavour's "apple jack'd" or a quoted "intel" would make Apple
+    and Intel unnameable."""
+    uses = Counter(w for t in set(texts) for w in set(_LOWER_WORD.findall(t)))
+    return {w for w, n in uses.items() if n >= COMMON_MIN_TEXTS}
 
 
 def _common(a: tuple[str, ...], b: tuple[str, ...]) -> int:

@@ -49,10 +49,11 @@ ALIAS_MAX_SHARE = 0.01  # ... when at most this share of the corpus's texts (at 
 ALIAS_MIN_DF = 5
 MAX_ALIASES = 4  # aliases kept per document, the most used first
 MAX_RUN_WORDS = 4  # words of a capitalised run counted as a name ("Google Cloud Platform": 1 to 3 words)
-# the words that begin or end a company's name without naming it: an article, legal forms
+# the words that begin or end a company's name without naming it: an article, legal forms, a web
+# address's ending (others write "Amazon", not "Amazon.com")
 ARTICLES = frozenset({"the"})
 LEGAL_FORMS = frozenset({"inc", "incorporated", "corp", "corporation", "co", "company", "companies", "plc", "ltd",
-                         "limited", "llc", "lp", "llp", "holdings", "holding", "group", "sa", "ag", "nv", "se"})
+                         "limited", "llc", "lp", "llp", "holdings", "holding", "group", "sa", "ag", "nv", "se", "com"})
 _SEPARATORS = re.compile(r"[\W_]+")  # what separates words: anything but a letter or digit
 _CAPITALISED = r"(?<![\w'’.&-])[A-ZÀ-ÖØ-Þ][\w'’.&-]*"  # a word that starts with a capital (Latin letters)
 _RUNS = re.compile(f"{_CAPITALISED}(?:(?: of| &)? {_CAPITALISED})*")
@@ -69,7 +70,7 @@ DEALINGS = re.compile(r"\b(collaborat\w*|agreements?|allian\w*|partner\w*|licens
 FILE = "mined.json"  # a generation's mining, written with it (:func:`write`)
 # What :func:`mine` computes, versioned: a file of another version is mined again on first use (bump
 # it with any change to what mine() finds, so that an index written before follows the new rules).
-VERSION = 4
+VERSION = 5
 _MINED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # a generation's docstore → its Mined
 _MINED_LOCK = threading.Lock()
 
@@ -103,7 +104,8 @@ def _naming_span(w: list[str]) -> tuple[int, int]:
     start, end = 0, len(w)
     while end - start > 1 and w[start] in ARTICLES:
         start += 1
-    while end - start > 1 and w[end - 1] in LEGAL_FORMS:
+    # "and" before a legal form goes with it: "Eli Lilly and Company" is named "Eli Lilly"
+    while end - start > 1 and (w[end - 1] in LEGAL_FORMS or w[end - 1] == "and" and end < len(w)):
         end -= 1
     return start, end
 

@@ -67,6 +67,20 @@ def test_a_name_inside_a_longer_name_of_the_corpus_names_only_the_longer():
     assert set(np.flatnonzero(linked[0])) == {2}  # the bottler's own name does not name The Coca-Cola Company
 
 
+def test_a_firm_is_named_as_people_write_it_and_one_texts_lower_case_leaves_a_name_linking():
+    """Others write "Eli Lilly" and "Amazon", not "Eli Lilly and" or "Amazon com"; one text's "apple"
+    (a flavour) does not make Apple a common word, two texts' "target" make Target one."""
+    names = ["Eli Lilly and Company", "Amazon.com, Inc.", "Apple Inc.", "Target Corporation", "Rival Corp."]
+    texts = [["Eli Lilly and Company makes drugs."], ["Amazon.com, Inc. sells online."], ["Apple Inc. makes phones."],
+             ["Target Corporation runs stores."],
+             ["Rival competes with Eli Lilly, Amazon, Apple and Target. Its sodas taste of apple.",
+              "Rival meets its sales target.", "Each store has a target."]]
+    linked = mining.mentions_of(texts, names)
+    assert set(np.flatnonzero(linked[4])) == {0, 1, 2}  # "target": lower case in two texts
+    assert mining.naming_key("Becton, Dickinson and Company") == "becton dickinson"
+    assert mining.naming_key("Procter and Gamble") == "procter and gamble"  # "and" goes only with a legal form
+
+
 def test_the_index_adds_the_bonus_to_named_candidates_of_the_same_group_and_explains_it(tmp_path):
     searcher = index(tmp_path, corpus(), RECIPE)
     found = mining.of_generation(searcher.files)
