@@ -286,7 +286,8 @@ def _scores(method: str, items: list[_Item], cands: Candidates, bm25: BM25, op: 
             titles = title_vectors(lambda texts: np.stack([cands.raw[t] for t in texts]), [it.query for it in items], h)
             parts[TITLE] = titles @ cands.unit.T
         lexical = bm25.scores([it.query for it in items]) if recipe.bm25 else None
-        tables = {"prior": {name: cands.prior(name) for name in recipe.prior}}  # no names in triples: no prominence
+        tables = {"prior": {name: cands.prior(name) for name in recipe.prior},  # no names in triples: no prominence
+                  "unanswered": {name: (cands.prior(name) == 0).astype(np.float32) for name in recipe.unanswered}}
         if recipe.neighbours:
             tables["neighbours"] = cands.graph().linked([it.query for it in items], cands.texts)
         return score_matrix(recipe, parts, lexical, tables, exclude)

@@ -163,6 +163,29 @@ class Prior(Part):
         return score
 
 
+class Unanswered(Part):
+    """A bonus for a candidate that training never gave as an answer of an operator's relation
+    (retrieval/prior.py): where most entities have one answer at most (a birthplace, a hypernym), the
+    one still without is the likelier new answer. Reads the operator's complete answer table."""
+
+    name, keyed, grid, reads_documents = "unanswered", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True
+    what, noun = "unanswered bonuses", "unanswered bonuses"
+    help = "Relation → bonus for a document that training never gave as an answer of it (retrieval/prior.py)."
+
+    def check(self, key, weight: float, operators: dict, graph) -> str | None:
+        if key not in operators or not answer_prior.complete(operators[key]):
+            return f"unanswered names {key[:60]!r}, which is not an operator of this bundle with every answer stored"
+        return None
+
+    def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
+        table = answer_prior.weights_of(batch.searcher.operators[key])
+
+        def score(i, pool, docs):
+            keys = batch.text_keys(i, pool, docs)
+            return {p: weight for p in pool if keys[p] not in table}
+        return score
+
+
 class Neighbours(Part):
     """A bonus for a candidate the bundle's training graph links to the query (retrieval/graph.py)."""
 
@@ -260,7 +283,8 @@ def _without_names(part: Part, owners: str, metadata_fields) -> list[str]:
             f"({', '.join(mining.NAME_FIELDS)}) to find its documents' names in the texts"]
 
 
-PARTS: dict[str, Part] = {part.name: part for part in (Same(), Prior(), Neighbours(), Prominence(), Mentions())}
+PARTS: dict[str, Part] = {part.name: part for part in (Same(), Prior(), Unanswered(), Neighbours(), Prominence(),
+                                                        Mentions())}
 
 
 def scorers(recipe, batch: Batch) -> tuple[list[tuple[str, Scorer]], bool]:

@@ -12,7 +12,7 @@ What a mixture means (design.md §3, "one meaning everywhere"):
 - a mixture ``{R: w_R}`` ranks by the weighted recipe of its relations:
   ``mixture = Σ w_R · mixture_R`` (one dense query vector), ``title = Σ w_R · title_R``,
   ``bm25 = Σ w_R · bm25_R / Σ w_R``, ``same_f = Σ w_R · same_R,f / Σ w_R`` and the answer priors
-  ``prior_P = Σ w_R · prior_R,P / Σ w_R``, the neighbours bonus and prominence weight likewise,
+  ``prior_P = Σ w_R · prior_R,P / Σ w_R``, the unanswered, neighbours and prominence weights likewise,
   ``depth = max depth_R``. Relations without recipes reduce it to the plain vector mixture;
 - ``hybrid="weighted"`` with weight W gives BM25 the share 1 − W of a mixture that has none;
   ``hybrid="rrf"`` fuses the dense list with BM25 by ranks. Either is refused, with the reason,

@@ -5,7 +5,8 @@ similarity that plain cosine and BM25 keep, so a trained relation is stored with
 it that won on its dev split, by whole-corpus retrieval:
 
     score(d) = (1 − b) · minmax(dense)(d) + b · minmax(bm25)(d) + Σ_f bonus_f · [d.f = q.f]
-               + Σ_R w_R · prior_R(d) + w_g · [d linked to q in training] + w_p · p(q) · p(d)
+               + Σ_R w_R · prior_R(d) + Σ_R u_R · [prior_R(d) = 0]
+               + w_g · [d linked to q in training] + w_p · p(q) · p(d)
                + Σ_f w_m,f · [q's texts name d, or d's name q, and d.f = q.f]
 
 - dense = ⟨Σ_k w_k normalize(op_k(h)) + w_title · normalize(enc(title)), t̂⟩: the operator mixed
@@ -20,6 +21,8 @@ it that won on its dev split, by whole-corpus retrieval:
   queries have metadata; a text query gets none), e.g. the same GICS sub-industry as a weak prior;
 - an answer prior per relation (retrieval/prior.py): how often d answered R in training, for
   relations trained on triples whose answers recur (a knowledge graph's "occupation": "actor");
+- a bonus for each candidate training never gave as an answer of R (``unanswered``, the same
+  table): most entities have one birthplace, so the one still without is the likelier answer;
 - a bonus for each candidate that a training triple links to the query (retrieval/graph.py:
   SimKGC's neighbour re-ranking), for relations trained on a knowledge graph;
 - prominence p: how much the corpus itself says of d (indexer/mining.py: how many other texts name
@@ -73,7 +76,8 @@ MAX_BONUS = 10.0  # a bonus past this outweighs every fused score many times: no
 class Recipe:
     """``mixture``: operator → weight of the dense query vector; ``bm25``: BM25's share in [0, 1];
     ``same``: metadata field → bonus for sharing the query document's value; ``prior``: operator →
-    weight of its answer prior (retrieval/prior.py); ``neighbours``: bonus for a candidate the
+    weight of its answer prior (retrieval/prior.py); ``unanswered``: operator → bonus for a candidate
+    training never gave as its answer (the same table); ``neighbours``: bonus for a candidate the
     bundle's training graph links to the query (retrieval/graph.py); ``prominence``: weight of a
     candidate's prominence in the corpus times the query document's (indexer/mining.py); ``mentions``: metadata field → bonus for a
     candidate the query document's texts name or that names it (indexer/mining.py) and that shares the
@@ -86,6 +90,7 @@ class Recipe:
     title: float = 0.0
     same: dict[str, float] = field(default_factory=dict)
     prior: dict[str, float] = field(default_factory=dict)
+    unanswered: dict[str, float] = field(default_factory=dict)
     neighbours: float = 0.0
     prominence: float = 0.0
     mentions: dict[str, float] = field(default_factory=dict)
@@ -233,7 +238,8 @@ def score_matrix(recipe: Recipe, dense: dict[str, np.ndarray], lexical: np.ndarr
     (every operator of the mixture, and :data:`TITLE` when the recipe weighs the query title),
     ``lexical`` (n, m) BM25 scores (needed when ``recipe.bm25``), ``tables`` each additive part's
     values by name (retrieval/parts.py): ``{"same": {field: (n, m) bool "shares the query's value"},
-    "prior": {operator: (m,) answer prior of each candidate}, "neighbours": (n, m) bool "the training
+    "prior": {operator: (m,) answer prior of each candidate}, "unanswered": {operator: (m,) 1 where
+    training never gave the candidate as its answer}, "neighbours": (n, m) bool "the training
     graph links the query to the candidate", "prominence": (n, m) p(q) · p(d) in [0, 1], "mentions": {field: (n, m)
     how strongly one names the other where they share the field's value, else 0}}``, a part or key it lacks
     (or holds None for: a corpus without names has no prominence) adding nothing, as at query time;

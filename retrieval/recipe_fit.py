@@ -76,6 +76,7 @@ def tables(corpus: Corpus, operator, encode: Callable[[list[str]], np.ndarray], 
              {f: corpus.mentions[corpus.heads] * same for f, same in corpus.same().items()},
              "prior": {operator.name: answer_prior.scores(operator, corpus.texts)}
              if answer_prior.weights_of(operator) is not None else None,
+             "unanswered": {operator.name: answer_prior.unanswered(operator, corpus.texts)},
              "neighbours": graph.linked(head_texts, corpus.texts) if graph is not None else None}
     return Tables(dense, e.bm25.scores(head_texts), parts, corpus.exclude(), corpus.gold, corpus.known)
 
@@ -118,13 +119,23 @@ def fit(operator, dev: Corpus | None, test: Corpus | None, encode: Callable[[lis
                                                           else None}}
     if choice.within_noise:  # the best recipe tried, turned down: its gain over the simplest was within noise
         report["dev"]["within_noise"] = {"recipe": choice.within_noise[0].to_json(), "mrr": choice.within_noise[1]}
-    if not choice.recipe.prior:  # dev chose no prior: the bundle keeps no table
-        operator.info.pop("answer_prior", None)
+    keep_table(operator, choice.recipe)
     if test is not None:
         report["test"] = measure(choice.recipe, operator, test, encode, graph=graph)
     operator.info["recipe"] = choice.recipe.to_json()
     operator.info["whole_corpus"] = {k: v for k, v in report.items() if k != "recipe"}
     return report
+
+
+def keep_table(operator, recipe: Recipe) -> None:
+    """Keep of the operator's answer table (retrieval/prior.py) what ``recipe`` reads: every answer for
+    ``unanswered``, the most frequent for a prior alone, none for neither."""
+    if recipe.unanswered:
+        return
+    if recipe.prior:
+        operator.info["answer_prior"] = answer_prior.trimmed(operator.info["answer_prior"])
+    else:
+        operator.info.pop("answer_prior", None)
 
 
 def measure(recipe: Recipe, operator, corpus: Corpus, encode, *, k: int | None = None, graph: Graph | None = None) -> dict:
@@ -426,8 +437,8 @@ def _fit_relation(name: str, op, by_split: dict, splits: dict[str, Split], train
     """Fit relation ``name`` (:func:`fit`), its known training answers filtered from its ranks and its
     answer prior offered when some answer recurs. Returns its report and whether it had dev pairs."""
     answers = training.answers.get(name, ())
-    if len(set(answers)) < len(answers):  # some answer recurs
-        op.info["answer_prior"] = answer_prior.table(training.answers[name])
+    if answers:  # a prior where some answer recurs, and which texts are no answer yet (fit keeps what it reads)
+        op.info["answer_prior"] = answer_prior.table(answers)
     corpus = {s: splits[s].corpus(by_split[s], training.known.get(name, ())) if by_split[s] else None
               for s in by_split}
     return fit(op, corpus["dev"], corpus["test"], encode, training.graph), corpus["dev"] is not None

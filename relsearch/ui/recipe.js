@@ -20,17 +20,20 @@ export function g(x) {
   return strip(x.toFixed(5 - exponent));
 }
 
-// A bundle's recipe entry as {mixture, bm25, title, same, prior, neighbours, prominence, mentions, depth}, or null
+// A bundle's recipe entry as {mixture, bm25, title, same, prior, unanswered, neighbours, prominence, mentions, depth},
+// or null
 // when it is not one (a bundle is data: a field of another type is not read as a recipe)
 export function readRecipe(entry) {
   if (!isObject(entry) || !isObject(entry.mixture)) return null;
   const numbers = (object) => Object.entries(object).every(([, w]) => isNumber(w));
-  const keyed = Object.fromEntries(["same", "prior", "mentions"].map((k) => [k, entry[k] === undefined ? {} : entry[k]]));
+  const keyed = Object.fromEntries(["same", "prior", "unanswered", "mentions"]
+    .map((k) => [k, entry[k] === undefined ? {} : entry[k]]));
   if (!numbers(entry.mixture) || !Object.values(keyed).every((o) => isObject(o) && numbers(o))) return null;
   const share = (key) => (entry[key] === undefined ? 0 : entry[key]);
   if (!["bm25", "title", "neighbours", "prominence"].every((key) => isNumber(share(key)))) return null;
   return {mixture: {...entry.mixture}, bm25: share("bm25"), title: share("title"), same: {...keyed.same},
-          prior: {...keyed.prior}, neighbours: share("neighbours"), prominence: share("prominence"),
+          prior: {...keyed.prior}, unanswered: {...keyed.unanswered}, neighbours: share("neighbours"),
+          prominence: share("prominence"),
           mentions: {...keyed.mentions}, depth: isNumber(entry.depth) ? entry.depth : DEPTH};
 }
 
@@ -41,6 +44,7 @@ export function describe(recipe) {
   const parts = [recipe.bm25 ? `${g(1 - recipe.bm25)}·minmax(${dense}) + ${g(recipe.bm25)}·minmax(bm25)` : dense];
   for (const [field, w] of Object.entries(recipe.same)) if (w) parts.push(`${g(w)}·same ${field}`);
   for (const [name, w] of Object.entries(recipe.prior || {})) if (w) parts.push(`${g(w)}·prior(${name})`);
+  for (const [name, w] of Object.entries(recipe.unanswered || {})) if (w) parts.push(`${g(w)}·unanswered(${name})`);
   if (recipe.neighbours) parts.push(`${g(recipe.neighbours)}·neighbours`);
   if (recipe.prominence) parts.push(`${g(recipe.prominence)}·prominence`);
   for (const [field, w] of Object.entries(recipe.mentions || {})) if (w) parts.push(`${g(w)}·mentions within ${field}`);
@@ -69,9 +73,9 @@ export const SCALES = {
 const PART_LABELS = {"recipe:dense": "dense", "recipe:bm25": "BM25", "recipe:past-pool": "past the pool"};
 
 // A recipe part's label and kind: recipe:same:FIELD → "same FIELD", recipe:prior:RELATION → "prior RELATION",
-// recipe:mentions:FIELD → "mentions FIELD"
+// recipe:unanswered:RELATION → "unanswered RELATION", recipe:mentions:FIELD → "mentions FIELD"
 function partName(key) {
-  for (const kind of ["same", "prior", "mentions"]) {
+  for (const kind of ["same", "prior", "unanswered", "mentions"]) {
     if (key.startsWith(`recipe:${kind}:`)) return {label: `${kind} ${key.slice(`recipe:${kind}:`.length)}`, kind};
   }
   return {label: PART_LABELS[key] || key.slice("recipe:".length), kind: key.slice("recipe:".length)};

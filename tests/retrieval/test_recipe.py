@@ -567,8 +567,8 @@ def test_a_part_registered_in_the_table_is_validated_serialised_described_combin
     wide = _Wider(mixture={"rel": 0.5, "identity": 0.5}, bm25=0.3, same={"group": 0.2}, length=0.3, depth=20)
     with pytest.raises(ValueError, match=r"the length weight must be in \[0, 10\], got -1"):
         _Wider(mixture={"rel": 1.0}, length=-1.0)
-    assert list(wide.to_json()) == ["mixture", "bm25", "title", "same", "prior", "neighbours", "prominence", "mentions", "length",
-                                    "depth"]
+    assert list(wide.to_json()) == ["mixture", "bm25", "title", "same", "prior", "unanswered", "neighbours", "prominence",
+                                    "mentions", "length", "depth"]
     assert _Wider.from_json(wide.to_json()) == wide
     assert replace(wide, same={}).adds and not replace(wide, same={}, length=0.0).adds
     assert wide.describe().endswith("+ 0.2·same group + 0.3·length (pool 20)")
