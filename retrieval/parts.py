@@ -159,16 +159,21 @@ class Prior(Part):
 
         def score(i, pool, docs):
             keys = batch.text_keys(i, pool, docs)
-            return {p: weight * v for p in pool if (v := table.get(keys[p], 0.0))}
+            return {p: v for p in pool if (v := self.value(weight, table.get(keys[p], 0.0)))}
         return score
 
+    @staticmethod
+    def value(weight: float, prior: float) -> float:
+        """What the part adds for a text of that ``prior`` (0: never an answer)."""
+        return weight * prior
 
-class Unanswered(Part):
+
+class Unanswered(Prior):
     """A bonus for a candidate that training never gave as an answer of an operator's relation
     (retrieval/prior.py): where most entities have one answer at most (a birthplace, a hypernym), the
     one still without is the likelier new answer. Reads the operator's complete answer table."""
 
-    name, keyed, grid, reads_documents = "unanswered", True, (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0), True
+    name, grid = "unanswered", (0.0, 0.05, 0.1, 0.2, 0.3, 0.5, 1.0)
     what, noun = "unanswered bonuses", "unanswered bonuses"
     help = "Relation → bonus for a document that training never gave as an answer of it (retrieval/prior.py)."
 
@@ -177,13 +182,9 @@ class Unanswered(Part):
             return f"unanswered names {key[:60]!r}, which is not an operator of this bundle with every answer stored"
         return None
 
-    def scorer(self, batch: Batch, key, weight: float) -> Scorer | None:
-        table = answer_prior.weights_of(batch.searcher.operators[key])
-
-        def score(i, pool, docs):
-            keys = batch.text_keys(i, pool, docs)
-            return {p: weight for p in pool if keys[p] not in table}
-        return score
+    @staticmethod
+    def value(weight: float, prior: float) -> float:
+        return 0.0 if prior else weight
 
 
 class Neighbours(Part):

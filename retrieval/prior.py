@@ -43,12 +43,12 @@ def key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def table(answers: Iterable[str], entries: int = MAX_ANSWERS) -> dict:
+def table(answers: Iterable[str]) -> dict:
     """The stored prior of a relation from its training answers (one text per triple, repeats
-    counted): the ``answer_prior`` entry of its ``entries`` most frequent; empty weights when there
+    counted): the ``answer_prior`` entry of its MAX_ANSWERS most frequent; empty weights when there
     are no answers."""
     counts = Counter(answers)
-    kept = counts.most_common(entries)
+    kept = counts.most_common(MAX_ANSWERS)
     top = math.log1p(kept[0][1]) if kept else 1.0
     return {"key": KEY, "weights": {key(text): round(math.log1p(n) / top, 4) for text, n in kept},
             "complete": len(kept) == len(counts)}

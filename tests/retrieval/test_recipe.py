@@ -44,10 +44,12 @@ def indexed(tmp_path_factory):
 
 
 def whole_table(searcher, docs, raw, heads):
-    """The recipe's parts over every document, as recipe_fit scores a dev split."""
+    """The recipe's parts over every document, as recipe_fit scores a dev split; the ``heads`` ask
+    as ``--id`` queries, by their stored vectors (t̂·‖h‖)."""
     unit = normalize(raw)
+    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
     op = searcher.operators["rel"]
-    dense = {"identity": unit[heads] @ unit.T, "rel": op.apply(raw[heads]) @ unit.T}
+    dense = {"identity": normalize(stored) @ unit.T, "rel": op.apply(stored) @ unit.T}
     lexical = BM25([d["text"] for d in docs]).scores([docs[h]["text"] for h in heads])
     group = np.array([d["metadata"]["group"] for d in docs])
     same = {"group": group[heads][:, None] == group[None, :]}
@@ -59,10 +61,7 @@ def whole_table(searcher, docs, raw, heads):
 def test_the_index_answers_as_the_whole_table_scores(indexed):
     searcher, docs, raw = indexed
     heads = [0, 7, 42, 99]
-    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
-    raw_heads = raw.copy()
-    raw_heads[heads] = stored  # --id queries use the stored vector: t̂·‖h‖
-    expected = score_matrix(RECIPE, *whole_table(searcher, docs, raw_heads, heads))
+    expected = score_matrix(RECIPE, *whole_table(searcher, docs, raw, heads))
     pages = run(searcher, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=8))
     for row, hits in zip(expected, pages):
         top = np.sort(row)[::-1][:8]  # the same scores in the same order (ties may trade places)
@@ -157,10 +156,7 @@ def test_a_recipe_scores_the_whole_table_as_the_index_ranks_past_its_pool(indexe
     other = Searcher(str(searcher.files.root),
                      model=str(Bundle(encoder=encoder_identity(), operators={"rel": op}).save(tmp_path / "b")))
     heads = [0, 42]
-    stored = other.files.vectors[heads] * np.array([[other.files.docstore.get([h])[h]["norm"]] for h in heads])
-    raw_heads = raw.copy()
-    raw_heads[heads] = stored
-    expected = score_matrix(shallow, *whole_table(other, docs, raw_heads, heads))
+    expected = score_matrix(shallow, *whole_table(other, docs, raw, heads))
     pages = run(other, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=N))
     for row, hits in zip(expected, pages):
         np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
@@ -390,10 +386,7 @@ def test_an_answer_prior_ranks_the_index_as_the_whole_table_scores(indexed, tmp_
     searcher, docs, raw = indexed
     with_prior = replace(RECIPE, prior={"rel": 0.5}, depth=20)
     heads = [0, 42]
-    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
-    raw_heads = raw.copy()
-    raw_heads[heads] = stored
-    table = whole_table(searcher, docs, raw_heads, heads)
+    table = whole_table(searcher, docs, raw, heads)
     without = score_matrix(replace(with_prior, prior={}), *table)
     low = [int(j) for j in np.argsort(-without[0])[12:19]]  # pooled, ranked low without a prior
     answers = [docs[j]["text"] for j in [low[0]] * 4 + [low[3]] * 2 + [low[6]]]  # answered 4 times, twice, once
@@ -487,10 +480,7 @@ def test_a_neighbours_bonus_ranks_the_index_as_the_whole_table_scores(indexed, t
     searcher, docs, raw = indexed
     linked_recipe = replace(RECIPE, neighbours=0.3, depth=20)
     heads = [0, 42]
-    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
-    raw_heads = raw.copy()
-    raw_heads[heads] = stored
-    table = whole_table(searcher, docs, raw_heads, heads)
+    table = whole_table(searcher, docs, raw, heads)
     without = score_matrix(replace(linked_recipe, neighbours=0.0), *table)
     low = [int(j) for j in np.argsort(-without[0])[12:19]]  # pooled, ranked low without the bonus
     pairs = [(docs[0]["text"], docs[low[0]]["text"]), (docs[low[3]]["text"], docs[0]["text"]),
@@ -576,10 +566,7 @@ def test_a_part_registered_in_the_table_is_validated_serialised_described_combin
     assert combine({"a": wide, "b": replace(wide, length=0.1)}, {"a": 1.0, "b": 3.0}).length == pytest.approx(0.15)
     searcher, docs, raw = indexed
     heads = [0, 42]
-    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
-    raw_heads = raw.copy()
-    raw_heads[heads] = stored
-    dense, lexical, tables, exclude = whole_table(searcher, docs, raw_heads, heads)
+    dense, lexical, tables, exclude = whole_table(searcher, docs, raw, heads)
     lengths = np.array([len(d["text"]) / 100 for d in docs])
     expected = score_matrix(wide, dense, lexical, {**tables, "length": lengths}, exclude)
     without = score_matrix(wide, dense, lexical, tables, exclude)  # a table without the part: it adds nothing

@@ -22,10 +22,7 @@ def test_the_index_ranks_as_the_whole_table_scores_and_a_cut_table_is_refused(in
     searcher, docs, raw = indexed
     recipe = replace(RECIPE, unanswered={"rel": 0.5}, depth=20)
     heads = [0, 42]
-    stored = searcher.files.vectors[heads] * np.array([[searcher.files.docstore.get([h])[h]["norm"]] for h in heads])
-    raw_heads = raw.copy()
-    raw_heads[heads] = stored
-    dense, lexical, tables, exclude = whole_table(searcher, docs, raw_heads, heads)
+    dense, lexical, tables, exclude = whole_table(searcher, docs, raw, heads)
     without = score_matrix(replace(recipe, unanswered={}), dense, lexical, tables, exclude)
     top = [int(j) for j in np.argsort(-np.where(exclude[0], -np.inf, without[0]))[:6]]
     other = _with_prior(searcher, tmp_path, recipe, [docs[j]["text"] for j in top[:5]])  # training answered five
