@@ -58,6 +58,19 @@ def whole_table(searcher, docs, raw, heads):
     return dense, lexical, {"same": same}, exclude
 
 
+def explained(expected: np.ndarray, pages: list) -> list[tuple]:
+    """(hit, its recipe:* explain parts) of every page, once each hit scores as ``expected``'s row does
+    and its parts add up to its score."""
+    out = []
+    for row, hits in zip(expected, pages):
+        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
+        for hit in hits:
+            parts = {k: v for k, v in hit.explain.items() if k.startswith("recipe:")}
+            assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
+            out.append((hit, parts))
+    return out
+
+
 def test_the_index_answers_as_the_whole_table_scores(indexed):
     searcher, docs, raw = indexed
     heads = [0, 7, 42, 99]
@@ -398,13 +411,9 @@ def test_an_answer_prior_ranks_the_index_as_the_whole_table_scores(indexed, tmp_
     above = lambda scores: int((scores[0] > scores[0, low[0]]).sum())  # noqa: E731 (candidates above d)
     assert above(expected) < above(without) - 3
     pages = run(other, [Query(doc_id=f"d{h}", relations={"rel": 1.0}) for h in heads], SearchOptions(k=N, explain=True))
-    for row, hits in zip(expected, pages):
-        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
-        for hit in hits:
-            parts = {k: v for k, v in hit.explain.items() if k.startswith("recipe:")}
-            assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
-            if "recipe:prior:rel" in parts:
-                assert parts["recipe:prior:rel"] == pytest.approx(0.5 * weights[int(hit.id[1:])], abs=1e-6)
+    for hit, parts in explained(expected, pages):
+        if "recipe:prior:rel" in parts:
+            assert parts["recipe:prior:rel"] == pytest.approx(0.5 * weights[int(hit.id[1:])], abs=1e-6)
     assert "0.5·prior(rel)" in with_prior.describe()
     assert Recipe.from_json(with_prior.to_json()) == with_prior
 
@@ -573,13 +582,9 @@ def test_a_part_registered_in_the_table_is_validated_serialised_described_combin
     assert not np.allclose(expected, without)
     pages = recipe_search.search(searcher, [Query(doc_id=f"d{h}", relations={}) for h in heads], wide, k=N,
                                  explain=True)
-    for row, hits in zip(expected, pages):
-        np.testing.assert_allclose([h.score for h in hits], [row[int(h.id[1:])] for h in hits], atol=2e-4)
-        for hit in hits:
-            parts = {k: v for k, v in hit.explain.items() if k.startswith("recipe:")}
-            assert sum(parts.values()) == pytest.approx(hit.score, abs=1e-5)
-            if "recipe:past-pool" not in parts:
-                assert parts["recipe:length"] == pytest.approx(0.3 * lengths[int(hit.id[1:])])
+    for hit, parts in explained(expected, pages):
+        if "recipe:past-pool" not in parts:
+            assert parts["recipe:length"] == pytest.approx(0.3 * lengths[int(hit.id[1:])])
 
 
 def _dev_tables(seed: int):
