@@ -388,7 +388,7 @@ def test_the_page_explains_the_score_it_shows(served, browser_page, artifacts):
     assert words == {op["name"]: "runs " + Recipe.from_json(op["recipe"]).describe() for op in shipped if "recipe" in op}
     assert words["similar-company"] == ("runs 0.3·minmax(1·similar-company) + 0.7·minmax(bm25) + "
                                         "0.2·same gics_sub_industry_code + 0.2·same gics_industry_code + 0.5·prominence + "
-                                        "1·mentions within gics_sub_industry_code + 1·mentions within gics_industry_code")
+                                        "1·mentions within gics_industry_code")
     notes = dict(page.eval_on_selector_all("#relation-table tr", "rows => rows.filter(r => r.querySelector('.trained-on'))"
                                            ".map(r => [r.dataset.name, r.querySelector('.trained-on').textContent])"))
     assert notes["same-caption"] == "trained on: Flickr8k captions" and "identity" not in notes
