@@ -21,8 +21,8 @@ Stored in the operator's bundle entry as ``info["answer_prior"] = {"key": KEY, "
 a collision between two of a million texts has odds about 10⁻⁸), weights rounded to 4 decimals, the
 most frequent answers first. A fitted relation keeps the :data:`MAX_ENTRIES` most frequent (a rarer
 answer's weight is small) unless its recipe weighs ``unanswered``, which needs every answer: then
-all of them, up to :data:`MAX_ANSWERS` (``complete``: none was left out; the part is offered only
-then). A document matches by its stored text, so an index of the same texts the triples name (a
+all of them (``complete``; the part is offered only then), when they are at most :data:`MAX_ANSWERS`
+and fit the :data:`MAX_BUNDLE_ANSWERS` the bundle's complete tables may hold in all. A document matches by its stored text, so an index of the same texts the triples name (a
 knowledge graph's entity file) gets the prior.
 """
 from __future__ import annotations
@@ -36,22 +36,24 @@ import numpy as np
 
 KEY = "sha1-16"
 MAX_ENTRIES = 5000  # answers a prior alone keeps
-MAX_ANSWERS = 50_000  # answers a table holds for the unanswered part (1.4 MB of bundle.json)
+MAX_ANSWERS = 50_000  # answers a table holds for the unanswered part (1.8 MB of bundle.json)
+MAX_BUNDLE_ANSWERS = 150_000  # answers a bundle's complete tables hold in all: bundle.json is read whole (16 MiB)
 
 
 def key(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
-def table(answers: Iterable[str]) -> dict:
+def table(answers: Iterable[str], room: int = MAX_ANSWERS) -> dict:
     """The stored prior of a relation from its training answers (one text per triple, repeats
-    counted): the ``answer_prior`` entry of its MAX_ANSWERS most frequent; empty weights when there
-    are no answers."""
+    counted): the ``answer_prior`` entry, ``complete`` with every answer when they are at most
+    ``room`` and MAX_ANSWERS, else the MAX_ENTRIES most frequent; empty weights when there are none."""
     counts = Counter(answers)
-    kept = counts.most_common(MAX_ANSWERS)
+    complete = len(counts) <= min(room, MAX_ANSWERS)
+    kept = counts.most_common(None if complete else MAX_ENTRIES)
     top = math.log1p(kept[0][1]) if kept else 1.0
     return {"key": KEY, "weights": {key(text): round(math.log1p(n) / top, 4) for text, n in kept},
-            "complete": len(kept) == len(counts)}
+            "complete": complete}
 
 
 def trimmed(entry: dict) -> dict:

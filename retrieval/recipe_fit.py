@@ -360,10 +360,11 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
     record of how it was spent (``bundle.info["time_budget"]``, when the bundle has one).
 
     ``train``: the training triples files. Their answers of a dev or test query are filtered from
-    its ranks (:attr:`Corpus.known`), as link prediction filters them. A relation whose training answers recur (some text is
-    the answer of two triples or more) is also offered its answer prior (retrieval/prior.py), and
-    every relation the neighbours bonus of the graph the training triples draw (retrieval/graph.py);
-    the bundle keeps a table or the graph only when dev chooses it.
+    its ranks (:attr:`Corpus.known`), as link prediction filters them. A relation with training answers
+    is also offered its answer prior and the unanswered bonus (retrieval/prior.py; the bonus while the
+    bundle's complete tables hold fewer than MAX_BUNDLE_ANSWERS answers), and every relation the
+    neighbours bonus of the graph the training triples draw (retrieval/graph.py); the bundle keeps a
+    table or the graph only when dev chooses it.
 
     A relation whose recipe ranks more than :data:`LOSS_TOLERANCE` below identity on test ships as
     identity (:func:`fall_back`), and a line says so with both figures; ``keep_worse`` keeps the
@@ -377,15 +378,17 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
     training = Training.read(train, say)
     pairs = relation_pairs(bundle, triples)
     splits = split_corpora(triples, pairs, candidates, encode)
-    reports, budget = {}, _Budget(deadline)
+    reports, budget, room = {}, _Budget(deadline), answer_prior.MAX_BUNDLE_ANSWERS
     own: dict[str, int] = {}  # split → its texts, for each split judged on its own candidates only
     for name, by_split in sorted(pairs.items(), key=lambda item: -sum(map(len, item[1].values()))):
         op, size = bundle.operators[name], sum(map(len, by_split.values()))
         if not budget.fits(name, op, size):
             continue
         t0 = loop.clock()
-        reports[name], has_dev = _fit_relation(name, op, by_split, splits, training, encode)
+        reports[name], has_dev = _fit_relation(name, op, by_split, splits, training, encode, room)
         budget.spent(size, loop.clock() - t0)
+        if Recipe.from_json(op.info["recipe"]).unanswered:  # its whole table is kept
+            room -= len(answer_prior.weights_of(op))
         judged = _judge(name, op, reports[name], has_dev, bool(candidates), keep_worse, say)
         if judged and not candidates:
             own[judged] = sum(splits[judged].candidate)
@@ -433,12 +436,13 @@ class _Budget:
         self.seconds, self.pairs = self.seconds + seconds, self.pairs + size
 
 
-def _fit_relation(name: str, op, by_split: dict, splits: dict[str, Split], training: Training, encode):
-    """Fit relation ``name`` (:func:`fit`), its known training answers filtered from its ranks and its
-    answer prior offered when some answer recurs. Returns its report and whether it had dev pairs."""
+def _fit_relation(name: str, op, by_split: dict, splits: dict[str, Split], training: Training, encode, room: int):
+    """Fit relation ``name`` (:func:`fit`), its known training answers filtered from its ranks, offered
+    its answer prior and, when its answers fit the ``room`` the bundle's complete tables have left, the
+    unanswered bonus. Returns its report and whether it had dev pairs."""
     answers = training.answers.get(name, ())
-    if answers:  # a prior where some answer recurs, and which texts are no answer yet (fit keeps what it reads)
-        op.info["answer_prior"] = answer_prior.table(answers)
+    if answers:  # fit keeps of the table what the chosen recipe reads
+        op.info["answer_prior"] = answer_prior.table(answers, room)  # complete only when it fits
     corpus = {s: splits[s].corpus(by_split[s], training.known.get(name, ())) if by_split[s] else None
               for s in by_split}
     return fit(op, corpus["dev"], corpus["test"], encode, training.graph), corpus["dev"] is not None

@@ -74,3 +74,11 @@ def test_a_fitted_relation_keeps_of_its_table_what_its_recipe_reads():
         keep_table(op, recipe)
         entry = op.info.get("answer_prior")
         assert (entry and (len(entry["weights"]), entry["complete"])) == ((kept, complete) if kept else None)
+
+
+def test_a_table_is_complete_only_where_the_bundle_has_room_for_it():
+    answers = [f"text {i % 900}" for i in range(2000)]
+    assert prior.table(answers)["complete"] and len(prior.table(answers)["weights"]) == 900
+    assert not prior.table(answers, room=899)["complete"]  # the bundle's complete tables are full
+    many = [f"text {i}" for i in range(prior.MAX_ANSWERS + 1)]
+    assert (len(prior.table(many)["weights"]), prior.table(many)["complete"]) == (prior.MAX_ENTRIES, False)
