@@ -22,8 +22,9 @@ a collision between two of a million texts has odds about 10⁻⁸), weights rou
 most frequent answers first. A fitted relation keeps the :data:`MAX_ENTRIES` most frequent (a rarer
 answer's weight is small) unless its recipe weighs ``unanswered``, which needs every answer: then
 all of them (``complete``; the part is offered only then), when they are at most :data:`MAX_ANSWERS`
-and fit the :data:`MAX_BUNDLE_ANSWERS` the bundle's complete tables may hold in all. A document matches by its stored text, so an index of the same texts the triples name (a
-knowledge graph's entity file) gets the prior.
+and fit the :data:`MAX_BUNDLE_ANSWERS` the bundle's complete tables may hold in all. A document
+matches by its stored text, so an index of the same texts the triples name (a knowledge graph's
+entity file) gets the prior.
 """
 from __future__ import annotations
 

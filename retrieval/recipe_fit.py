@@ -387,7 +387,8 @@ def fit_bundle(path, dev: tuple[str, ...] | list[str], test: tuple[str, ...] | l
         t0 = loop.clock()
         reports[name], has_dev = _fit_relation(name, op, by_split, splits, training, encode, room)
         budget.spent(size, loop.clock() - t0)
-        if Recipe.from_json(op.info["recipe"]).unanswered:  # its whole table is kept
+        # its whole table is kept (parsed afresh: recipe_of's cache may hold the recipe before this fit)
+        if Recipe.from_json(op.info["recipe"]).unanswered:
             room -= len(answer_prior.weights_of(op))
         judged = _judge(name, op, reports[name], has_dev, bool(candidates), keep_worse, say)
         if judged and not candidates:
